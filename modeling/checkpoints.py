@@ -1,0 +1,295 @@
+"""Checkpoint I/O: Google TF1, Hugging Face safetensors and Keras files, in and out, strictly.
+
+Every source is first seen as a set of tensors under their TF1 names (`checkpoint_names`), then one
+routine restores them: a model variable the checkpoint lacks, a checkpoint variable of the encoder
+the model has no place for, or a shape that differs is an error naming the variable and both shapes.
+Two things are allowed and listed in the log, never silent:
+- head variables in the checkpoint that the model does not have (a pretraining checkpoint's
+  `cls/...` heads when fine-tuning), reported as `unused`;
+- model variables absent from the checkpoint that the caller allows explicitly
+  (`allow_new_heads=True` for heads fine-tuning adds on purpose, or glob patterns in
+  `allow_missing`), reported as `initialised`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import logging
+import os
+import shutil
+from typing import Callable, Iterable
+
+import numpy as np
+
+from modeling import checkpoint_names as names
+from modeling.config import BertConfig
+
+logger = logging.getLogger(__name__)
+
+TF1_CONFIG = "bert_config.json"
+TF1_PREFIX = "bert_model.ckpt"
+HF_CONFIG = "config.json"
+HF_WEIGHTS = "model.safetensors"
+KERAS_FILE = "model.keras"
+VOCAB = "vocab.txt"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not fit the model; the message names every offending variable."""
+
+
+@dataclasses.dataclass
+class LoadReport:
+    """What a load did: variables restored, left initialised on purpose, and checkpoint leftovers."""
+
+    source: str
+    loaded: list[str]
+    initialised: list[str]
+    unused: list[str]
+
+    def log(self) -> None:
+        logger.info("restored %d variables from %s", len(self.loaded), self.source)
+        if self.initialised:
+            logger.warning("not in %s, left initialised (allowed): %s", self.source,
+                           ", ".join(self.initialised))
+        if self.unused:
+            logger.info("in %s but not used by this model: %s", self.source,
+                        ", ".join(self.unused))
+
+
+@dataclasses.dataclass
+class TensorSource:
+    """Tensors under TF1 names: their shapes, and a reader that fetches one as a NumPy array."""
+
+    description: str
+    shapes: dict[str, tuple[int, ...]]
+    read: Callable[[str], np.ndarray]
+
+
+# ------------------------------------------------------------------------------------ restore
+def restore(model, source: TensorSource, allow_new_heads: bool = False,
+            allow_missing: Iterable[str] = ()) -> LoadReport:
+    """Assign every variable of `model` from `source`, strictly (see the module docstring)."""
+    expected = names.tf1_variable_map(model)
+    patterns = list(allow_missing)
+
+    def may_be_missing(name):
+        return (allow_new_heads and names.is_head(name)) or any(
+            fnmatch.fnmatchcase(name, p) for p in patterns)
+
+    errors = []
+    missing = [n for n in expected if n not in source.shapes]
+    for n in missing:
+        if not may_be_missing(n):
+            errors.append(f"{n}: the model needs it (shape {tuple(expected[n].shape)}) but the "
+                          "checkpoint does not have it")
+    unexpected = sorted(n for n in source.shapes if n not in expected)
+    for n in unexpected:
+        if not names.is_head(n):
+            errors.append(f"{n}: in the checkpoint (shape {tuple(source.shapes[n])}) but the "
+                          "model has no such variable")
+    for n, var in expected.items():
+        if n in source.shapes and tuple(source.shapes[n]) != tuple(var.shape):
+            errors.append(f"{n}: checkpoint shape {tuple(source.shapes[n])} != model shape "
+                          f"{tuple(var.shape)}")
+    if errors:
+        hint = ("" if allow_new_heads or not any(names.is_head(n) for n in missing) else
+                "\n(heads that fine-tuning adds on purpose are allowed with allow_new_heads=True)")
+        raise CheckpointError(f"{source.description} does not fit {model.name}:\n  "
+                              + "\n  ".join(errors) + hint)
+    loaded = [n for n in expected if n in source.shapes]
+    for n in loaded:
+        expected[n].assign(source.read(n).astype(np.float32, copy=False))
+    report = LoadReport(source.description, loaded, missing,
+                        [n for n in unexpected if names.is_head(n)])
+    report.log()
+    return report
+
+
+# ------------------------------------------------------------------------------------ TF1
+def resolve_tf1_prefix(path: str | os.PathLike) -> str:
+    """`path` may be a checkpoint prefix (`.../bert_model.ckpt`) or a folder holding one."""
+    path = os.fspath(path)
+    if os.path.exists(path + ".index"):
+        return path
+    if os.path.isdir(path):
+        import tensorflow as tf
+        latest = tf.train.latest_checkpoint(path)
+        if latest:
+            return latest
+        indexes = sorted(f[:-len(".index")] for f in os.listdir(path) if f.endswith(".index"))
+        if len(indexes) == 1:
+            return os.path.join(path, indexes[0])
+        if indexes:
+            raise CheckpointError(f"{path}: several checkpoints ({', '.join(indexes)}); "
+                                  "name one by its prefix")
+    raise CheckpointError(f"{path}: no TF1 checkpoint (expected {path}.index, or a folder "
+                          f"holding {TF1_PREFIX}.index)")
+
+
+def tf1_source(path: str | os.PathLike) -> TensorSource:
+    """A Google TF1 checkpoint, minus Adam slots and `global_step`."""
+    import tensorflow as tf
+
+    prefix = resolve_tf1_prefix(path)
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = {n: tuple(s) for n, s in reader.get_variable_to_shape_map().items()
+              if not names.is_ignored_tf1(n)}
+    return TensorSource(f"TF1 checkpoint {prefix}", shapes, reader.get_tensor)
+
+
+def save_tf1_checkpoint(model, prefix: str | os.PathLike, global_step: int = 0) -> str:
+    """Write `model` as a TF1 name-based checkpoint (`prefix.index`, `prefix.data-00000-of-00001`)
+    that the original code restores; files appear under their final names only when complete."""
+    import tensorflow as tf
+
+    prefix = os.fspath(prefix)
+    tmp = f"{prefix}.tmp{os.getpid()}"
+    variables = names.tf1_variable_map(model)
+    tensor_names = list(variables) + ["global_step"]
+    tensors = [tf.convert_to_tensor(np.asarray(v.numpy(), np.float32))
+               for v in variables.values()]
+    tensors.append(tf.constant(global_step, tf.int64))
+    tf.raw_ops.SaveV2(prefix=tmp, tensor_names=tensor_names,
+                      shape_and_slices=[""] * len(tensor_names), tensors=tensors)
+    for suffix in (".data-00000-of-00001", ".index"):  # index last: it marks a whole checkpoint
+        os.replace(tmp + suffix, prefix + suffix)
+    return prefix
+
+
+# ------------------------------------------------------------------------------------ Hugging Face
+def _hf_weights_path(path: str | os.PathLike) -> str:
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, HF_WEIGHTS)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: no Hugging Face weights file")
+    return path
+
+
+def hf_source(path: str | os.PathLike) -> TensorSource:
+    """A Hugging Face `model.safetensors` (or a folder holding one), any `bert.` prefix stripped,
+    mapped to TF1 names with dense kernels transposed back to [in, out]."""
+    from safetensors.numpy import load_file
+
+    path = _hf_weights_path(path)
+    try:
+        state = load_file(path)
+    except Exception as e:  # safetensors raises its own error types for corrupt files
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+    tensors = {}
+    for raw_name, value in state.items():
+        name = names.normalise_hf_name(raw_name)
+        if names.is_ignored_hf(name):
+            continue
+        try:
+            tf1, transpose = names.tf1_name_from_hf(name)
+        except KeyError:
+            tf1, transpose = raw_name, False  # reported as unexpected if it is in the encoder
+        tensors[tf1] = value.T if transpose else value
+    return TensorSource(f"Hugging Face weights {path}",
+                        {n: tuple(v.shape) for n, v in tensors.items()}, tensors.__getitem__)
+
+
+def save_hf_checkpoint(model, directory: str | os.PathLike) -> None:
+    """Write `model.safetensors` (Hugging Face names, `bert.` prefix only for task models) and
+    `config.json` into `directory`."""
+    from safetensors.numpy import save_file
+
+    from modeling.encoder import BertEncoder
+
+    os.makedirs(directory, exist_ok=True)
+    prefixed = not isinstance(model, BertEncoder)
+    state = {}
+    for tf1, var in names.tf1_variable_map(model).items():
+        hf, transpose = names.hf_name(tf1)
+        value = np.asarray(var.numpy(), np.float32)
+        state[names.hf_prefixed(tf1, hf) if prefixed else hf] = np.ascontiguousarray(
+            value.T if transpose else value)
+    weights = os.path.join(directory, HF_WEIGHTS)
+    save_file(state, weights + ".tmp", metadata={"format": "pt"})
+    os.replace(weights + ".tmp", weights)
+    _write_json(os.path.join(directory, HF_CONFIG), model.config.to_hf_dict())
+
+
+# ------------------------------------------------------------------------------------ Keras
+def keras_source(path: str | os.PathLike) -> TensorSource:
+    """The weights of a `.keras` file saved from one of this project's models."""
+    import keras
+
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, KERAS_FILE)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: no Keras model file")
+    saved = keras.models.load_model(path)
+    tensors = {n: v.numpy() for n, v in names.tf1_variable_map(saved).items()}
+    return TensorSource(f"Keras model {path}", {n: tuple(v.shape) for n, v in tensors.items()},
+                        tensors.__getitem__)
+
+
+# ------------------------------------------------------------------------------------ any format
+FORMATS = ("tf1", "hf", "keras")
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """tf1, hf or keras, from the file name or the folder's contents."""
+    path = os.fspath(path)
+    if path.endswith(".keras") or (os.path.isdir(path)
+                                   and os.path.isfile(os.path.join(path, KERAS_FILE))):
+        return "keras"
+    if path.endswith(".safetensors") or (os.path.isdir(path)
+                                         and os.path.isfile(os.path.join(path, HF_WEIGHTS))):
+        return "hf"
+    return "tf1"
+
+
+def source_for(path: str | os.PathLike, fmt: str | None = None) -> TensorSource:
+    fmt = fmt or detect_format(path)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown checkpoint format {fmt!r}; one of {', '.join(FORMATS)}")
+    return {"tf1": tf1_source, "hf": hf_source, "keras": keras_source}[fmt](path)
+
+
+def load_checkpoint(model, path: str | os.PathLike, fmt: str | None = None,
+                    allow_new_heads: bool = False, allow_missing: Iterable[str] = ()) -> LoadReport:
+    """Restore `model` from a checkpoint in any supported format (see `restore`)."""
+    return restore(model, source_for(path, fmt), allow_new_heads, allow_missing)
+
+
+def read_config(path: str | os.PathLike, fmt: str | None = None) -> BertConfig:
+    """The `BertConfig` stored beside a TF1 or Hugging Face checkpoint (or inside a .keras file)."""
+    fmt = fmt or detect_format(path)
+    path = os.fspath(path)
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    if fmt == "tf1":
+        return BertConfig.from_json_file(os.path.join(folder, TF1_CONFIG))
+    if fmt == "hf":
+        config_path = os.path.join(folder, HF_CONFIG)
+        with open(config_path, encoding="utf-8") as f:
+            values = json.load(f)
+        try:
+            return BertConfig.from_hf_dict(values)
+        except ValueError as e:
+            raise type(e)(f"{config_path}: {e}") from None
+    import keras
+    return keras.models.load_model(path if path.endswith(".keras")
+                                   else os.path.join(path, KERAS_FILE)).config
+
+
+def _write_json(path: str, values: dict) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(values, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def copy_vocab(src_folder: str, dst_folder: str) -> bool:
+    """Carry `vocab.txt` along with converted weights, when the source has one."""
+    src = os.path.join(src_folder, VOCAB)
+    if os.path.isfile(src):
+        shutil.copyfile(src, os.path.join(dst_folder, VOCAB))
+        return True
+    return False

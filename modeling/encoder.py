@@ -1,0 +1,77 @@
+"""`BertEncoder`: the BERT transformer as a functional Keras model with named inputs and dict outputs.
+
+Inputs `input_word_ids`, `input_mask`, `input_type_ids` ([batch, length] int32); outputs
+`sequence_output` [B, L, H], `pooled_output` [B, H], `encoder_outputs` (every layer's output, the
+original's `get_all_encoder_layers`) and `embedding_output`. The model is rebuilt from its
+`BertConfig` on load, so `.keras` files round-trip.
+"""
+from __future__ import annotations
+
+import keras
+
+from modeling.config import BertConfig
+from modeling.layers import AttentionMask, BertEmbeddings, Pooler, TransformerBlock
+
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+def encoder_inputs(sequence_length: int | None = None) -> dict[str, keras.KerasTensor]:
+    return {name: keras.Input(shape=(sequence_length,), dtype="int32", name=name)
+            for name in INPUT_NAMES}
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class BertEncoder(keras.Model):
+    """The BERT encoder of SPEC.md section 2; dropout is active only when called with training=True."""
+
+    def __init__(self, config: BertConfig | dict, sequence_length: int | None = None, **kwargs):
+        if isinstance(config, dict):
+            config = BertConfig.from_dict(config)
+        kwargs.setdefault("name", "bert")
+        policy = keras.dtype_policies.get(kwargs.get("dtype") or keras.config.dtype_policy())
+        embeddings = BertEmbeddings(
+            config.vocab_size, config.hidden_size, config.type_vocab_size,
+            config.max_position_embeddings, config.hidden_dropout_prob, config.initializer_range,
+            config.layer_norm_eps, name="embeddings", dtype=policy)
+        blocks = [
+            TransformerBlock(config.hidden_size, config.num_attention_heads,
+                             config.intermediate_size, config.hidden_act,
+                             config.hidden_dropout_prob, config.attention_probs_dropout_prob,
+                             config.initializer_range, config.layer_norm_eps,
+                             name=f"layer_{i}", dtype=policy)
+            for i in range(config.num_hidden_layers)]
+        pooler = Pooler(config.hidden_size, config.initializer_range, name="pooler", dtype=policy)
+
+        inputs = encoder_inputs(sequence_length)
+        x = embeddings(inputs["input_word_ids"], inputs["input_type_ids"])
+        embedding_output = x
+        bias = AttentionMask(name="attention_mask")(inputs["input_mask"])
+        layer_outputs = []
+        for block in blocks:
+            x = block(x, bias)
+            layer_outputs.append(x)
+        outputs = {
+            "sequence_output": x,
+            "pooled_output": pooler(x),
+            "encoder_outputs": layer_outputs,
+            "embedding_output": embedding_output,
+        }
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.config = config
+        self.sequence_length = sequence_length
+        self.embeddings = embeddings
+        self.blocks = blocks
+        self.pooler = pooler
+
+    @property
+    def embedding_table(self):
+        """The word-embedding matrix [vocab, hidden], which the masked-LM head reuses."""
+        return self.embeddings.word_embeddings
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "sequence_length": self.sequence_length,
+                "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

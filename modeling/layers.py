@@ -1,0 +1,254 @@
+"""The encoder's building blocks as Keras 3 layers, written from SPEC.md section 2.
+
+Every weight has the shape the original stores (kernels [in, out]), so checkpoint conversion is a
+name mapping, never a reshape. LayerNorm and softmax run in float32 under mixed precision.
+"""
+import math
+
+import keras
+from keras import ops
+
+from modeling import activations
+
+
+def initializer(stddev: float):
+    """The original's `create_initializer`: truncated normal (cut at 2 stddev)."""
+    return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+def _float32_policy_if_mixed(policy):
+    """LayerNorm and softmax statistics stay float32 when the rest computes in 16 bits."""
+    return "float32" if policy.compute_dtype != "float32" else policy
+
+
+def layer_norm(epsilon: float, name: str, policy):
+    return keras.layers.LayerNormalization(axis=-1, epsilon=epsilon, name=name,
+                                           dtype=_float32_policy_if_mixed(policy))
+
+
+class SequenceLengthError(ValueError):
+    """An input longer than the position table (`max_position_embeddings`)."""
+
+
+def check_sequence_length(length, max_length: int) -> None:
+    """Reject inputs longer than the position table, statically or, for symbolic shapes, at run time."""
+    if isinstance(length, int) or length is None:
+        if length is not None and length > max_length:
+            raise SequenceLengthError(
+                f"input sequence length {length} exceeds max_position_embeddings={max_length}")
+        return
+    if keras.backend.backend() == "tensorflow":  # a graph traced with an unknown length
+        import tensorflow as tf
+        tf.debugging.assert_less_equal(
+            length, max_length,
+            message=f"input sequence length exceeds max_position_embeddings={max_length}")
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class BertEmbeddings(keras.layers.Layer):
+    """word + token-type + position embeddings, summed, then LayerNorm and dropout."""
+
+    def __init__(self, vocab_size, hidden_size, type_vocab_size, max_position_embeddings,
+                 dropout_rate, initializer_range, layer_norm_eps=1e-12, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.type_vocab_size = type_vocab_size
+        self.max_position_embeddings = max_position_embeddings
+        self.dropout_rate = dropout_rate
+        self.initializer_range = initializer_range
+        self.layer_norm_eps = layer_norm_eps
+        self.layer_norm = layer_norm(layer_norm_eps, "LayerNorm", self.dtype_policy)
+        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+
+    def build(self, input_shape=None):
+        init = initializer(self.initializer_range)
+        self.word_embeddings = self.add_weight(
+            name="word_embeddings", shape=(self.vocab_size, self.hidden_size), initializer=init)
+        self.token_type_embeddings = self.add_weight(
+            name="token_type_embeddings", shape=(self.type_vocab_size, self.hidden_size),
+            initializer=init)
+        self.position_embeddings = self.add_weight(
+            name="position_embeddings", shape=(self.max_position_embeddings, self.hidden_size),
+            initializer=init)
+        self.layer_norm.build((None, None, self.hidden_size))
+        self.built = True
+
+    def call(self, input_word_ids, input_type_ids, training=None):
+        length = input_word_ids.shape[1]
+        if length is None:
+            length = ops.shape(input_word_ids)[1]
+        check_sequence_length(length, self.max_position_embeddings)
+        words = ops.take(self.word_embeddings, input_word_ids, axis=0)
+        types = ops.take(self.token_type_embeddings, input_type_ids, axis=0)
+        positions = ops.slice(self.position_embeddings, (0, 0), (length, self.hidden_size))
+        x = words + types + ops.cast(positions[None], words.dtype)
+        x = self.layer_norm(x)
+        return self.dropout(x, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape) + (self.hidden_size,)
+
+    def get_config(self):
+        return {**super().get_config(), "vocab_size": self.vocab_size,
+                "hidden_size": self.hidden_size, "type_vocab_size": self.type_vocab_size,
+                "max_position_embeddings": self.max_position_embeddings,
+                "dropout_rate": self.dropout_rate, "initializer_range": self.initializer_range,
+                "layer_norm_eps": self.layer_norm_eps}
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class AttentionMask(keras.layers.Layer):
+    """The original's additive mask: (1 - input_mask) * -10000, shaped [B, 1, 1, L] for the scores."""
+
+    def call(self, input_mask):
+        mask = ops.cast(input_mask, "float32")
+        return ((1.0 - mask) * -10000.0)[:, None, None, :]
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], 1, 1, input_shape[1])
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class SelfAttention(keras.layers.Layer):
+    """Multi-head self-attention: Q, K, V projections, scaled dot product, masked softmax, dropout.
+
+    Returns the per-head contexts concatenated back to [B, L, H]; the output projection, residual
+    and LayerNorm belong to the transformer block, as in the original's variable scopes.
+    """
+
+    def __init__(self, num_heads, head_size, dropout_rate, initializer_range, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.dropout_rate = dropout_rate
+        self.initializer_range = initializer_range
+        width = num_heads * head_size
+        init = initializer(initializer_range)
+        self.query = keras.layers.Dense(width, kernel_initializer=init, name="query")
+        self.key = keras.layers.Dense(width, kernel_initializer=init, name="key")
+        self.value = keras.layers.Dense(width, kernel_initializer=init, name="value")
+        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+
+    def build(self, input_shape):
+        for dense in (self.query, self.key, self.value):
+            dense.build(input_shape)
+        self.built = True
+
+    def _split_heads(self, x, batch, length):
+        x = ops.reshape(x, (batch, length, self.num_heads, self.head_size))
+        return ops.transpose(x, (0, 2, 1, 3))  # [B, A, L, d]
+
+    def call(self, x, bias, training=None):
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        q = self._split_heads(self.query(x), batch, length)
+        k = self._split_heads(self.key(x), batch, length)
+        v = self._split_heads(self.value(x), batch, length)
+        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
+        scores = scores * (1.0 / math.sqrt(float(self.head_size)))
+        scores = ops.cast(scores, "float32") + ops.cast(bias, "float32")
+        probs = ops.cast(ops.softmax(scores, axis=-1), v.dtype)
+        probs = self.dropout(probs, training=training)
+        context = ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))  # [B, L, A, d]
+        return ops.reshape(context, (batch, length, self.num_heads * self.head_size))
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (self.num_heads * self.head_size,)
+
+    def get_config(self):
+        return {**super().get_config(), "num_heads": self.num_heads, "head_size": self.head_size,
+                "dropout_rate": self.dropout_rate, "initializer_range": self.initializer_range}
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class TransformerBlock(keras.layers.Layer):
+    """One post-LayerNorm encoder layer: attention sublayer, then the feed-forward sublayer.
+
+    Sublayer names follow the original's scopes under `layer_{i}/`: `attention/self`,
+    `attention/output/{dense,LayerNorm}`, `intermediate/dense`, `output/{dense,LayerNorm}`.
+    """
+
+    def __init__(self, hidden_size, num_heads, intermediate_size, hidden_act, hidden_dropout_prob,
+                 attention_probs_dropout_prob, initializer_range, layer_norm_eps=1e-12, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.num_heads = num_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.initializer_range = initializer_range
+        self.layer_norm_eps = layer_norm_eps
+        init = initializer(initializer_range)
+        self.attention = SelfAttention(num_heads, hidden_size // num_heads,
+                                       attention_probs_dropout_prob, initializer_range,
+                                       name="attention_self")
+        self.attention_output = keras.layers.Dense(hidden_size, kernel_initializer=init,
+                                                   name="attention_output_dense")
+        self.attention_dropout = keras.layers.Dropout(hidden_dropout_prob,
+                                                      name="attention_output_dropout")
+        self.attention_layer_norm = layer_norm(layer_norm_eps, "attention_output_LayerNorm",
+                                               self.dtype_policy)
+        self.intermediate = keras.layers.Dense(intermediate_size,
+                                               activation=activations.get(hidden_act),
+                                               kernel_initializer=init, name="intermediate_dense")
+        self.output_dense = keras.layers.Dense(hidden_size, kernel_initializer=init,
+                                               name="output_dense")
+        self.output_dropout = keras.layers.Dropout(hidden_dropout_prob, name="output_dropout")
+        self.output_layer_norm = layer_norm(layer_norm_eps, "output_LayerNorm", self.dtype_policy)
+
+    def build(self, input_shape):
+        hidden = (None, None, self.hidden_size)
+        self.attention.build(hidden)
+        self.attention_output.build(hidden)
+        self.attention_layer_norm.build(hidden)
+        self.intermediate.build(hidden)
+        self.output_dense.build((None, None, self.intermediate_size))
+        self.output_layer_norm.build(hidden)
+        self.built = True
+
+    def call(self, x, bias, training=None):
+        attended = self.attention(x, bias, training=training)
+        attended = self.attention_dropout(self.attention_output(attended), training=training)
+        x = self.attention_layer_norm(attended + x)
+        hidden = self.output_dense(self.intermediate(x))
+        hidden = self.output_dropout(hidden, training=training)
+        return self.output_layer_norm(hidden + x)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "hidden_size": self.hidden_size,
+                "num_heads": self.num_heads, "intermediate_size": self.intermediate_size,
+                "hidden_act": self.hidden_act, "hidden_dropout_prob": self.hidden_dropout_prob,
+                "attention_probs_dropout_prob": self.attention_probs_dropout_prob,
+                "initializer_range": self.initializer_range,
+                "layer_norm_eps": self.layer_norm_eps}
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class Pooler(keras.layers.Layer):
+    """dense(H, tanh) on the first token's final hidden state."""
+
+    def __init__(self, hidden_size, initializer_range, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.initializer_range = initializer_range
+        self.dense = keras.layers.Dense(hidden_size, activation="tanh",
+                                        kernel_initializer=initializer(initializer_range),
+                                        name="dense")
+
+    def build(self, input_shape):
+        self.dense.build((None, self.hidden_size))
+        self.built = True
+
+    def call(self, sequence_output):
+        return self.dense(sequence_output[:, 0, :])
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.hidden_size)
+
+    def get_config(self):
+        return {**super().get_config(), "hidden_size": self.hidden_size,
+                "initializer_range": self.initializer_range}

@@ -1,0 +1,164 @@
+"""Encoder + head models: `BertPretrainer` and the fine-tuning models, each a functional Keras model.
+
+Each takes a `BertEncoder`, wires a head from SPEC.md section 3 onto its outputs, and returns a dict.
+They save and load as `.keras` files: the config holds the serialised encoder and the head's size.
+"""
+from __future__ import annotations
+
+import keras
+
+from modeling import losses
+from modeling.encoder import INPUT_NAMES, BertEncoder, encoder_inputs
+from modeling.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead,
+                            NextSentenceHead, SpanHead, TokenTaggingHead)
+
+
+class _EncoderTask(keras.Model):
+    """A functional model of `encoder` plus one head; subclasses say how to wire the head."""
+
+    def __init__(self, encoder: BertEncoder, inputs, outputs, **kwargs):
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self.encoder = encoder
+
+    @property
+    def config(self):
+        return self.encoder.config
+
+    def _head_config(self) -> dict:
+        return {}
+
+    def get_config(self):
+        return {"encoder": keras.saving.serialize_keras_object(self.encoder), "name": self.name,
+                **self._head_config()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class BertPretrainer(_EncoderTask):
+    """Encoder + masked LM + next sentence (the original's pretraining model).
+
+    Inputs: the encoder's three plus `masked_lm_positions` [B, P]. Outputs: `mlm_logits` [B, P, V]
+    and `nsp_logits` [B, 2]. `compute_losses` gives the original's losses from them.
+    """
+
+    def __init__(self, encoder: BertEncoder, max_predictions_per_seq: int | None = None, **kwargs):
+        config = encoder.config
+        inputs = encoder_inputs(encoder.sequence_length)
+        inputs["masked_lm_positions"] = keras.Input(shape=(max_predictions_per_seq,),
+                                                    dtype="int32", name="masked_lm_positions")
+        masked_lm = MaskedLMHead(encoder.embeddings, config.hidden_act, config.initializer_range,
+                                 config.layer_norm_eps, name="predictions",
+                                 dtype=encoder.dtype_policy)
+        next_sentence = NextSentenceHead(config.initializer_range, name="seq_relationship",
+                                         dtype=encoder.dtype_policy)
+        enc = encoder({k: inputs[k] for k in INPUT_NAMES})
+        outputs = {
+            "mlm_logits": masked_lm(enc["sequence_output"], inputs["masked_lm_positions"]),
+            "nsp_logits": next_sentence(enc["pooled_output"]),
+        }
+        kwargs.setdefault("name", "bert_pretrainer")
+        super().__init__(encoder, inputs, outputs, **kwargs)
+        self.max_predictions_per_seq = max_predictions_per_seq
+        self.masked_lm = masked_lm
+        self.next_sentence = next_sentence
+
+    def _head_config(self):
+        return {"max_predictions_per_seq": self.max_predictions_per_seq}
+
+    @staticmethod
+    def compute_losses(outputs, masked_lm_ids, masked_lm_weights, next_sentence_labels):
+        """The original's MLM and NSP losses and their sum, `loss`."""
+        mlm = losses.masked_lm_loss(outputs["mlm_logits"], masked_lm_ids, masked_lm_weights)
+        nsp = losses.next_sentence_loss(outputs["nsp_logits"], next_sentence_labels)
+        return {"loss": mlm + nsp, "masked_lm_loss": mlm, "next_sentence_loss": nsp}
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class BertClassifier(_EncoderTask):
+    """Sentence (pair) classification, or regression with `num_labels=1`: output `logits`."""
+
+    def __init__(self, encoder: BertEncoder, num_labels: int, dropout_rate: float = 0.1, **kwargs):
+        inputs = encoder_inputs(encoder.sequence_length)
+        head = ClassificationHead(num_labels, dropout_rate, encoder.config.initializer_range,
+                                  name="classifier", dtype=encoder.dtype_policy)
+        outputs = {"logits": head(encoder(inputs)["pooled_output"])}
+        kwargs.setdefault("name", "bert_classifier")
+        super().__init__(encoder, inputs, outputs, **kwargs)
+        self.num_labels = num_labels
+        self.dropout_rate = dropout_rate
+        self.head = head
+
+    def _head_config(self):
+        return {"num_labels": self.num_labels, "dropout_rate": self.dropout_rate}
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class BertSpanLabeler(_EncoderTask):
+    """Extractive QA (SQuAD): outputs `start_logits` and `end_logits`, [B, L] each."""
+
+    def __init__(self, encoder: BertEncoder, **kwargs):
+        inputs = encoder_inputs(encoder.sequence_length)
+        head = SpanHead(encoder.config.initializer_range, name="span",
+                        dtype=encoder.dtype_policy)
+        start, end = head(encoder(inputs)["sequence_output"])
+        kwargs.setdefault("name", "bert_span_labeler")
+        super().__init__(encoder, inputs, {"start_logits": start, "end_logits": end}, **kwargs)
+        self.head = head
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class BertTokenClassifier(_EncoderTask):
+    """Token tagging (NER): output `logits` [B, L, num_tags]."""
+
+    def __init__(self, encoder: BertEncoder, num_tags: int, dropout_rate: float = 0.1, **kwargs):
+        inputs = encoder_inputs(encoder.sequence_length)
+        head = TokenTaggingHead(num_tags, dropout_rate, encoder.config.initializer_range,
+                                name="tagger", dtype=encoder.dtype_policy)
+        outputs = {"logits": head(encoder(inputs)["sequence_output"])}
+        kwargs.setdefault("name", "bert_token_classifier")
+        super().__init__(encoder, inputs, outputs, **kwargs)
+        self.num_tags = num_tags
+        self.dropout_rate = dropout_rate
+        self.head = head
+
+    def _head_config(self):
+        return {"num_tags": self.num_tags, "dropout_rate": self.dropout_rate}
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class BertMultipleChoice(_EncoderTask):
+    """Multiple choice (SWAG): inputs [B, N, L]; each pair is encoded, scored, softmaxed over N."""
+
+    def __init__(self, encoder: BertEncoder, num_choices: int, dropout_rate: float = 0.1,
+                 **kwargs):
+        length = encoder.sequence_length
+        inputs = {name: keras.Input(shape=(num_choices, length), dtype="int32", name=name)
+                  for name in INPUT_NAMES}
+        flat = {name: _FlattenChoices(name=f"flatten_{name}")(inputs[name]) for name in inputs}
+        head = MultipleChoiceHead(num_choices, dropout_rate, encoder.config.initializer_range,
+                                  name="choice", dtype=encoder.dtype_policy)
+        outputs = {"logits": head(encoder(flat)["pooled_output"])}
+        kwargs.setdefault("name", "bert_multiple_choice")
+        super().__init__(encoder, inputs, outputs, **kwargs)
+        self.num_choices = num_choices
+        self.dropout_rate = dropout_rate
+        self.head = head
+
+    def _head_config(self):
+        return {"num_choices": self.num_choices, "dropout_rate": self.dropout_rate}
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class _FlattenChoices(keras.layers.Layer):
+    """[B, N, L] -> [B * N, L]: every (context, ending) pair becomes one encoder row."""
+
+    def call(self, x):
+        return keras.ops.reshape(x, (-1, keras.ops.shape(x)[-1]))
+
+    def compute_output_shape(self, input_shape):
+        return (None, input_shape[-1])

