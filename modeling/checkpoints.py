@@ -263,10 +263,14 @@ def read_config(path: str | os.PathLike, fmt: str | None = None) -> BertConfig:
     fmt = fmt or detect_format(path)
     path = os.fspath(path)
     folder = path if os.path.isdir(path) else os.path.dirname(path)
+    if fmt in ("tf1", "hf"):
+        config_path = os.path.join(folder, TF1_CONFIG if fmt == "tf1" else HF_CONFIG)
+        if not os.path.isfile(config_path):
+            raise CheckpointError(f"{path}: no {os.path.basename(config_path)} beside the "
+                                  f"{fmt} checkpoint (looked for {config_path})")
     if fmt == "tf1":
-        return BertConfig.from_json_file(os.path.join(folder, TF1_CONFIG))
+        return BertConfig.from_json_file(config_path)
     if fmt == "hf":
-        config_path = os.path.join(folder, HF_CONFIG)
         with open(config_path, encoding="utf-8") as f:
             values = json.load(f)
         try:

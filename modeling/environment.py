@@ -4,7 +4,8 @@ Keras runs on its TensorFlow backend. TensorFlow's start-up chatter on a machine
 driver probing, `cuInit` failures, absl's pre-init banner) is written by C++ straight to file
 descriptor 2 before any log level applies, so TensorFlow is imported, and its devices discovered,
 with that descriptor captured; lines matching the known noise are dropped and everything else is
-written back to stderr. A user who sets TF_CPP_MIN_LOG_LEVEL sees TensorFlow's output untouched.
+written back to stderr. A user who sets TF_CPP_MIN_LOG_LEVEL sees TensorFlow's output untouched
+(a value this module set, inherited by a child process, marks itself in BERT_QUIET_TF).
 """
 import os
 import re
@@ -24,6 +25,7 @@ _NOISE = re.compile(
 
 def _import_tensorflow_quietly() -> None:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    os.environ["BERT_QUIET_TF"] = "1"
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile(mode="w+b") as captured:
@@ -42,5 +44,7 @@ def _import_tensorflow_quietly() -> None:
         sys.stderr.write("".join(kept))
 
 
-if "TF_CPP_MIN_LOG_LEVEL" not in os.environ and "tensorflow" not in sys.modules:
+_user_set_log_level = ("TF_CPP_MIN_LOG_LEVEL" in os.environ
+                       and os.environ.get("BERT_QUIET_TF") != "1")
+if not _user_set_log_level and "tensorflow" not in sys.modules:
     _import_tensorflow_quietly()

@@ -1,0 +1,114 @@
+"""Convert BERT checkpoints between Google TF1, Hugging Face and Keras formats.
+
+    python -m modeling.convert --from tf1 --input uncased_L-12_H-768_A-12 --to hf --output out/
+
+The model is rebuilt from the source's config with whatever heads the source holds (pretraining,
+classifier or SQuAD), every variable is carried over strictly, and `vocab.txt` comes along.
+Folders written: tf1 -> bert_config.json + bert_model.ckpt.*; hf -> config.json +
+model.safetensors; keras -> model.keras.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from absl import app, flags
+
+from modeling import checkpoints
+from modeling.config import BertConfig
+from modeling.encoder import BertEncoder
+from modeling.models import BertClassifier, BertPretrainer, BertSpanLabeler
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("from", None, checkpoints.FORMATS, "Format of --input.")
+flags.DEFINE_enum("to", None, checkpoints.FORMATS, "Format to write into --output.")
+flags.DEFINE_string("input", None, "Source folder (or TF1 checkpoint prefix, .safetensors or "
+                    ".keras file).")
+flags.DEFINE_string("output", None, "Folder to write (created if missing).")
+flags.DEFINE_string("bert_config_file", None, "TF1 only: the config, if not beside the checkpoint.")
+flags.DEFINE_integer("global_step", 0, "TF1 output: the global_step value to store.")
+
+
+def model_for_source(source: checkpoints.TensorSource, config: BertConfig):
+    """An encoder with the heads the checkpoint holds, so that nothing in it is dropped."""
+    encoder = BertEncoder(config)
+    shapes = source.shapes
+    if "cls/predictions/output_bias" in shapes:
+        return BertPretrainer(encoder)
+    if "cls/squad/output_weights" in shapes:
+        return BertSpanLabeler(encoder)
+    if "output_weights" in shapes:
+        return BertClassifier(encoder, num_labels=shapes["output_weights"][0])
+    return encoder
+
+
+def load_any(path: str, fmt: str, bert_config_file: str | None = None):
+    """The model stored at `path`, rebuilt with its heads and restored strictly."""
+    if fmt == "keras":
+        import keras
+        file = path if path.endswith(".keras") else os.path.join(path, checkpoints.KERAS_FILE)
+        return keras.models.load_model(file)
+    if bert_config_file:
+        config = BertConfig.from_json_file(bert_config_file)
+    else:
+        config = checkpoints.read_config(path, fmt)
+    source = checkpoints.source_for(path, fmt)
+    model = model_for_source(source, config)
+    # A masked-LM checkpoint without next-sentence weights (Hugging Face BertForMaskedLM) keeps an
+    # initialised NSP head, listed in the log.
+    checkpoints.restore(model, source, allow_missing=["cls/seq_relationship/*"])
+    return model
+
+
+def save_any(model, output: str, fmt: str, global_step: int = 0) -> list[str]:
+    """Write `model` in `fmt` into the folder `output`; returns the files written."""
+    os.makedirs(output, exist_ok=True)
+    if fmt == "tf1":
+        model.config.to_json_file(os.path.join(output, checkpoints.TF1_CONFIG))
+        checkpoints.save_tf1_checkpoint(model, os.path.join(output, checkpoints.TF1_PREFIX),
+                                        global_step)
+        files = [checkpoints.TF1_CONFIG, checkpoints.TF1_PREFIX + ".index",
+                 checkpoints.TF1_PREFIX + ".data-00000-of-00001"]
+    elif fmt == "hf":
+        checkpoints.save_hf_checkpoint(model, output)
+        files = [checkpoints.HF_CONFIG, checkpoints.HF_WEIGHTS]
+    else:
+        final = os.path.join(output, checkpoints.KERAS_FILE)
+        tmp = final[:-len(".keras")] + f".tmp{os.getpid()}.keras"
+        model.save(tmp)
+        os.replace(tmp, final)
+        files = [checkpoints.KERAS_FILE]
+    return [os.path.join(output, f) for f in files]
+
+
+def convert(src: str, src_format: str, dst: str, dst_format: str,
+            bert_config_file: str | None = None, global_step: int = 0) -> list[str]:
+    model = load_any(src, src_format, bert_config_file)
+    written = save_any(model, dst, dst_format, global_step)
+    src_folder = src if os.path.isdir(src) else os.path.dirname(src)
+    if checkpoints.copy_vocab(src_folder, dst):
+        written.append(os.path.join(dst, checkpoints.VOCAB))
+    return written
+
+
+def main(argv):
+    del argv
+    logging.getLogger("modeling").setLevel(logging.INFO)
+    for name in ("from", "to", "input", "output"):
+        if FLAGS[name].value is None:
+            raise app.UsageError(f"--{name} is required")
+    try:
+        written = convert(FLAGS.input, FLAGS["from"].value, FLAGS.output, FLAGS.to,
+                          FLAGS.bert_config_file, FLAGS.global_step)
+    except (ValueError, OSError) as e:  # CheckpointError and ConfigError are ValueErrors
+        raise SystemExit(f"convert: error: {e}") from None
+    for path in written:
+        print(path)
+
+
+def console_main():
+    app.run(main)
+
+
+if __name__ == "__main__":
+    console_main()
