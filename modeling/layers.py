@@ -16,14 +16,10 @@ def initializer(stddev: float):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
-def _float32_policy_if_mixed(policy):
-    """LayerNorm and softmax statistics stay float32 when the rest computes in 16 bits."""
-    return "float32" if policy.compute_dtype != "float32" else policy
-
-
 def layer_norm(epsilon: float, name: str, policy):
-    return keras.layers.LayerNormalization(axis=-1, epsilon=epsilon, name=name,
-                                           dtype=_float32_policy_if_mixed(policy))
+    """LayerNorm over the last axis. Keras computes its statistics in at least float32 and casts
+    back, so under a mixed-precision policy it stays accurate without a policy of its own."""
+    return keras.layers.LayerNormalization(axis=-1, epsilon=epsilon, name=name, dtype=policy)
 
 
 class SequenceLengthError(ValueError):

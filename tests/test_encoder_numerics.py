@@ -150,3 +150,25 @@ def test_input_longer_than_max_position_embeddings_is_an_error(tf1_tiny_dir):
     serve({k: v[:, :16] for k, v in batch.items()})  # the longest allowed length runs
     with pytest.raises(tf.errors.InvalidArgumentError, match="exceeds max_position_embeddings=16"):
         serve(batch)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_keeps_float32_weights_and_close_outputs(tf1_tiny_dir, policy):
+    import keras
+    config = BertConfig.from_json_file(tf1_tiny_dir / "bert_config.json")
+    full = BertPretrainer(BertEncoder(config))
+    checkpoints.load_checkpoint(full, tf1_tiny_dir)
+    keras.config.set_dtype_policy(policy)
+    try:
+        mixed = BertPretrainer(BertEncoder(config))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    checkpoints.load_checkpoint(mixed, tf1_tiny_dir)
+    assert {w.dtype for w in mixed.weights} == {"float32"}
+    batch = padded_batch(np.random.default_rng(8), config.vocab_size, [16, 6], 16)
+    batch["masked_lm_positions"] = np.array([[1, 2, 3], [4, 5, 0]], np.int32)
+    a, b = full(batch), mixed(batch)
+    assert b["mlm_logits"].dtype == policy.split("_")[1]
+    tol = 1e-3 if policy == "mixed_float16" else 2e-2  # bfloat16 keeps 8 bits of mantissa
+    assert_close(np.asarray(b["mlm_logits"], np.float32), a["mlm_logits"].numpy(), tol=tol)
+    assert_close(np.asarray(b["nsp_logits"], np.float32), a["nsp_logits"].numpy(), tol=tol)
