@@ -22,6 +22,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from modeling import atomic_files
 from modeling import checkpoint_names as names
 from modeling.config import BertConfig
 
@@ -207,10 +208,10 @@ def save_hf_checkpoint(model, directory: str | os.PathLike) -> None:
         value = np.asarray(var.numpy(), np.float32)
         state[names.hf_prefixed(tf1, hf) if prefixed else hf] = np.ascontiguousarray(
             value.T if transpose else value)
-    weights = os.path.join(directory, HF_WEIGHTS)
-    save_file(state, weights + ".tmp", metadata={"format": "pt"})
-    os.replace(weights + ".tmp", weights)
-    _write_json(os.path.join(directory, HF_CONFIG), model.config.to_hf_dict())
+    with atomic_files.atomic_path(os.path.join(directory, HF_WEIGHTS)) as tmp:
+        save_file(state, tmp, metadata={"format": "pt"})
+    atomic_files.write_text(os.path.join(directory, HF_CONFIG),
+                            json.dumps(model.config.to_hf_dict(), indent=2, sort_keys=True) + "\n")
 
 
 # ------------------------------------------------------------------------------------ Keras
@@ -280,14 +281,6 @@ def read_config(path: str | os.PathLike, fmt: str | None = None) -> BertConfig:
     import keras
     return keras.models.load_model(path if path.endswith(".keras")
                                    else os.path.join(path, KERAS_FILE)).config
-
-
-def _write_json(path: str, values: dict) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 def copy_vocab(src_folder: str, dst_folder: str) -> bool:

@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from modeling import activations
+from modeling import activations, atomic_files
 
 # Hugging Face `config.json` keys that mean something other than the original's, or that the
 # original lacks. `layer_norm_eps` is honoured; the rest are metadata.
@@ -125,10 +125,7 @@ class BertConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     def to_json_file(self, path: str | os.PathLike) -> None:
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(self.to_json_string())
-        os.replace(tmp, path)
+        atomic_files.write_text(path, self.to_json_string())
 
     # ----------------------------------------------------------------------------- Hugging Face
     @classmethod

@@ -14,7 +14,7 @@ import os
 
 from absl import app, flags
 
-from modeling import checkpoints
+from modeling import atomic_files, checkpoints
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.models import BertClassifier, BertPretrainer, BertSpanLabeler
@@ -73,10 +73,9 @@ def save_any(model, output: str, fmt: str, global_step: int = 0) -> list[str]:
         checkpoints.save_hf_checkpoint(model, output)
         files = [checkpoints.HF_CONFIG, checkpoints.HF_WEIGHTS]
     else:
-        final = os.path.join(output, checkpoints.KERAS_FILE)
-        tmp = final[:-len(".keras")] + f".tmp{os.getpid()}.keras"
-        model.save(tmp)
-        os.replace(tmp, final)
+        with atomic_files.atomic_path(os.path.join(output, checkpoints.KERAS_FILE),
+                                      suffix=".keras") as tmp:
+            model.save(tmp)
         files = [checkpoints.KERAS_FILE]
     return [os.path.join(output, f) for f in files]
 
