@@ -108,6 +108,21 @@ def restore(model, source: TensorSource, allow_new_heads: bool = False,
     return report
 
 
+def _in_memory_source(description: str, tensors: dict) -> TensorSource:
+    return TensorSource(description, {n: tuple(v.shape) for n, v in tensors.items()},
+                        tensors.__getitem__)
+
+
+def resolve_file(path: str | os.PathLike, default_name: str, what: str) -> str:
+    """`path` itself, or `default_name` inside it when it is a folder; it must exist."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, default_name)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: no {what}")
+    return path
+
+
 # ------------------------------------------------------------------------------------ TF1
 def resolve_tf1_prefix(path: str | os.PathLike) -> str:
     """`path` may be a checkpoint prefix (`.../bert_model.ckpt`) or a folder holding one."""
@@ -160,21 +175,12 @@ def save_tf1_checkpoint(model, prefix: str | os.PathLike, global_step: int = 0) 
 
 
 # ------------------------------------------------------------------------------------ Hugging Face
-def _hf_weights_path(path: str | os.PathLike) -> str:
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        path = os.path.join(path, HF_WEIGHTS)
-    if not os.path.isfile(path):
-        raise CheckpointError(f"{path}: no Hugging Face weights file")
-    return path
-
-
 def hf_source(path: str | os.PathLike) -> TensorSource:
     """A Hugging Face `model.safetensors` (or a folder holding one), any `bert.` prefix stripped,
     mapped to TF1 names with dense kernels transposed back to [in, out]."""
     from safetensors.numpy import load_file
 
-    path = _hf_weights_path(path)
+    path = resolve_file(path, HF_WEIGHTS, "Hugging Face weights file")
     try:
         state = load_file(path)
     except Exception as e:  # safetensors raises its own error types for corrupt files
@@ -189,8 +195,7 @@ def hf_source(path: str | os.PathLike) -> TensorSource:
         except KeyError:
             tf1, transpose = raw_name, False  # reported as unexpected if it is in the encoder
         tensors[tf1] = value.T if transpose else value
-    return TensorSource(f"Hugging Face weights {path}",
-                        {n: tuple(v.shape) for n, v in tensors.items()}, tensors.__getitem__)
+    return _in_memory_source(f"Hugging Face weights {path}", tensors)
 
 
 def save_hf_checkpoint(model, directory: str | os.PathLike) -> None:
@@ -219,15 +224,10 @@ def keras_source(path: str | os.PathLike) -> TensorSource:
     """The weights of a `.keras` file saved from one of this project's models."""
     import keras
 
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        path = os.path.join(path, KERAS_FILE)
-    if not os.path.isfile(path):
-        raise CheckpointError(f"{path}: no Keras model file")
+    path = resolve_file(path, KERAS_FILE, "Keras model file")
     saved = keras.models.load_model(path)
     tensors = {n: v.numpy() for n, v in names.tf1_variable_map(saved).items()}
-    return TensorSource(f"Keras model {path}", {n: tuple(v.shape) for n, v in tensors.items()},
-                        tensors.__getitem__)
+    return _in_memory_source(f"Keras model {path}", tensors)
 
 
 # ------------------------------------------------------------------------------------ any format
@@ -279,8 +279,7 @@ def read_config(path: str | os.PathLike, fmt: str | None = None) -> BertConfig:
         except ValueError as e:
             raise type(e)(f"{config_path}: {e}") from None
     import keras
-    return keras.models.load_model(path if path.endswith(".keras")
-                                   else os.path.join(path, KERAS_FILE)).config
+    return keras.models.load_model(resolve_file(path, KERAS_FILE, "Keras model file")).config
 
 
 def copy_vocab(src_folder: str, dst_folder: str) -> bool:

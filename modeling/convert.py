@@ -46,8 +46,8 @@ def load_any(path: str, fmt: str, bert_config_file: str | None = None):
     """The model stored at `path`, rebuilt with its heads and restored strictly."""
     if fmt == "keras":
         import keras
-        file = path if path.endswith(".keras") else os.path.join(path, checkpoints.KERAS_FILE)
-        return keras.models.load_model(file)
+        return keras.models.load_model(
+            checkpoints.resolve_file(path, checkpoints.KERAS_FILE, "Keras model file"))
     if bert_config_file:
         config = BertConfig.from_json_file(bert_config_file)
     else:
