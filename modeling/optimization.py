@@ -1,0 +1,154 @@
+"""The original's optimiser and learning-rate schedule (SPEC.md section 7), plus LAMB.
+
+`AdamWeightDecay` is the original's: Adam moments with NO bias correction, epsilon 1e-6, and a
+decoupled weight decay added to the update (`update = m / (sqrt(v) + eps) + wd * param`), except for
+variables whose names contain `LayerNorm`, `layer_norm` or `bias`; gradients are clipped to global
+norm 1.0 first. `Lamb` adds bias correction and the layer-wise trust ratio ||w|| / ||update||
+(You et al. 2019, as in NVIDIA's BERT). Gradient accumulation is done by the training loop, which
+calls the optimiser once per accumulated batch, so the schedule advances once per real update.
+"""
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+DECAY_EXCLUSIONS = ("LayerNorm", "layer_norm", "bias")
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup `init_lr * step / warmup` for step < warmup, else polynomial decay to
+    `end_learning_rate` over `num_train_steps`, evaluated at the global step (not re-based)."""
+
+    def __init__(self, init_lr, num_train_steps, num_warmup_steps=0, end_learning_rate=0.0,
+                 power=1.0):
+        self.init_lr = init_lr
+        self.num_train_steps = num_train_steps
+        self.num_warmup_steps = num_warmup_steps
+        self.end_learning_rate = end_learning_rate
+        self.power = power
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        progress = ops.minimum(step, float(self.num_train_steps)) / float(self.num_train_steps)
+        decayed = ((self.init_lr - self.end_learning_rate) * ops.power(1.0 - progress, self.power)
+                   + self.end_learning_rate)
+        if not self.num_warmup_steps:
+            return decayed
+        warmup = self.init_lr * step / float(self.num_warmup_steps)
+        return ops.where(step < float(self.num_warmup_steps), warmup, decayed)
+
+    def get_config(self):
+        return {"init_lr": self.init_lr, "num_train_steps": self.num_train_steps,
+                "num_warmup_steps": self.num_warmup_steps,
+                "end_learning_rate": self.end_learning_rate, "power": self.power}
+
+
+def _matches(variable, patterns) -> bool:
+    return any(p in variable.path for p in patterns)
+
+
+class _DecoupledDecayOptimizer(keras.optimizers.Optimizer):
+    """Shared state of the two: Adam moments, and which variables get weight decay."""
+
+    def __init__(self, learning_rate, weight_decay_rate, beta_1, beta_2, epsilon,
+                 exclude_from_weight_decay, global_clipnorm, name, **kwargs):
+        super().__init__(learning_rate=learning_rate, global_clipnorm=global_clipnorm, name=name,
+                         **kwargs)
+        self.weight_decay_rate = weight_decay_rate
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+        self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        self._m, self._v = self.add_optimizer_variables(var_list, ["adam_m", "adam_v"])
+        self._decays = [self.weight_decay_rate > 0
+                        and not _matches(v, self.exclude_from_weight_decay) for v in var_list]
+
+    def _moments(self, gradient, variable):
+        """Update the first and second moments of `variable`; return them and whether it decays.
+
+        Name-based choices are made once in `build`: here `variable` may be the backend's own."""
+        index = self._get_variable_index(variable)
+        m, v = self._m[index], self._v[index]
+        gradient = ops.cast(gradient, variable.dtype)
+        self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * gradient)
+        self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(gradient))
+        return m, v, self._decays[index]
+
+    def get_config(self):
+        return {**super().get_config(), "weight_decay_rate": self.weight_decay_rate,
+                "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
+                "exclude_from_weight_decay": list(self.exclude_from_weight_decay)}
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class AdamWeightDecay(_DecoupledDecayOptimizer):
+    """The original BERT optimiser (see the module docstring)."""
+
+    def __init__(self, learning_rate=1e-3, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
+                 epsilon=1e-6, exclude_from_weight_decay=DECAY_EXCLUSIONS, global_clipnorm=1.0,
+                 name="AdamWeightDecay", **kwargs):
+        super().__init__(learning_rate, weight_decay_rate, beta_1, beta_2, epsilon,
+                         exclude_from_weight_decay, global_clipnorm, name, **kwargs)
+
+    def update_step(self, gradient, variable, learning_rate):
+        m, v, decays = self._moments(gradient, variable)
+        update = m / (ops.sqrt(v) + self.epsilon)
+        if decays:
+            update = update + self.weight_decay_rate * variable
+        self.assign(variable, variable - ops.cast(learning_rate, variable.dtype) * update)
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class Lamb(_DecoupledDecayOptimizer):
+    """LAMB: bias-corrected Adam direction plus decay, scaled per variable by ||w|| / ||r||."""
+
+    def __init__(self, learning_rate=1e-3, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
+                 epsilon=1e-6, exclude_from_weight_decay=DECAY_EXCLUSIONS,
+                 exclude_from_layer_adaptation=None, global_clipnorm=1.0, name="Lamb", **kwargs):
+        super().__init__(learning_rate, weight_decay_rate, beta_1, beta_2, epsilon,
+                         exclude_from_weight_decay, global_clipnorm, name, **kwargs)
+        self.exclude_from_layer_adaptation = tuple(
+            exclude_from_weight_decay if exclude_from_layer_adaptation is None
+            else exclude_from_layer_adaptation)
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        self._adapts = [not _matches(v, self.exclude_from_layer_adaptation) for v in var_list]
+
+    def update_step(self, gradient, variable, learning_rate):
+        m, v, decays = self._moments(gradient, variable)
+        step = ops.cast(self.iterations + 1, variable.dtype)
+        m_hat = m / (1.0 - ops.power(self.beta_1, step))
+        v_hat = v / (1.0 - ops.power(self.beta_2, step))
+        update = m_hat / (ops.sqrt(v_hat) + self.epsilon)
+        if decays:
+            update = update + self.weight_decay_rate * variable
+        ratio = 1.0
+        if self._adapts[self._get_variable_index(variable)]:
+            w_norm = ops.norm(ops.reshape(variable, (-1,)))
+            u_norm = ops.norm(ops.reshape(update, (-1,)))
+            ratio = ops.where(w_norm > 0, ops.where(u_norm > 0, w_norm / u_norm, 1.0), 1.0)
+        self.assign(variable,
+                    variable - ratio * ops.cast(learning_rate, variable.dtype) * update)
+
+    def get_config(self):
+        return {**super().get_config(),
+                "exclude_from_layer_adaptation": list(self.exclude_from_layer_adaptation)}
+
+
+def create_optimizer(init_lr, num_train_steps, num_warmup_steps, optimizer="adamw",
+                     weight_decay_rate=0.01):
+    """The original's `create_optimizer`: the schedule above driving AdamWeightDecay (or LAMB)."""
+    schedule = WarmupPolynomialDecay(init_lr, num_train_steps, num_warmup_steps)
+    classes = {"adamw": AdamWeightDecay, "lamb": Lamb}
+    if optimizer not in classes:
+        raise ValueError(f"unknown optimizer {optimizer!r}; one of {', '.join(classes)}")
+    return classes[optimizer](learning_rate=schedule, weight_decay_rate=weight_decay_rate)
