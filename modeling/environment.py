@@ -1,12 +1,17 @@
-"""Process settings that must be in place before TensorFlow is first imported.
+"""Process settings for TensorFlow and Keras, in place before TensorFlow is first imported.
 
 Keras runs on its TensorFlow backend. TensorFlow's start-up chatter on a machine without a GPU (CUDA
 driver probing, `cuInit` failures, absl's pre-init banner) is written by C++ straight to file
-descriptor 2 before any log level applies, so TensorFlow is imported, and its devices discovered,
-with that descriptor captured; lines matching the known noise are dropped and everything else is
-written back to stderr. A user who sets TF_CPP_MIN_LOG_LEVEL sees TensorFlow's output untouched
-(a value this module set, inherited by a child process, marks itself in BERT_QUIET_TF).
+descriptor 2 before any log level applies. So the first `import tensorflow`, whoever makes it, runs
+with that descriptor captured (an import hook; nothing is imported here), together with device
+discovery, which prints the `cuInit` failure; lines matching the known noise are dropped and
+everything else is written back to stderr. Pure-Python code (the tokenizer, record writers) thus
+never pays for importing TensorFlow. A user who sets TF_CPP_MIN_LOG_LEVEL sees TensorFlow's output
+untouched (a value this module set, inherited by a child process, marks itself in BERT_QUIET_TF).
 """
+import contextlib
+import importlib.abc
+import importlib.util
 import os
 import re
 import sys
@@ -23,28 +28,50 @@ _NOISE = re.compile(
     r"|cuda_executor.cc.*(could not|no NUMA)|Skipping registering GPU devices")
 
 
-def _import_tensorflow_quietly() -> None:
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    os.environ["BERT_QUIET_TF"] = "1"
+@contextlib.contextmanager
+def _filtered_stderr():
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile(mode="w+b") as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow as tf
-            tf.config.list_physical_devices()  # device discovery prints the cuInit failure
+            yield
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
-        captured.seek(0)
-        kept = [line for line in captured.read().decode("utf-8", "replace").splitlines(True)
-                if line.strip() and not _NOISE.search(line)]
-    if kept:
-        sys.stderr.write("".join(kept))
+            captured.seek(0)
+            kept = [line for line in captured.read().decode("utf-8", "replace").splitlines(True)
+                    if line.strip() and not _NOISE.search(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+
+
+class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
+    """Wraps the loading of the `tensorflow` package in `_filtered_stderr`, once."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            with _filtered_stderr():
+                load(module)
+                module.config.list_physical_devices()  # device discovery prints cuInit errors
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 _user_set_log_level = ("TF_CPP_MIN_LOG_LEVEL" in os.environ
                        and os.environ.get("BERT_QUIET_TF") != "1")
-if not _user_set_log_level and "tensorflow" not in sys.modules:
-    _import_tensorflow_quietly()
+if (not _user_set_log_level and "tensorflow" not in sys.modules
+        and not any(isinstance(f, _QuietTensorFlowImport) for f in sys.meta_path)):
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    os.environ["BERT_QUIET_TF"] = "1"
+    sys.meta_path.insert(0, _QuietTensorFlowImport())
