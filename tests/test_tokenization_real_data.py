@@ -1,0 +1,140 @@
+"""Both tokenizers on every line of every text file of the shared data: same ids, faithful spans.
+
+Sources (bytes, as stored): every line of every file under corpus/ (Gutenberg, WikiText-2, tiny
+Shakespeare, READMEs; one Gutenberg file is Latin-1, i.e. invalid UTF-8), the word column of the
+CoNLL-2003 files, every SQuAD dev context, question and answer, and the sentence columns of the
+GLUE files as the GLUE processors read them. Vocabularies: the real uncased one with lower-casing,
+and a cased one learned here from part of the corpus. A quick run takes every 50th line; the slow
+run takes them all.
+"""
+import json
+import warnings
+
+import pytest
+import tensorflow as tf
+
+from data_gen import learn_vocab, vocab_sanity
+from data_gen.graph_tokenizer import GraphTokenizer
+from data_gen.tokenization import FullTokenizer
+from tests.test_tokenization import span_mismatches
+
+LINES = {"corpus": 176590, "conll": 254983, "squad": 47363, "glue": 116267}
+# file pattern under glue/ -> (header lines, sentence columns), as the GLUE processors read them
+GLUE_COLUMNS = {
+    "MRPC/train.tsv": (1, (3, 4)), "MRPC/dev.tsv": (1, (3, 4)), "MRPC/test.tsv": (1, (3, 4)),
+    "CoLA/train.tsv": (0, (3,)), "CoLA/dev.tsv": (0, (3,)), "CoLA/raw/*.tsv": (0, (3,)),
+    "SST-2/*.tsv": (1, (0,)), "STS-B/*.tsv": (1, (7, 8)),
+}
+
+
+def file_lines(path) -> list:
+    """Lines split on "\\n" only, as bytes (a final newline opens no new line)."""
+    lines = path.read_bytes().split(b"\n")
+    return lines[:-1] if lines and not lines[-1] else lines
+
+
+def glue_sentences(glue) -> list:
+    sentences = []
+    for pattern, (header, columns) in GLUE_COLUMNS.items():
+        for path in sorted(glue.glob(pattern)):
+            for line in file_lines(path)[header:]:
+                fields = line.rstrip(b"\r").split(b"\t")
+                sentences.extend(fields[c] for c in columns if c < len(fields))
+    return sentences
+
+
+def squad_texts(path) -> list:
+    texts = []
+    for article in json.loads(path.read_bytes())["data"]:
+        for paragraph in article["paragraphs"]:
+            texts.append(paragraph["context"].encode("utf-8"))
+            for qa in paragraph["qas"]:
+                texts.append(qa["question"].encode("utf-8"))
+                texts.extend(answer["text"].encode("utf-8") for answer in qa["answers"])
+    return texts
+
+
+@pytest.fixture(scope="module")
+def real_texts(shared_data) -> dict:
+    corpus = sorted(p for p in (shared_data / "corpus").rglob("*") if p.is_file())
+    conll = sorted((shared_data / "conll2003").glob("*.txt"))
+    return {
+        "corpus": [line for path in corpus for line in file_lines(path)],
+        "conll": [line.split(b" ")[0] for path in conll for line in file_lines(path)
+                  if line.strip() and not line.startswith(b"-DOCSTART-")],
+        "squad": squad_texts(shared_data / "squad" / "dev-v1.1.json"),
+        "glue": glue_sentences(shared_data / "glue"),
+    }
+
+
+@pytest.fixture(scope="module")
+def cased_vocab(shared_data, tmp_path_factory):
+    """8,000 cased entries learned from three Austen novels and WikiText-2 valid (~2.5 MB)."""
+    corpus = shared_data / "corpus"
+    paths = sorted((corpus / "nltk_gutenberg").glob("austen-*.txt")) + [
+        corpus / "wikitext-2" / "valid.txt"]
+    vocab = learn_vocab.build_vocab(learn_vocab.count_words(paths, do_lower_case=False),
+                                    vocab_size=8000, num_unused=99)
+    path = tmp_path_factory.mktemp("cased") / "vocab.txt"
+    path.write_text("".join(token + "\n" for token in vocab), encoding="utf-8")
+    return path
+
+
+def compare(vocab_file, do_lower_case: bool, texts: dict, every: int) -> dict:
+    """Per source: lines compared, lines whose ids differ, tokens, [UNK]s, span mismatches."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", vocab_sanity.VocabularyWarning)  # casing must fit
+        python = FullTokenizer(vocab_file, do_lower_case)
+        graph = GraphTokenizer(vocab_file, do_lower_case)
+    unk = python.vocab["[UNK]"]
+    summary = {}
+    for source, lines in texts.items():
+        lines = lines[::every]
+        differing, tokens, unks, bad_spans = [], 0, 0, []
+        for start in range(0, len(lines), 4096):
+            batch = lines[start:start + 4096]
+            graph_ids = graph(tf.constant(batch)).to_list()
+            for offset, (line, ids) in enumerate(zip(batch, graph_ids)):
+                python_ids = python.convert_tokens_to_ids(python.tokenize(line))
+                if python_ids != ids:
+                    differing.append(start + offset)
+                tokens += len(python_ids)
+                unks += python_ids.count(unk)
+                bad_spans += span_mismatches(python, line)
+        summary[source] = {"lines": len(lines), "differing_lines": differing, "tokens": tokens,
+                           "unk": unks, "span_mismatches": bad_spans}
+    return summary
+
+
+@pytest.fixture(scope="module", params=[
+    pytest.param(("uncased", 50), id="uncased-minilm-every-50th-line"),
+    pytest.param(("cased", 50), id="cased-learned-every-50th-line"),
+    pytest.param(("uncased", 1), id="uncased-minilm-every-line", marks=pytest.mark.slow),
+    pytest.param(("cased", 1), id="cased-learned-every-line", marks=pytest.mark.slow)])
+def results(request, real_texts, minilm_dir):
+    casing, every = request.param
+    if casing == "uncased":
+        summary = compare(minilm_dir / "vocab.txt", True, real_texts, every)
+    else:
+        summary = compare(request.getfixturevalue("cased_vocab"), False, real_texts, every)
+    return every, summary
+
+
+def test_python_and_graph_ids_are_identical_on_every_line(results):
+    every, summary = results
+    assert {source: s["lines"] for source, s in summary.items()} == {
+        source: -(-count // every) for source, count in LINES.items()}
+    assert {source: s["differing_lines"] for source, s in summary.items()} == {
+        source: [] for source in LINES}
+
+
+def test_unk_is_rare_with_a_fitting_vocabulary(results):
+    _, summary = results
+    assert sum(s["unk"] for s in summary.values()) < 0.002 * sum(
+        s["tokens"] for s in summary.values())
+
+
+def test_token_spans_map_back_to_the_original_text(results):
+    _, summary = results
+    assert {source: s["span_mismatches"] for source, s in summary.items()} == {
+        source: [] for source in LINES}
