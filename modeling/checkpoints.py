@@ -259,6 +259,39 @@ def load_checkpoint(model, path: str | os.PathLike, fmt: str | None = None,
     return restore(model, source_for(path, fmt), allow_new_heads, allow_missing)
 
 
+def training_checkpoint_prefix(path: str | os.PathLike) -> str | None:
+    """The prefix of a checkpoint written by `training.Trainer` (object-based, not TF1 names)."""
+    import tensorflow as tf
+
+    try:
+        prefix = resolve_tf1_prefix(path)
+    except CheckpointError:
+        return None
+    names = {name for name, _ in tf.train.list_variables(prefix)}
+    return prefix if "_CHECKPOINTABLE_OBJECT_GRAPH" in names else None
+
+
+def load_initial_weights(model, path: str | os.PathLike, allow_new_heads: bool = False):
+    """`--init_checkpoint` of the runners: any format `load_checkpoint` reads, or a checkpoint a
+    runner wrote for the same kind of model (phase 2 of pretraining continuing phase 1); only the
+    model's weights are taken from the latter, never the optimiser's state."""
+    import tensorflow as tf
+
+    prefix = training_checkpoint_prefix(path)
+    if prefix is None:
+        return load_checkpoint(model, path, allow_new_heads=allow_new_heads)
+    status = tf.train.Checkpoint(model=model).restore(prefix).expect_partial()
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as e:
+        raise CheckpointError(
+            f"{prefix}: a training checkpoint of a different model ({str(e)[:300]}...); to "
+            f"start another task from it, use the TF1 export the runner wrote beside it "
+            f"(its tf1/ folder)") from None
+    logger.info("restored the model weights from training checkpoint %s", prefix)
+    return None
+
+
 def read_config(path: str | os.PathLike, fmt: str | None = None) -> BertConfig:
     """The `BertConfig` stored beside a TF1 or Hugging Face checkpoint (or inside a .keras file)."""
     fmt = fmt or detect_format(path)
@@ -282,9 +315,10 @@ def read_config(path: str | os.PathLike, fmt: str | None = None) -> BertConfig:
     return keras.models.load_model(resolve_file(path, KERAS_FILE, "Keras model file")).config
 
 
-def copy_vocab(src_folder: str, dst_folder: str) -> bool:
-    """Carry `vocab.txt` along with converted weights, when the source has one."""
-    src = os.path.join(src_folder, VOCAB)
+def copy_vocab(src: str, dst_folder: str) -> bool:
+    """Carry `vocab.txt` (a file, or the one in a folder) along with weights, when there is one."""
+    if os.path.isdir(src):
+        src = os.path.join(src, VOCAB)
     if os.path.isfile(src):
         shutil.copyfile(src, os.path.join(dst_folder, VOCAB))
         return True

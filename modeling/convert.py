@@ -20,13 +20,6 @@ from modeling.encoder import BertEncoder
 from modeling.models import BertClassifier, BertPretrainer, BertSpanLabeler
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("from", None, checkpoints.FORMATS, "Format of --input.")
-flags.DEFINE_enum("to", None, checkpoints.FORMATS, "Format to write into --output.")
-flags.DEFINE_string("input", None, "Source folder (or TF1 checkpoint prefix, .safetensors or "
-                    ".keras file).")
-flags.DEFINE_string("output", None, "Folder to write (created if missing).")
-flags.DEFINE_string("bert_config_file", None, "TF1 only: the config, if not beside the checkpoint.")
-flags.DEFINE_integer("global_step", 0, "TF1 output: the global_step value to store.")
 
 
 def model_for_source(source: checkpoints.TensorSource, config: BertConfig):
@@ -105,7 +98,21 @@ def main(argv):
         print(path)
 
 
+def define_flags():
+    """The CLI's flags, defined only when it runs, so that importing this module (as the runners
+    do) defines none."""
+    flags.DEFINE_enum("from", None, checkpoints.FORMATS, "Format of --input.")
+    flags.DEFINE_enum("to", None, checkpoints.FORMATS, "Format to write into --output.")
+    flags.DEFINE_string("input", None, "Source folder (or TF1 checkpoint prefix, .safetensors or "
+                        ".keras file).")
+    flags.DEFINE_string("output", None, "Folder to write (created if missing).")
+    flags.DEFINE_string("bert_config_file", None,
+                        "TF1 only: the config, if not beside the checkpoint.")
+    flags.DEFINE_integer("global_step", 0, "TF1 output: the global_step value to store.")
+
+
 def console_main():
+    define_flags()
     app.run(main)
 
 

@@ -2,7 +2,8 @@
 from keras import ops
 
 
-def _nll(logits, labels):
+def token_nll(logits, labels):
+    """Negative log-likelihood of each label under softmax(logits), in float32."""
     log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
     labels = ops.cast(labels, "int32")
     return -ops.squeeze(ops.take_along_axis(log_probs, labels[..., None], axis=-1), -1)
@@ -11,16 +12,16 @@ def _nll(logits, labels):
 def masked_lm_loss(logits, masked_lm_ids, masked_lm_weights):
     """sum(w * nll) / (sum(w) + 1e-5) over the prediction slots; padded slots have weight 0."""
     weights = ops.cast(masked_lm_weights, "float32")
-    return ops.sum(weights * _nll(logits, masked_lm_ids)) / (ops.sum(weights) + 1e-5)
+    return ops.sum(weights * token_nll(logits, masked_lm_ids)) / (ops.sum(weights) + 1e-5)
 
 
 def next_sentence_loss(logits, next_sentence_labels):
     """Mean negative log-likelihood of the two-way next-sentence prediction."""
-    return ops.mean(_nll(logits, ops.reshape(next_sentence_labels, (-1,))))
+    return ops.mean(token_nll(logits, ops.reshape(next_sentence_labels, (-1,))))
 
 
 def classification_loss(logits, labels):
-    return ops.mean(_nll(logits, labels))
+    return ops.mean(token_nll(logits, labels))
 
 
 def regression_loss(predictions, targets):
