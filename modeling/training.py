@@ -81,6 +81,8 @@ class Trainer:
             if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
                 scaled = self.optimizer.scale_loss(scaled)
         grads = tape.gradient(scaled, variables)
+        if self.config.num_accumulation_steps > 1:  # embedding gathers give IndexedSlices
+            grads = [tf.convert_to_tensor(g) for g in grads]
         metrics = {"loss": (loss, tf.constant(1.0)), **metrics}
         return grads, {k: tf.stack([tf.cast(s, tf.float32), tf.cast(c, tf.float32)])
                        for k, (s, c) in metrics.items()}
@@ -130,7 +132,10 @@ class Trainer:
         return int(self.optimizer.iterations.numpy())
 
     def _checkpoint(self, iterator=None):
-        objects = {"model": self.model, "optimizer": self.optimizer}
+        # Keras keeps dropout's random state in seed-generator variables that tf.train.Checkpoint
+        # does not reach through the model; without them a resumed run draws other masks.
+        objects = {"model": self.model, "optimizer": self.optimizer,
+                   "random_state": [v.value for v in self.model.non_trainable_variables]}
         if iterator is not None:
             objects["train_iterator"] = iterator
         checkpoint = tf.train.Checkpoint(**objects)
