@@ -3,7 +3,8 @@
 Works on the records `create_pretraining_data` writes: a static record is first un-masked (the
 `masked_lm_ids` put back at their positions, which restores the original ids exactly), then masked
 afresh with the original's rule: candidates are the real tokens except [CLS]/[SEP];
-`num_to_predict = min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))` positions are
+`num_to_predict = min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))`, n counting
+every token ([CLS] and [SEP] too), positions are
 drawn uniformly; each becomes [MASK] with probability 0.8, stays with 0.1 and is replaced by a
 uniformly drawn vocabulary id with 0.1; positions are sorted. Masking is per token (no whole-word
 grouping). Randomness is stateless, seeded per batch from `tf.data.Dataset.random(seed)`, so a run
@@ -35,10 +36,12 @@ def mask_batch(batch: dict, seed, vocab_size: int, mask_id: int, cls_id: int, se
     seeds = tf.random.experimental.stateless_split(seed, 4)
     # Uniform choice without replacement: the candidates with the largest random scores.
     scores = tf.where(candidates, tf.random.stateless_uniform(tf.shape(ids), seeds[0]), -1.0)
-    count = tf.reduce_sum(tf.cast(candidates, tf.float32), axis=1)
+    # The original counts every token, [CLS] and [SEP] included (round half to even, as Python).
+    length = tf.reduce_sum(tf.cast(batch["input_mask"] > 0, tf.float32), axis=1)
     to_predict = tf.minimum(tf.cast(max_predictions, tf.int32), tf.maximum(
-        1, tf.cast(tf.round(count * masked_lm_prob), tf.int32)))
-    to_predict = tf.minimum(to_predict, tf.cast(count, tf.int32))
+        1, tf.cast(tf.round(length * masked_lm_prob), tf.int32)))
+    available = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=1)
+    to_predict = tf.minimum(to_predict, available)
     top = tf.math.top_k(scores, k=max_predictions).indices  # [B, P], best first
     slot = tf.range(max_predictions)[None, :]
     used = slot < to_predict[:, None]
