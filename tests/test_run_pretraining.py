@@ -1,0 +1,141 @@
+"""run_pretraining.py end to end on records made from the shared corpus: train, evaluate, export,
+survive SIGKILL, continue as phase 2, start from real weights."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from modeling import checkpoints
+from modeling.encoder import BertEncoder
+from modeling.models import BertPretrainer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 64, "max_position_embeddings": 512, "type_vocab_size": 2}
+
+
+def python(*args, **kwargs):
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def corpus(shared_data, minilm_dir, tmp_path_factory):
+    """Records at sequence lengths 64 and 128 from 300 kB of WikiText-2, and a tiny config."""
+    root = tmp_path_factory.mktemp("pretraining")
+    text = (shared_data / "corpus" / "wikitext-2" / "valid.txt").read_bytes()[:300_000]
+    (root / "wiki.txt").write_bytes(text)
+    for length, predictions in ((64, 10), (128, 20)):
+        result = python("-m", "data_gen.create_pretraining_data", f"--input_file={root}/wiki.txt",
+                        f"--output_file={root}/records-{length}.tfrecord",
+                        f"--vocab_file={minilm_dir}/vocab.txt", f"--max_seq_length={length}",
+                        f"--max_predictions_per_seq={predictions}", "--dupe_factor=1")
+        assert result.returncode == 0, result.stderr
+    (root / "bert_config.json").write_text(json.dumps(TINY))
+    return root
+
+
+def pretrain(corpus, output_dir, *extra, length=64, steps=30):
+    predictions = 10 if length == 64 else 20
+    return ["run_pretraining.py", f"--input_file={corpus}/records-{length}.tfrecord",
+            f"--output_dir={output_dir}", f"--bert_config_file={corpus}/bert_config.json",
+            f"--max_seq_length={length}", f"--max_predictions_per_seq={predictions}",
+            "--train_batch_size=8", "--learning_rate=1e-3", f"--num_train_steps={steps}",
+            "--num_warmup_steps=3", "--steps_per_loop=5", "--save_checkpoints_steps=10",
+            *extra]
+
+
+def tf1_tensors(folder):
+    reader = tf.train.load_checkpoint(str(folder / "bert_model.ckpt"))
+    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()}
+
+
+def test_train_evaluate_export(corpus, tmp_path):
+    out = tmp_path / "run"
+    result = python(*pretrain(corpus, out, "--do_train", "--do_eval", "--max_eval_steps=5"))
+    assert result.returncode == 0, result.stderr
+    assert "step 30/30" in result.stderr and "examples/s" in result.stderr
+    lines = (out / "eval_results.txt").read_text().splitlines()
+    keys = [line.split(" = ")[0] for line in lines]
+    assert keys == ["global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
+                    "next_sentence_accuracy", "next_sentence_loss"]
+    values = dict(line.split(" = ") for line in lines)
+    assert values["global_step"] == "30"
+    assert 0.0 <= float(values["masked_lm_accuracy"]) <= 1.0
+    assert np.isfinite(float(values["masked_lm_loss"]))
+    # TensorBoard summaries and a TF1 checkpoint the strict loader (and the original) accept.
+    assert any(f.startswith("events.") for f in os.listdir(out / "train"))
+    model = BertPretrainer(BertEncoder(checkpoints.read_config(out / "tf1")))
+    report = checkpoints.load_checkpoint(model, out / "tf1")
+    assert len(report.loaded) == 5 + 2 * 16 + 2 + 7 and not report.initialised
+    assert tf1_tensors(out / "tf1")["global_step"] == 30
+
+
+def test_sigkill_then_restart_ends_at_the_uninterrupted_weights(corpus, tmp_path):
+    straight = python(*pretrain(corpus, tmp_path / "straight", "--do_train", steps=40))
+    assert straight.returncode == 0, straight.stderr
+    killed_dir = tmp_path / "killed"
+    process = subprocess.Popen([sys.executable, *pretrain(corpus, killed_dir, "--do_train",
+                                                         steps=40)],
+                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (killed_dir / "ckpt-20.index").exists():
+        assert process.poll() is None and time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (killed_dir / "tf1").exists()  # it really died before the end
+    resumed = python(*pretrain(corpus, killed_dir, "--do_train", steps=40))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stderr
+    a, b = tf1_tensors(tmp_path / "straight" / "tf1"), tf1_tensors(killed_dir / "tf1")
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_allclose(b[name], a[name], rtol=0, atol=1e-5, err_msg=name)
+
+
+def test_phase_two_at_longer_sequences_continues_from_phase_one(corpus, tmp_path):
+    phase1 = python(*pretrain(corpus, tmp_path / "p1", "--do_train", steps=10))
+    assert phase1.returncode == 0, phase1.stderr
+    phase2 = python(*pretrain(corpus, tmp_path / "p2", "--do_eval", "--max_eval_steps=3",
+                              f"--init_checkpoint={tmp_path / 'p1'}", length=128))
+    assert phase2.returncode == 0, phase2.stderr
+    assert "restored the model weights from training checkpoint" in phase2.stderr
+    # Phase 2 evaluated exactly the phase-1 weights (no training step was taken).
+    p1 = tf1_tensors(tmp_path / "p1" / "tf1")
+    model = BertPretrainer(BertEncoder(checkpoints.read_config(tmp_path / "p1" / "tf1")))
+    checkpoints.load_initial_weights(model, tmp_path / "p1")
+    for name, variable in checkpoints.names.tf1_variable_map(model).items():
+        np.testing.assert_array_equal(variable.numpy(), p1[name])
+
+
+def test_start_from_real_hugging_face_weights_with_dynamic_masking(corpus, minilm_dir, tmp_path):
+    config = tmp_path / "bert_config.json"
+    checkpoints.read_config(minilm_dir).to_json_file(config)
+    out = tmp_path / "run"
+    result = python("run_pretraining.py", f"--input_file={corpus}/records-64.tfrecord",
+                    f"--output_dir={out}", f"--bert_config_file={config}", "--do_train",
+                    f"--init_checkpoint={minilm_dir}", "--dynamic_masking",
+                    f"--vocab_file={minilm_dir}/vocab.txt", "--max_seq_length=64",
+                    "--max_predictions_per_seq=10", "--train_batch_size=4",
+                    "--num_train_steps=2", "--num_warmup_steps=0", "--steps_per_loop=1")
+    assert result.returncode == 0, result.stderr
+    assert "left initialised (allowed): cls/predictions/transform/dense/kernel" in result.stderr
+    assert (out / "tf1" / "vocab.txt").exists()
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--input_file=/nonexistent/*.tfrecord"], "--input_file: no file matches"),
+    (["--dynamic_masking"], "--dynamic_masking needs --vocab_file"),
+    (["--num_accumulation_steps=3"], "is not a multiple of --num_accumulation_steps=3"),
+])
+def test_bad_flags_are_clear(corpus, tmp_path, flags, message):
+    result = python(*pretrain(corpus, tmp_path / "run", "--do_train"), *flags)
+    assert result.returncode != 0
+    assert message in result.stderr
