@@ -49,12 +49,17 @@ def _matches(variable, patterns) -> bool:
 
 
 class _DecoupledDecayOptimizer(keras.optimizers.Optimizer):
-    """Shared state of the two: Adam moments, and which variables get weight decay."""
+    """Shared state of the two: Adam moments, which variables get weight decay, and clipping.
+
+    Gradients are clipped to `global_clipnorm` after they are summed over replicas, so several
+    replicas clip the same global gradient as one process on the whole batch (Keras's own
+    clipping runs on each replica's share before the sum).
+    """
 
     def __init__(self, learning_rate, weight_decay_rate, beta_1, beta_2, epsilon,
                  exclude_from_weight_decay, global_clipnorm, name, **kwargs):
-        super().__init__(learning_rate=learning_rate, global_clipnorm=global_clipnorm, name=name,
-                         **kwargs)
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        self.clip_norm = global_clipnorm
         self.weight_decay_rate = weight_decay_rate
         self.beta_1 = beta_1
         self.beta_2 = beta_2
@@ -69,6 +74,20 @@ class _DecoupledDecayOptimizer(keras.optimizers.Optimizer):
         self._decays = [self.weight_decay_rate > 0
                         and not _matches(v, self.exclude_from_weight_decay) for v in var_list]
 
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        """The TensorFlow backend's cross-replica sum, then the global-norm clip."""
+        import tensorflow as tf
+
+        reduced = list(super()._all_reduce_sum_gradients(grads_and_vars))
+        present = [i for i, (g, _) in enumerate(reduced) if g is not None]
+        if not self.clip_norm or not present:
+            return reduced
+        clipped, _ = tf.clip_by_global_norm([reduced[i][0] for i in present], self.clip_norm)
+        for i, g in zip(present, clipped):
+            # Embedding gathers give IndexedSlices; the Adam update is dense, as the original's.
+            reduced[i] = (tf.convert_to_tensor(g), reduced[i][1])
+        return reduced
+
     def _moments(self, gradient, variable):
         """Update the first and second moments of `variable`; return them and whether it decays.
 
@@ -81,7 +100,8 @@ class _DecoupledDecayOptimizer(keras.optimizers.Optimizer):
         return m, v, self._decays[index]
 
     def get_config(self):
-        return {**super().get_config(), "weight_decay_rate": self.weight_decay_rate,
+        return {**super().get_config(), "global_clipnorm": self.clip_norm,
+                "weight_decay_rate": self.weight_decay_rate,
                 "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
                 "exclude_from_weight_decay": list(self.exclude_from_weight_decay)}
 

@@ -69,6 +69,11 @@ class Trainer:
         self._grads = tf.function(self._replica_gradients, jit_compile=config.jit_compile,
                                   reduce_retracing=True)
         self._writers = {}
+        self.is_chief = is_chief(strategy)
+        # Every worker takes part in saving a checkpoint (it is a collective operation); only the
+        # chief's copy lands in output_dir, the others write to a scratch folder of their own.
+        self._checkpoint_dir = config.output_dir if self.is_chief else os.path.join(
+            config.output_dir, f"worker_{strategy.cluster_resolver.task_id}_scratch")
 
     # ------------------------------------------------------------------------- replica math
     def _replica_gradients(self, batch):
@@ -139,12 +144,14 @@ class Trainer:
         if iterator is not None:
             objects["train_iterator"] = iterator
         checkpoint = tf.train.Checkpoint(**objects)
-        manager = tf.train.CheckpointManager(checkpoint, self.config.output_dir,
+        manager = tf.train.CheckpointManager(checkpoint, self._checkpoint_dir,
                                              max_to_keep=self.config.keep_checkpoint_max,
                                              checkpoint_name="ckpt")
         return checkpoint, manager
 
     def _summary(self, kind: str, values: dict, step: int) -> None:
+        if not self.is_chief:
+            return
         if kind not in self._writers:
             self._writers[kind] = tf.summary.create_file_writer(
                 os.path.join(self.config.output_dir, kind))
@@ -224,6 +231,17 @@ class Trainer:
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint).expect_partial()
         return manager.latest_checkpoint
+
+
+def is_chief(strategy) -> bool:
+    """Whether this process writes the outputs: always, but for the non-chief workers of a
+    multi-worker strategy (the chief is task `chief`, or `worker` 0 when there is none)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return resolver.task_type == "chief" or (not has_chief and resolver.task_type == "worker"
+                                              and resolver.task_id == 0)
 
 
 def _duration(seconds: float) -> str:

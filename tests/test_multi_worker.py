@@ -1,0 +1,55 @@
+"""MultiWorkerMirroredStrategy: two worker processes on 127.0.0.1 train like one process."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, "tests", "multi_worker_script.py")
+
+
+def free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_two_workers_match_one_process_on_the_same_global_batch(tmp_path):
+    single = subprocess.run([sys.executable, SCRIPT, "single", str(tmp_path / "single"),
+                             str(tmp_path / "single.npz")], cwd=REPO, capture_output=True,
+                            text=True, timeout=600)
+    assert single.returncode == 0, single.stderr
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    processes = []
+    for index in range(2):
+        env = {**os.environ, "TF_CONFIG": json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})}
+        processes.append(subprocess.Popen(
+            [sys.executable, SCRIPT, "multi", str(tmp_path / "multi"),
+             str(tmp_path / f"worker{index}.npz")], cwd=REPO, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True))
+    for process in processes:
+        _, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err
+
+    one = np.load(tmp_path / "single.npz")
+    chief, other = np.load(tmp_path / "worker0.npz"), np.load(tmp_path / "worker1.npz")
+    assert int(one["replicas"]) == 1 and int(chief["replicas"]) == 2
+    assert bool(chief["chief"]) and not bool(other["chief"])
+    # The loss of the last loop, over the same global batches, and the trained weights.
+    assert abs(float(chief["loss"]) - float(one["loss"])) < 1e-4
+    for name in one.files:
+        if name in ("loss", "replicas", "chief"):
+            continue
+        np.testing.assert_allclose(chief[name], one[name], rtol=0, atol=5e-5, err_msg=name)
+        np.testing.assert_array_equal(chief[name], other[name])  # the workers agree exactly
+    # Only the chief's checkpoints land in output_dir.
+    saved = sorted(f for f in os.listdir(tmp_path / "multi") if f.endswith(".index"))
+    assert saved == ["ckpt-3.index", "ckpt-6.index"]
