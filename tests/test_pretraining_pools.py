@@ -1,0 +1,134 @@
+"""Bounded pools of documents and the ordered process map that makes their records."""
+import collections
+import os
+import random
+import sys
+
+import pytest
+
+from data_gen import nsp_pools, parallel, pool_worker
+from data_gen.documents import InputFormatError
+from data_gen.pretraining_instances import InstanceSettings
+
+
+def test_bucket_count_follows_input_size():
+    assert nsp_pools.bucket_count(10, 2_000_000) == 1
+    assert nsp_pools.bucket_count(4_000_001, 2_000_000) == 3
+    with pytest.raises(ValueError, match="--pool_bytes=0"):
+        nsp_pools.bucket_count(10, 0)
+
+
+def test_buckets_are_uniform_and_depend_on_text_and_seed_only():
+    documents = [[f"sentence {i}", f"and {i * 7}"] for i in range(20_000)]
+    buckets = [nsp_pools.document_bucket(d, 12345, 10) for d in documents]
+    counts = collections.Counter(buckets)
+    assert sorted(counts) == list(range(10))
+    assert max(counts.values()) < 2_150 and min(counts.values()) > 1_850  # 2,000 +- 3.5 sigma
+    assert buckets == [nsp_pools.document_bucket(d, 12345, 10) for d in reversed(documents)][::-1]
+    other_seed = [nsp_pools.document_bucket(d, 1, 10) for d in documents]
+    assert sum(a == b for a, b in zip(buckets, other_seed)) < 2_300  # independent: ~1/10 agree
+
+
+@pytest.mark.parametrize("counts, no_nsp, pools", [
+    ([5, 3, 0, 4], False, [0, 1, 1, 2]),
+    ([1, 0, 1, 1], False, [0, 0, 0, 0]),  # the short last pool joins the one before
+    ([1, 1, 1], False, [0, 0, 0]),
+    ([0, 0, 2, 1], False, [0, 0, 0, 0]),
+    ([1, 1, 1], True, [0, 1, 2]),
+    ([3], False, [0]),
+])
+def test_buckets_group_into_pools_of_at_least_two_documents(counts, no_nsp, pools):
+    assert nsp_pools.group_buckets(counts, no_nsp) == pools
+    sizes = collections.Counter()
+    for bucket, pool in enumerate(pools):
+        sizes[pool] += counts[bucket]
+    assert min(sizes.values()) >= (1 if no_nsp else 2)
+
+
+def test_too_few_documents_is_an_error_naming_the_files_and_the_way_out():
+    with pytest.raises(InputFormatError, match=r"no documents with text in --input_file \(a.txt\)"):
+        nsp_pools.check_document_count(0, False, ["a.txt"])
+    with pytest.raises(InputFormatError, match=r"only one document .* \(a.txt, b.txt\).*--no_nsp"):
+        nsp_pools.check_document_count(1, False, ["a.txt", "b.txt"])
+    nsp_pools.check_document_count(1, True, ["a.txt"])
+
+
+def test_pool_zero_draws_from_the_seed_itself():
+    assert nsp_pools.pool_rng(12345, 0).random() == random.Random(12345).random()
+    assert nsp_pools.pool_rng(12345, 1).random() != random.Random(12345).random()
+
+
+def test_spilled_documents_come_back_exactly_in_order(tmp_path):
+    documents = [["One.", "Two\rhalves, \u2028 and ünïcödé."], ["Three."], ["Four.", "Five."]]
+    spill = nsp_pools.BucketSpill(str(tmp_path), 3)
+    for document, bucket in zip(documents, [2, 0, 2]):
+        spill.add(bucket, document)
+    spill.close()
+    assert spill.documents_per_bucket == [1, 0, 2]
+    paths = [spill.path(bucket) for bucket in range(3)]
+    assert list(nsp_pools.read_bucket_documents(paths)) == [documents[1], documents[0],
+                                                             documents[2]]
+
+
+def test_spill_keeps_few_files_open(tmp_path, monkeypatch):
+    monkeypatch.setattr(nsp_pools, "_MAX_OPEN_FILES", 4)
+    spill = nsp_pools.BucketSpill(str(tmp_path), 50)
+    for i in range(500):
+        spill.add(i * 7 % 50, [f"s{i}"])
+        assert len(spill._open) <= 4
+    spill.close()
+    back = list(nsp_pools.read_bucket_documents([spill.path(b) for b in range(50)]))
+    assert sorted(back) == sorted([[f"s{i}"] for i in range(500)])
+
+
+# ------------------------------------------------------------------ ordered process map
+def _square(x):
+    return x * x
+
+
+def _pool_records_and_tensorflow(job):
+    return len(pool_worker.run(job).records), "tensorflow" in sys.modules, os.getpid()
+
+
+def _fail_on_three(x):
+    if x == 3:
+        raise ValueError("item 3 is bad")
+    return x
+
+
+def test_results_come_in_input_order_from_two_processes():
+    assert list(parallel.ordered_map(_square, range(30), num_workers=2)) == [
+        x * x for x in range(30)]
+
+
+def test_inputs_are_taken_lazily():
+    taken = []
+
+    def items():
+        for x in range(100):
+            taken.append(x)
+            yield x
+
+    results = parallel.ordered_map(_square, items(), num_workers=2)
+    assert next(results) == 0
+    assert len(taken) <= 4 + 1  # 2 * workers in flight, plus the one being handed out
+    results.close()
+
+
+def test_pool_workers_make_records_without_importing_tensorflow(tmp_path, minilm_dir):
+    spill = nsp_pools.BucketSpill(str(tmp_path), 2)
+    for i in range(8):
+        spill.add(i % 2, [f"Sentence {i} of a document.", "And a second sentence here."])
+    spill.close()
+    jobs = [pool_worker.PoolJob(b, [spill.path(b)], 12345) for b in range(2)]
+    settings = InstanceSettings(dupe_factor=1)
+    answers = list(parallel.ordered_map(_pool_records_and_tensorflow, jobs, 2, pool_worker.start,
+                                        (str(minilm_dir / "vocab.txt"), True, settings)))
+    assert all(records > 0 for records, _, _ in answers)
+    assert {imported for _, imported, _ in answers} == {False}  # 650 MB saved per worker
+    assert os.getpid() not in {pid for _, _, pid in answers}
+
+
+def test_worker_errors_reach_the_parent():
+    with pytest.raises(ValueError, match="item 3 is bad"):
+        list(parallel.ordered_map(_fail_on_three, range(10), num_workers=2))
