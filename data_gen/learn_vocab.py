@@ -151,13 +151,6 @@ def input_paths(input_file: str) -> list:
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input_file", None, "Raw text files: comma-separated paths or glob patterns.")
-flags.DEFINE_string("output_file", None, "Where to write vocab.txt (one token per line).")
-flags.DEFINE_integer("vocab_size", None, "Number of entries, reserved ones included.")
-flags.DEFINE_bool("do_lower_case", True, "Lowercase and strip accents, as the model will.")
-flags.DEFINE_integer("num_unused_tokens", NUM_UNUSED_TOKENS,
-                     "[unusedN] slots (at least 99; 994 in the released uncased vocabulary).")
-flags.DEFINE_integer("min_frequency", 2, "Stop when no pair of pieces occurs this often.")
 
 
 def main(argv) -> None:
@@ -178,6 +171,25 @@ def main(argv) -> None:
     logging.info("wrote %d entries to %s", len(vocab), FLAGS.output_file)
 
 
-if __name__ == "__main__":
+def define_flags() -> None:
+    """Defined when the CLI runs, not on import (flags defined on import collide)."""
+    if "vocab_size" in FLAGS:
+        return
+    flags.DEFINE_string("input_file", None,
+                        "Raw text files: comma-separated paths or glob patterns.")
+    flags.DEFINE_string("output_file", None, "Where to write vocab.txt (one token per line).")
+    flags.DEFINE_integer("vocab_size", None, "Number of entries, reserved ones included.")
+    flags.DEFINE_bool("do_lower_case", True, "Lowercase and strip accents, as the model will.")
+    flags.DEFINE_integer("num_unused_tokens", NUM_UNUSED_TOKENS,
+                         "[unusedN] slots (at least 99; 994 in the released uncased vocabulary).")
+    flags.DEFINE_integer("min_frequency", 2, "Stop when no pair of pieces occurs this often.")
+
+
+def console_main():
+    define_flags()
     flags.mark_flags_as_required(["input_file", "output_file", "vocab_size"])
     app.run(main)
+
+
+if __name__ == "__main__":
+    console_main()

@@ -90,6 +90,7 @@ def test_stops_when_no_pair_repeats(caplog):
 @pytest.fixture
 def parsed_flags():
     """absl flags usable in this process (the command line is parsed by `app.run` otherwise)."""
+    learn_vocab.define_flags()
     was_parsed = flags.FLAGS.is_parsed()
     flags.FLAGS.mark_as_parsed()
     yield
