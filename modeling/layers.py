@@ -26,18 +26,23 @@ class SequenceLengthError(ValueError):
     """An input longer than the position table (`max_position_embeddings`)."""
 
 
-def check_sequence_length(length, max_length: int) -> None:
-    """Reject inputs longer than the position table, statically or, for symbolic shapes, at run time."""
+def checked_sequence_length(length, max_length: int):
+    """`length`, once it is known not to exceed the position table: checked statically, or, for a
+    graph traced with an unknown length, by an assertion the returned length depends on (so it runs
+    before anything uses the length)."""
     if isinstance(length, int) or length is None:
         if length is not None and length > max_length:
             raise SequenceLengthError(
                 f"input sequence length {length} exceeds max_position_embeddings={max_length}")
-        return
-    if keras.backend.backend() == "tensorflow":  # a graph traced with an unknown length
-        import tensorflow as tf
-        tf.debugging.assert_less_equal(
-            length, max_length,
-            message=f"input sequence length exceeds max_position_embeddings={max_length}")
+        return length
+    if keras.backend.backend() != "tensorflow":
+        return length
+    import tensorflow as tf
+    check = tf.debugging.assert_less_equal(
+        length, max_length,
+        message=f"input sequence length exceeds max_position_embeddings={max_length}")
+    with tf.control_dependencies([check]):
+        return tf.identity(length)
 
 
 @keras.saving.register_keras_serializable(package="bert")
@@ -74,7 +79,7 @@ class BertEmbeddings(keras.layers.Layer):
         length = input_word_ids.shape[1]
         if length is None:
             length = ops.shape(input_word_ids)[1]
-        check_sequence_length(length, self.max_position_embeddings)
+        length = checked_sequence_length(length, self.max_position_embeddings)
         words = ops.take(self.word_embeddings, input_word_ids, axis=0)
         types = ops.take(self.token_type_embeddings, input_type_ids, axis=0)
         positions = ops.slice(self.position_embeddings, (0, 0), (length, self.hidden_size))
