@@ -35,7 +35,7 @@ test-all: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) bench/encoder.py
-	$(PY) bench/tokenize.py
+	$(PY) bench/tokenizer_speed.py
 	$(PY) bench/pretraining_data.py
 
 clean:

@@ -16,7 +16,7 @@ Two things are new and change no id:
   character before it (at the start of a word, to the one after it); a dropped control character
   inside a token is covered by its span, one between tokens by none.
 - The text is cut into whitespace-free chunks by one regular expression, and each distinct chunk is
-  analysed once and cached: about four times the original's speed on real text (bench/tokenize.py).
+  analysed once and cached: about four times the original's speed on real text (bench/tokenizer_speed.py).
 """
 import functools
 import os

@@ -8,7 +8,7 @@ tokenizer is timed `--repeats` times, alternating, and the median is reported ne
 Python. `--compare_original` adds the original algorithm as transcribed for the tests (character
 by character, no cache). Prints a table, then one line of JSON.
 
-    python bench/tokenize.py [--data_dir ../shared/data] [--vocab_file V] [--nodo_lower_case]
+    python bench/tokenizer_speed.py [--data_dir ../shared/data] [--vocab_file V] [--nodo_lower_case]
 """
 import os
 import sys
