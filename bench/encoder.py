@@ -20,8 +20,8 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if __name__ == "__main__":  # import from the checkout, not from bench/, whose scripts' names
-    sys.path[0] = ROOT      # (bench/tokenize.py) shadow the standard library's
+if __name__ == "__main__":  # import the project from this checkout, whether or not installed
+    sys.path[0] = ROOT
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
