@@ -52,6 +52,23 @@ def write_documents(folder: str) -> tuple:
     return train, held_out
 
 
+def print_baseline(records: str, vocab: str) -> None:
+    """What always guessing the most frequent masked token would score, for comparison."""
+    import numpy as np
+
+    from data_gen.pretraining_dataset import load_records
+    from data_gen.tokenization import load_vocab
+
+    features = load_records([records], 128, 20)
+    ids = features["masked_lm_ids"][features["masked_lm_weights"] > 0]
+    counts = np.bincount(ids)
+    tokens = list(load_vocab(vocab))
+    random_share = float(np.mean(features["next_sentence_labels"]))
+    print(f"baselines: always the most frequent masked token ({tokens[counts.argmax()]!r}): "
+          f"masked_lm_accuracy {counts.max() / counts.sum():.4f}; always the majority "
+          f"next-sentence label: next_sentence_accuracy {max(random_share, 1 - random_share):.4f}")
+
+
 def fill_in_the_blanks(export: str) -> None:
     import numpy as np
 
@@ -115,6 +132,7 @@ def main():
         "--max_eval_steps=1000")
     with open(os.path.join(out, "model", "eval_results.txt")) as f:
         print(f.read(), end="")
+    print_baseline(f"{out}/records/eval.tfrecord", vocab)
     fill_in_the_blanks(os.path.join(out, "model", "tf1"))
 
 
