@@ -39,7 +39,7 @@ def config(dropout=0.1):
 
 
 def trainer(output_dir, steps, batch, accumulation=1, dropout=0.1, lr=1e-3, warmup=2,
-            save_every=5, steps_per_loop=5, seed=7, sgd=False):
+            save_every=5, steps_per_loop=5, seed=7, sgd=False, jit=False):
     keras.utils.set_random_seed(seed)
     strategy = get_strategy("one_device")
     with strategy.scope():
@@ -48,7 +48,7 @@ def trainer(output_dir, steps, batch, accumulation=1, dropout=0.1, lr=1e-3, warm
     loop = Trainer(model, optimizer, PretrainingTask(), strategy, TrainerConfig(
         str(output_dir), num_train_steps=steps, steps_per_loop=steps_per_loop,
         save_checkpoints_steps=save_every, num_accumulation_steps=accumulation,
-        examples_per_step=batch))
+        jit_compile=jit, examples_per_step=batch))
     data = records()
 
     def dataset_fn(context):
@@ -130,3 +130,38 @@ def test_evaluation_metrics_are_exact_ratios(tmp_path):
     nsp_pred = np.argmax(out["nsp_logits"], -1)
     assert results["next_sentence_accuracy"] == pytest.approx(
         np.mean(nsp_pred == data["next_sentence_labels"][:, 0]), abs=1e-6)
+
+
+def test_jit_compile_gives_the_same_training(tmp_path):
+    plain, data = trainer(tmp_path / "plain", steps=3, batch=8, dropout=0.0, steps_per_loop=3,
+                          sgd=True, lr=0.5)
+    plain.train(data)
+    jit, data = trainer(tmp_path / "jit", steps=3, batch=8, dropout=0.0, steps_per_loop=3,
+                        sgd=True, lr=0.5, jit=True)
+    jit.train(data)
+    for name, value in weights(plain.model).items():
+        np.testing.assert_allclose(weights(jit.model)[name], value, rtol=0, atol=1e-5,
+                                   err_msg=name)
+
+
+def test_mixed_float16_trains_with_loss_scaling(tmp_path):
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(7)
+        strategy = get_strategy("one_device")
+        with strategy.scope():
+            model = BertPretrainer(BertEncoder(config(0.0)))
+            optimizer = keras.optimizers.LossScaleOptimizer(create_optimizer(1e-3, 100, 2))
+        loop = Trainer(model, optimizer, PretrainingTask(), strategy, TrainerConfig(
+            str(tmp_path), num_train_steps=30, steps_per_loop=10, save_checkpoints_steps=30))
+        data = records()
+        losses = []
+        loop.train(lambda context: tf.data.Dataset.from_tensor_slices(data).repeat()
+                   .batch(16, drop_remainder=True),
+                   on_loop_end=lambda step, metrics: losses.append(metrics["loss"]))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    assert {v.dtype for v in model.trainable_variables} == {"float32"}
+    assert model(model_inputs({k: v[:2] for k, v in records().items()}))["mlm_logits"].dtype \
+        == "float16"
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.2, losses
