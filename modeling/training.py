@@ -50,6 +50,14 @@ class TrainerConfig:
     examples_per_step: int = 0  # global batch of one update, for examples/s; 0 = unknown
 
 
+def _metric_sums(loss, metrics: dict) -> dict:
+    """A task's loss and (sum, count) metrics as float32 [sum, count] pairs, ready to be added
+    across micro-batches, replicas and steps; the loss counts as one per batch."""
+    metrics = {"loss": (loss, tf.constant(1.0)), **metrics}
+    return {k: tf.stack([tf.cast(s, tf.float32), tf.cast(c, tf.float32)])
+            for k, (s, c) in metrics.items()}
+
+
 def _ratio(metrics: dict) -> dict:
     return {name: (float(s) / float(c) if float(c) else float("nan"))
             for name, (s, c) in metrics.items()}
@@ -88,9 +96,7 @@ class Trainer:
         grads = tape.gradient(scaled, variables)
         if self.config.num_accumulation_steps > 1:  # embedding gathers give IndexedSlices
             grads = [tf.convert_to_tensor(g) for g in grads]
-        metrics = {"loss": (loss, tf.constant(1.0)), **metrics}
-        return grads, {k: tf.stack([tf.cast(s, tf.float32), tf.cast(c, tf.float32)])
-                       for k, (s, c) in metrics.items()}
+        return grads, _metric_sums(loss, metrics)
 
     def _replica_update(self, batch):
         k = self.config.num_accumulation_steps
@@ -125,10 +131,7 @@ class Trainer:
     @tf.function
     def _eval_step(self, batch):
         def replica(batch):
-            loss, metrics = self.task.loss_and_metrics(self.model, batch, training=False)
-            metrics = {"loss": (loss, tf.constant(1.0)), **metrics}
-            return {k: tf.stack([tf.cast(s, tf.float32), tf.cast(c, tf.float32)])
-                    for k, (s, c) in metrics.items()}
+            return _metric_sums(*self.task.loss_and_metrics(self.model, batch, training=False))
         return self._sum_over_replicas(self.strategy.run(replica, args=(batch,)))
 
     # ------------------------------------------------------------------------- bookkeeping
