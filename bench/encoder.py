@@ -32,26 +32,20 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-VOCAB_SIZE = 30522
+from bench._sizes import ARCHITECTURES, VOCAB_SIZE, Architecture  # noqa: E402
+
 NUM_LABELS = 2
 LEARNING_RATE = 1e-5
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelSize:
-    layers: int
-    hidden: int
-    heads: int
-    intermediate: int
+    arch: Architecture
     repeats: int  # timed repetitions unless --repeats says otherwise
 
 
-MODELS = {
-    "tiny": ModelSize(2, 128, 2, 512, repeats=15),
-    "mini": ModelSize(4, 256, 4, 1024, repeats=15),
-    "minilm": ModelSize(6, 384, 12, 1536, repeats=9),
-    "base": ModelSize(12, 768, 12, 3072, repeats=3),
-}
+MODELS = {name: ModelSize(ARCHITECTURES[name], repeats)
+          for name, repeats in (("tiny", 15), ("mini", 15), ("minilm", 9), ("base", 3))}
 CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
 
 
@@ -59,13 +53,9 @@ CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
 
 def build_ours(size: ModelSize):
     """Our `BertEncoder` and a `BertClassifier` on it; the input names the encoder expects."""
-    from modeling.config import BertConfig
     from modeling.encoder import INPUT_NAMES, BertEncoder
     from modeling.models import BertClassifier
-    config = BertConfig(vocab_size=VOCAB_SIZE, hidden_size=size.hidden,
-                        num_hidden_layers=size.layers, num_attention_heads=size.heads,
-                        intermediate_size=size.intermediate, type_vocab_size=2)
-    encoder = BertEncoder(config)
+    encoder = BertEncoder(size.arch.bert_config(VOCAB_SIZE))
     return encoder, BertClassifier(encoder, num_labels=NUM_LABELS), INPUT_NAMES
 
 
@@ -73,8 +63,9 @@ def build_keras_hub(size: ModelSize):
     """KerasHub's `BertBackbone` and `BertTextClassifier` with the same sizes, random weights."""
     import keras_hub
     backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=VOCAB_SIZE, num_layers=size.layers, num_heads=size.heads,
-        hidden_dim=size.hidden, intermediate_dim=size.intermediate, max_sequence_length=512)
+        vocabulary_size=VOCAB_SIZE, num_layers=size.arch.layers, num_heads=size.arch.heads,
+        hidden_dim=size.arch.hidden, intermediate_dim=size.arch.intermediate,
+        max_sequence_length=512)
     classifier = keras_hub.models.BertTextClassifier(backbone, num_classes=NUM_LABELS,
                                                      preprocessor=None)
     return backbone, classifier, ("token_ids", "padding_mask", "segment_ids")

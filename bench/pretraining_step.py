@@ -44,8 +44,8 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 from bench import _records  # noqa: E402
+from bench._sizes import ARCHITECTURES, VOCAB_SIZE, Architecture  # noqa: E402
 
-VOCAB_SIZE = 30522
 SEQ_LENGTH = 128
 MAX_PREDICTIONS = 20
 BATCH_SIZE = 8
@@ -56,19 +56,14 @@ RECORDS = _records.RecordSpec((_records.wikitext("valid"),), SEQ_LENGTH, MAX_PRE
 
 @dataclasses.dataclass(frozen=True)
 class ModelSize:
-    layers: int
-    hidden: int
-    heads: int
-    intermediate: int
+    arch: Architecture
     step_share: float  # timed steps = --steps * this (Base is ~50x slower than Tiny)
     max_repeats: int
 
 
-MODELS = {
-    "tiny": ModelSize(2, 128, 2, 512, step_share=1.0, max_repeats=99),
-    "mini": ModelSize(4, 256, 4, 1024, step_share=0.5, max_repeats=99),
-    "base": ModelSize(12, 768, 12, 3072, step_share=0.1, max_repeats=3),
-}
+MODELS = {name: ModelSize(ARCHITECTURES[name], share, max_repeats)
+          for name, share, max_repeats in (("tiny", 1.0, 99), ("mini", 0.5, 99),
+                                           ("base", 0.1, 3))}
 
 
 def log(message: str) -> None:
@@ -80,7 +75,6 @@ def log(message: str) -> None:
 def build_trainer(size: ModelSize, jit: bool, steps: int):
     """A pretraining `Trainer` as `run_pretraining.build` makes one: BertPretrainer, the original's
     AdamWeightDecay with warmup, one device, float32."""
-    from modeling.config import BertConfig
     from modeling.distribution import get_strategy
     from modeling.encoder import BertEncoder
     from modeling.models import BertPretrainer
@@ -88,9 +82,7 @@ def build_trainer(size: ModelSize, jit: bool, steps: int):
     from modeling.pretraining_task import PretrainingTask
     from modeling.training import Trainer, TrainerConfig
 
-    config = BertConfig(vocab_size=VOCAB_SIZE, hidden_size=size.hidden,
-                        num_hidden_layers=size.layers, num_attention_heads=size.heads,
-                        intermediate_size=size.intermediate, type_vocab_size=2)
+    config = size.arch.bert_config(VOCAB_SIZE)
     strategy = get_strategy("one_device")
     with strategy.scope():
         model = BertPretrainer(BertEncoder(config), max_predictions_per_seq=MAX_PREDICTIONS)
