@@ -131,12 +131,6 @@ def build(config, strategy, steps: int):
     return model, optimizer
 
 
-def write_eval_results(path: str, results: dict) -> None:
-    """`key = value` lines in sorted order, as the original writes eval_results.txt."""
-    from modeling.atomic_files import write_text
-    write_text(path, "".join(f"{key} = {results[key]}\n" for key in sorted(results)))
-
-
 def main(argv):
     del argv
     import keras
@@ -145,7 +139,7 @@ def main(argv):
     from modeling.config import BertConfig
     from modeling.distribution import get_strategy, set_precision
     from modeling.pretraining_task import PretrainingTask
-    from modeling.training import Trainer, TrainerConfig
+    from modeling.training import Trainer, TrainerConfig, write_eval_results
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("tensorflow", "absl"):  # TensorFlow's own INFO lines (checkpoint sharding...)

@@ -3,7 +3,7 @@ from setuptools import setup
 
 # The runners are top-level modules, as in the original; each is added here when it lands and is
 # then also installed as a console script of the same name (its `console_main`).
-RUNNERS = ["run_pretraining"]
+RUNNERS = ["run_pretraining", "run_classifier"]
 
 setup(
     name="bert-tf2",
@@ -13,7 +13,9 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=["modeling", "data_gen"],
-    py_modules=RUNNERS,
+    # finetuning_flags: the flags every fine-tuning runner shares (runners are the only modules
+    # that define flags, so it sits beside them).
+    py_modules=RUNNERS + ["finetuning_flags"],
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "tensorflow-text>=2.21,<2.22",

@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 class Task(Protocol):
     def loss_and_metrics(self, model, batch, training: bool): ...
 
+    # Optional, for `Trainer.predict`: the outputs to collect from one batch, a dict of tensors.
+    def predict_step(self, model, batch): ...
+
 
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite; the run stopped without saving."""
@@ -48,6 +51,11 @@ class TrainerConfig:
     num_accumulation_steps: int = 1
     jit_compile: bool = False
     examples_per_step: int = 0  # global batch of one update, for examples/s; 0 = unknown
+    # Loops also end at multiples of this many steps, so `on_loop_end` can act there (evaluate).
+    callback_every_steps: int = 0
+    # Save the input iterator's state in checkpoints (one replica). False: on resume, rebuild the
+    # (seeded, deterministic) pipeline and skip the batches already used, as several replicas do.
+    checkpoint_iterator: bool = True
 
 
 def _metric_sums(loss, metrics: dict) -> dict:
@@ -128,7 +136,12 @@ class Trainer:
             totals = {k: totals[k] + step[k] for k in totals}
         return totals
 
-    @tf.function
+    @tf.function(reduce_retracing=True)
+    def _predict_step(self, batch):
+        outputs = self.strategy.run(lambda b: self.task.predict_step(self.model, b), args=(batch,))
+        return {k: self.strategy.gather(v, axis=0) for k, v in outputs.items()}
+
+    @tf.function(reduce_retracing=True)
     def _eval_step(self, batch):
         def replica(batch):
             return _metric_sums(*self.task.loss_and_metrics(self.model, batch, training=False))
@@ -174,7 +187,7 @@ class Trainer:
         with `num_accumulation_steps` micro-batches per element. Returns the last loop's metrics.
         """
         cfg = self.config
-        single = self.strategy.num_replicas_in_sync == 1
+        single = (self.strategy.num_replicas_in_sync == 1) and cfg.checkpoint_iterator
         iterator = iter(dataset_fn(tf.distribute.InputContext())) if single else None
         checkpoint, manager = self._checkpoint(iterator)
         if manager.latest_checkpoint:
@@ -186,8 +199,9 @@ class Trainer:
                 lambda context: dataset_fn(context).skip(step)))
         metrics = {}
         while step < cfg.num_train_steps:
-            to_save = cfg.save_checkpoints_steps - step % cfg.save_checkpoints_steps
-            n = min(cfg.steps_per_loop, cfg.num_train_steps - step, to_save)
+            n = min(cfg.steps_per_loop, cfg.num_train_steps - step,
+                    *(every - step % every for every in
+                      (cfg.save_checkpoints_steps, cfg.callback_every_steps) if every > 0))
             start = time.time()
             totals = self._train_loop(iterator, tf.constant(n))
             metrics = _ratio(totals)
@@ -228,12 +242,28 @@ class Trainer:
         self._summary("eval", metrics, self.global_step)
         return metrics
 
+    def predict(self, dataset_fn: Callable) -> dict:
+        """The task's `predict_step` outputs over a finite dataset, as NumPy arrays in order."""
+        import numpy as np
+
+        chunks = [self._predict_step(batch) for batch in
+                  self.strategy.distribute_datasets_from_function(dataset_fn)]
+        if not chunks:
+            raise ValueError("prediction dataset is empty")
+        return {k: np.concatenate([c[k].numpy() for c in chunks]) for k in chunks[0]}
+
     def restore_latest(self) -> str | None:
         """Restore model and optimiser from the newest checkpoint in output_dir (no iterator)."""
         checkpoint, manager = self._checkpoint()
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint).expect_partial()
         return manager.latest_checkpoint
+
+
+def write_eval_results(path: str, results: dict) -> None:
+    """`key = value` lines in sorted order, as the original writes eval_results.txt."""
+    from modeling.atomic_files import write_text
+    write_text(path, "".join(f"{key} = {results[key]}\n" for key in sorted(results)))
 
 
 def is_chief(strategy) -> bool:

@@ -1,0 +1,183 @@
+"""Fine-tuning, the part every task runner shares: build, train with evaluation, keep the best.
+
+A runner supplies a model factory (encoder + its head), a task (`loss_and_metrics` and
+`predict_step`, see `training.Task`), its input pipelines and an `evaluate()` that scores the
+current model with the task's own metrics (GLUE, SQuAD EM/F1, conlleval). This module then:
+- builds the model and the SPEC.md section 7 optimiser (linear warmup, linear decay,
+  AdamWeightDecay, clipping at global norm 1) under the distribution strategy, and loads
+  `--init_checkpoint` in any format `checkpoints.load_initial_weights` reads (the new head stays
+  initialised, and the log says so);
+- trains with `training.Trainer` (checkpoints, resume, progress lines, TensorBoard), evaluating at
+  the end of every epoch, or every `eval_every_steps`, and at the last step;
+- writes each evaluation to `eval_results.txt` (the original's `key = value` lines) and TensorBoard
+  (`eval/`), and keeps the weights that scored best on the task's main metric in `best/` with
+  `best/eval_results.txt`; a resumed run knows the best score so far.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+from typing import Callable
+
+from modeling.training import Trainer, TrainerConfig, write_eval_results
+
+logger = logging.getLogger(__name__)
+
+BEST_DIR = "best"
+RESULTS_FILE = "eval_results.txt"
+
+
+@dataclasses.dataclass
+class FinetuneOptions:
+    output_dir: str
+    learning_rate: float
+    num_train_steps: int
+    num_warmup_steps: int
+    train_batch_size: int
+    steps_per_epoch: int = 0  # evaluation at each epoch's end when eval_every_steps is 0
+    eval_every_steps: int = 0
+    init_checkpoint: str | None = None
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 1
+    steps_per_loop: int = 100
+    optimizer: str = "adamw"
+    num_accumulation_steps: int = 1
+    jit_compile: bool = False
+    dtype: str = "float32"
+
+    @property
+    def evaluation_interval(self) -> int:
+        return self.eval_every_steps or self.steps_per_epoch or self.num_train_steps
+
+
+def build_trainer(model_fn: Callable, task, strategy, options: FinetuneOptions) -> Trainer:
+    """The model (`model_fn()`, with the initial weights) and optimiser, in a `Trainer`."""
+    import keras
+
+    from modeling import checkpoints
+    from modeling.optimization import create_optimizer
+
+    with strategy.scope():
+        model = model_fn()
+        if options.init_checkpoint:
+            checkpoints.load_initial_weights(model, options.init_checkpoint,
+                                             allow_new_heads=True)  # logs what it restored
+        optimizer = create_optimizer(options.learning_rate, options.num_train_steps,
+                                     options.num_warmup_steps, options.optimizer)
+        if options.dtype == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return Trainer(model, optimizer, task, strategy, TrainerConfig(
+        output_dir=options.output_dir, num_train_steps=options.num_train_steps,
+        steps_per_loop=options.steps_per_loop,
+        save_checkpoints_steps=options.save_checkpoints_steps,
+        keep_checkpoint_max=options.keep_checkpoint_max,
+        num_accumulation_steps=options.num_accumulation_steps, jit_compile=options.jit_compile,
+        examples_per_step=options.train_batch_size,
+        callback_every_steps=options.evaluation_interval, checkpoint_iterator=False))
+
+
+class BestCheckpoint:
+    """The weights with the highest `metric` so far, in `output_dir/best/` (model only)."""
+
+    def __init__(self, output_dir: str, metric: str):
+        self.directory = os.path.join(output_dir, BEST_DIR)
+        self.metric = metric
+        self.results = read_eval_results(os.path.join(self.directory, RESULTS_FILE))
+
+    @property
+    def score(self) -> float | None:
+        return self.results.get(self.metric) if self.results else None
+
+    def offer(self, model, results: dict) -> bool:
+        """Keep `model`'s weights if `results[metric]` beats the best so far."""
+        import tensorflow as tf
+
+        score = results[self.metric]
+        if self.score is not None and not score > self.score:
+            return False
+        # Written beside the old copy, then swapped in: a crash leaves one complete copy.
+        staging = f"{self.directory}.tmp{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        tf.train.Checkpoint(model=model).write(os.path.join(staging, "model"))
+        write_eval_results(os.path.join(staging, RESULTS_FILE), results)
+        old = f"{self.directory}.old{os.getpid()}"
+        if os.path.isdir(self.directory):
+            os.replace(self.directory, old)
+        os.replace(staging, self.directory)
+        shutil.rmtree(old, ignore_errors=True)
+        logger.info("new best %s = %.4f at step %d (was %s): saved in %s", self.metric, score,
+                    int(results.get("global_step", -1)),
+                    "none" if self.score is None else f"{self.score:.4f}", self.directory)
+        self.results = dict(results)
+        return True
+
+    def restore(self, model) -> bool:
+        import tensorflow as tf
+
+        prefix = os.path.join(self.directory, "model")
+        if not os.path.isfile(prefix + ".index"):
+            return False
+        self.results = read_eval_results(os.path.join(self.directory, RESULTS_FILE))
+        tf.train.Checkpoint(model=model).read(prefix).assert_existing_objects_matched()
+        logger.info("restored the best weights (%s = %.4f at step %d) from %s", self.metric,
+                    self.score, int(self.results.get("global_step", -1)), self.directory)
+        return True
+
+
+def train_and_evaluate(trainer: Trainer, train_dataset_fn: Callable,
+                       evaluate: Callable[[], dict] | None, options: FinetuneOptions,
+                       best_metric: str | None = None) -> dict | None:
+    """Train to the last step, evaluating at every interval; returns the last evaluation.
+
+    `evaluate()` returns the task's metrics for the model as it stands (`eval_` prefixed keys);
+    `best_metric` names the one to keep the best weights by.
+    """
+    best = BestCheckpoint(options.output_dir, best_metric) if best_metric else None
+    last = {}
+
+    def on_loop_end(step, train_metrics):
+        if evaluate is None:
+            return
+        if step % options.evaluation_interval and step < options.num_train_steps:
+            return
+        results = evaluate_and_record(trainer, evaluate, options.output_dir)
+        epoch = step / options.steps_per_epoch if options.steps_per_epoch else None
+        logger.info("evaluation at step %d%s: %s", step,
+                    f" (epoch {epoch:.2f})" if epoch else "", format_results(results))
+        if best is not None:
+            best.offer(trainer.model, results)
+        last.clear()
+        last.update(results)
+
+    trainer.train(train_dataset_fn, on_loop_end)
+    return last or None
+
+
+def evaluate_and_record(trainer: Trainer, evaluate: Callable[[], dict], output_dir: str) -> dict:
+    """Run `evaluate()`, add `global_step`, write eval_results.txt and TensorBoard's eval/."""
+    results = dict(evaluate())
+    trainer._summary("eval", results, trainer.global_step)
+    results["global_step"] = trainer.global_step
+    if trainer.is_chief:
+        write_eval_results(os.path.join(output_dir, RESULTS_FILE), results)
+    return results
+
+
+def read_eval_results(path: str) -> dict:
+    """`key = value` lines back into a dict of floats (empty when the file is absent)."""
+    results = {}
+    if not os.path.isfile(path):
+        return results
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            key, sep, value = line.partition(" = ")
+            if sep:
+                results[key.strip()] = float(value)
+    return results
+
+
+def format_results(results: dict) -> str:
+    return ", ".join(f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}"
+                     for k, v in sorted(results.items()))

@@ -1,0 +1,231 @@
+"""Fine-tune BERT on sentence or sentence-pair classification (GLUE, XNLI, any TSV/CSV).
+
+The original's flags and processors (CoLA, MNLI, MRPC, XNLI) plus SST-2, STS-B (regression), QQP,
+QNLI, RTE, WNLI and a generic reader (`--task_name=generic`). Features are converted once into
+`output_dir/{split}.tf_record` and reused while the data, vocabulary and settings are unchanged.
+Training evaluates at every epoch's end (or every `--eval_every_steps`) with the task's GLUE
+metrics, keeps the best weights in `output_dir/best/`, and resumes by itself after an
+interruption. `--do_predict` writes `test_results.tsv` (example id, predicted label,
+probabilities); `--export_dir` writes a SavedModel that takes raw strings.
+
+    python run_classifier.py --task_name=MRPC --data_dir=glue/MRPC --output_dir=out/mrpc \
+        --init_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt --do_train --do_eval
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from absl import app, flags
+
+import finetuning_flags
+from modeling import environment  # noqa: F401  (before TensorFlow)
+
+FLAGS = flags.FLAGS
+
+finetuning_flags.define_flags()
+flags.DEFINE_string("data_dir", None, "Folder of the task's files (train.tsv, dev.tsv, ...).")
+flags.DEFINE_string("task_name", None, "cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli, "
+                    "xnli or generic (case-insensitive).")
+flags.DEFINE_string("xnli_language", "zh", "XNLI: the language to train and evaluate on.")
+flags.DEFINE_string("text_a_column", None, "generic: column of the first text (header name or "
+                    "0-based index).")
+flags.DEFINE_string("text_b_column", None, "generic: column of the second text, if any.")
+flags.DEFINE_string("label_column", None, "generic: column of the label.")
+flags.DEFINE_string("id_column", None, "generic: column of the example id (test_results.tsv).")
+flags.DEFINE_list("labels", None, "generic: the label list (default: the labels of train).")
+flags.DEFINE_bool("header", True, "generic: the files start with a header row.")
+flags.DEFINE_bool("regression", False, "generic: the label is a number (one output, MSE loss).")
+flags.DEFINE_string("best_metric", None, "Keep the best checkpoint by this eval_results.txt key "
+                    "(default: the task's GLUE score, eval_main).")
+
+logger = logging.getLogger("run_classifier")
+
+
+def make_processor():
+    from data_gen.classifier_processors import get_processor
+
+    name = FLAGS.task_name.lower()
+    if name == "xnli":
+        return get_processor(name, language=FLAGS.xnli_language)
+    if name == "generic":
+        if FLAGS.text_a_column is None or (FLAGS.label_column is None and not FLAGS.do_predict):
+            raise app.UsageError("--task_name=generic needs --text_a_column and --label_column")
+        return get_processor(name, text_a_column=FLAGS.text_a_column,
+                             text_b_column=FLAGS.text_b_column, label_column=FLAGS.label_column,
+                             labels=FLAGS.labels, header=FLAGS.header,
+                             regression=FLAGS.regression, id_column=FLAGS.id_column)
+    return get_processor(name)
+
+
+class SplitFeatures:
+    """Each split's features: converted once (cached TFRecords), then held in memory."""
+
+    def __init__(self, processor, labels, tokenizer, vocab_file: str):
+        self.processor = processor
+        self.labels = labels
+        self.tokenizer = tokenizer
+        self.vocab_file = vocab_file
+
+    def __call__(self, split: str) -> dict:
+        from data_gen import classifier_features, feature_cache
+
+        files = self.processor.split_files(FLAGS.data_dir, split)
+        key = feature_cache.fingerprint(
+            [*files, self.vocab_file], task=self.processor.name, labels=list(self.labels),
+            max_seq_length=FLAGS.max_seq_length, do_lower_case=FLAGS.do_lower_case)
+        path = os.path.join(FLAGS.output_dir, f"{split}.tf_record")
+        feature_cache.cached_records(
+            path, key, lambda: classifier_features.example_records(
+                self.processor.get_examples(FLAGS.data_dir, split), self.labels,
+                FLAGS.max_seq_length, self.tokenizer), what=f"{split} features")
+        return classifier_features.load_features(path, FLAGS.max_seq_length,
+                                                 regression=not self.labels)
+
+
+def dataset_fn(features: dict, global_batch: int, is_training: bool):
+    from data_gen.classifier_features import classifier_dataset
+
+    def make(context):
+        batch = context.get_per_replica_batch_size(global_batch) if context else global_batch
+        return classifier_dataset(features, batch, is_training, seed=FLAGS.random_seed,
+                                  input_context=context, trim=FLAGS.trim_padding)
+    return make
+
+
+def predict_logits(trainer, features: dict, batch_size: int):
+    """Logits of every example of a split, in example order."""
+    import numpy as np
+
+    outputs = trainer.predict(dataset_fn(features, batch_size, is_training=False))
+    order = np.argsort(outputs["example_index"], kind="stable")
+    if not np.array_equal(outputs["example_index"][order], features["example_index"]):
+        raise RuntimeError("prediction lost or repeated examples")
+    return outputs["logits"][order]
+
+
+def split_metrics(task, task_name: str, logits, features: dict, prefix: str) -> dict:
+    from modeling.glue_metrics import glue_metrics
+
+    labels = features["label_ids"]
+    results = glue_metrics(task_name, labels, task.predictions(logits))
+    results["loss"] = task.loss(logits, labels)
+    return {f"{prefix}{name}": value for name, value in results.items()}
+
+
+def write_predictions(path: str, examples, logits, labels) -> None:
+    """TSV: `id`, `prediction` and, for classification, one probability column per label."""
+    from modeling.atomic_files import write_text
+    from modeling.classification_task import probabilities
+
+    if len(examples) != len(logits):
+        raise RuntimeError(f"{len(examples)} examples but {len(logits)} predictions")
+    lines = ["\t".join(["id", "prediction", *(f"probability_{label}" for label in labels)])]
+    if labels:
+        for example, probs in zip(examples, probabilities(logits)):
+            lines.append("\t".join([example.example_id, labels[int(probs.argmax())],
+                                    *(f"{p:.6f}" for p in probs)]))
+    else:
+        lines += [f"{example.example_id}\t{score:.6f}" for example, score in
+                  zip(examples, logits[:, 0])]
+    write_text(path, "\n".join(lines) + "\n")
+
+
+def prediction_file(kind: str, split: str, splits: list) -> str:
+    suffix = "" if len(splits) == 1 else "_" + split.split("_", 1)[-1]
+    return os.path.join(FLAGS.output_dir, f"{kind}{suffix}.tsv")
+
+
+def main(argv):
+    del argv
+    import keras
+
+    from data_gen.tokenization import FullTokenizer
+    from modeling import finetuning, serving
+    from modeling.classification_task import ClassificationTask
+    from modeling.distribution import set_precision
+    from modeling.encoder import BertEncoder
+    from modeling.models import BertClassifier
+
+    finetuning_flags.setup_logging()
+    finetuning_flags.check_common()
+    for name in ("task_name", "data_dir"):
+        if not FLAGS[name].value:
+            raise app.UsageError(f"--{name} is required")
+    processor = make_processor()
+    config, vocab_file = finetuning_flags.model_files()
+    if FLAGS.max_seq_length > config.max_position_embeddings:
+        raise app.UsageError(f"--max_seq_length={FLAGS.max_seq_length} exceeds the model's "
+                             f"max_position_embeddings={config.max_position_embeddings}")
+    os.makedirs(FLAGS.output_dir, exist_ok=True)
+    keras.utils.set_random_seed(FLAGS.random_seed)
+    set_precision(FLAGS.dtype)
+
+    tokenizer = FullTokenizer(vocab_file, do_lower_case=FLAGS.do_lower_case)
+    labels = [] if processor.is_regression else list(processor.get_labels(FLAGS.data_dir))
+    task = ClassificationTask(regression=not labels)
+    features = SplitFeatures(processor, labels, tokenizer, vocab_file)
+    eval_splits = processor.eval_splits()
+    train = features(processor.train_split()) if FLAGS.do_train else None
+    evals = {split: features(split) for split in eval_splits} if FLAGS.do_eval else {}
+    strategy = finetuning_flags.strategy()
+    options = finetuning_flags.options(len(train["example_index"]) if train else
+                                       FLAGS.train_batch_size)
+    logger.info("%s: %s on %d replica(s); %s", processor.name,
+                f"{len(train['example_index'])} training examples, {options.num_train_steps} "
+                f"steps ({options.num_warmup_steps} warmup)" if train else "no training",
+                strategy.num_replicas_in_sync,
+                ", ".join(f"{s}: {len(f['example_index'])}" for s, f in evals.items()) or
+                "no evaluation")
+    trainer = finetuning.build_trainer(
+        lambda: BertClassifier(BertEncoder(config), num_labels=len(labels) or 1), task,
+        strategy, options)
+
+    def evaluate() -> dict:
+        results = {}
+        for split, split_features in evals.items():
+            prefix = "eval_" if len(evals) == 1 else f"eval_{split}_"
+            logits = predict_logits(trainer, split_features, FLAGS.eval_batch_size)
+            results.update(split_metrics(task, processor.name, logits, split_features, prefix))
+        return results
+
+    best_metric = FLAGS.best_metric or ("eval_main" if len(eval_splits) == 1
+                                        else f"eval_{eval_splits[0]}_main")
+    best = finetuning.BestCheckpoint(FLAGS.output_dir, best_metric)
+    if FLAGS.do_train:
+        finetuning.train_and_evaluate(trainer, dataset_fn(train, FLAGS.train_batch_size, True),
+                                      evaluate if evals else None, options,
+                                      best_metric if evals else None)
+    elif not (FLAGS.use_best_checkpoint and best.score is not None) and \
+            not trainer.restore_latest() and not FLAGS.init_checkpoint:
+        raise app.UsageError(f"no trained weights: no checkpoint in {FLAGS.output_dir} and no "
+                             f"--init_checkpoint")
+    if FLAGS.use_best_checkpoint:
+        best.restore(trainer.model)
+    if evals and not FLAGS.do_train:
+        results = finetuning.evaluate_and_record(trainer, evaluate, FLAGS.output_dir)
+        logger.info("evaluation: %s", finetuning.format_results(results))
+    for split, split_features in evals.items():  # what the kept weights predict on dev
+        write_predictions(prediction_file("eval_predictions", split, eval_splits),
+                          processor.get_examples(FLAGS.data_dir, split),
+                          predict_logits(trainer, split_features, FLAGS.eval_batch_size), labels)
+    if FLAGS.do_predict:
+        test_splits = processor.test_splits()
+        for split in test_splits:
+            path = prediction_file("test_results", split, test_splits)
+            write_predictions(path, processor.get_examples(FLAGS.data_dir, split),
+                              predict_logits(trainer, features(split), FLAGS.predict_batch_size),
+                              labels)
+            logger.info("predictions for %s: %s", split, path)
+    if FLAGS.export_dir:
+        serving.save(serving.ClassifierServing(
+            trainer.model, vocab_file, FLAGS.do_lower_case, FLAGS.max_seq_length, labels,
+            pair=processor.is_pair()), FLAGS.export_dir, {"vocab.txt": vocab_file})
+
+
+def console_main():
+    app.run(main)
+
+
+if __name__ == "__main__":
+    console_main()

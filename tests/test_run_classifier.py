@@ -1,0 +1,220 @@
+"""run_classifier.py end to end on slices of the real GLUE files, with a small random BERT.
+
+The model is small (2 layers, hidden 32) but has the real uncased vocabulary, so the whole path is
+the real one: GLUE TSV -> cached features -> training with evaluation every epoch -> best
+checkpoint -> dev predictions, test_results.tsv -> SavedModel, which a fresh process that imports
+only tensorflow and tensorflow_text must use to give the runner's dev predictions from raw strings.
+"""
+import csv
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO
+
+TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 64, "max_position_embeddings": 128, "type_vocab_size": 2,
+        "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+        "initializer_range": 0.02}
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory, minilm_dir):
+    """A random TF1 checkpoint (bert_config.json, vocab.txt, bert_model.ckpt.*)."""
+    import keras
+
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+    from modeling.encoder import BertEncoder
+
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    keras.utils.set_random_seed(3)
+    config = BertConfig.from_dict(TINY)
+    encoder = BertEncoder(config)
+    checkpoints.save_tf1_checkpoint(encoder, str(folder / "bert_model.ckpt"))
+    config.to_json_file(str(folder / "bert_config.json"))
+    checkpoints.copy_vocab(str(minilm_dir / "vocab.txt"), str(folder))
+    return folder
+
+
+def glue_slice(shared_data, task, destination, rows):
+    """The first `rows[split]` data rows of each split, header (and BOM) kept as GLUE ships them."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for split, count in rows.items():
+        source = shared_data / "glue" / task / f"{split}.tsv"
+        lines = source.read_bytes().split(b"\n")
+        header = 0 if task == "CoLA" and split != "test" else 1
+        (destination / f"{split}.tsv").write_bytes(b"\n".join(lines[:header + count]) + b"\n")
+    return destination
+
+
+def run_classifier(*flags, check=True):
+    result = subprocess.run([sys.executable, str(REPO / "run_classifier.py"), *flags],
+                            capture_output=True, text=True, cwd=REPO)
+    if check and result.returncode:
+        raise AssertionError(f"run_classifier failed:\n{result.stderr[-4000:]}")
+    return result
+
+
+def read_tsv(path):
+    with open(path, encoding="utf-8") as f:
+        return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def results(path):
+    return {k: float(v) for k, _, v in
+            (line.partition(" = ") for line in pathlib.Path(path).read_text().splitlines())}
+
+
+@pytest.fixture(scope="module")
+def mrpc_run(tmp_path_factory, shared_data, tiny_checkpoint):
+    root = tmp_path_factory.mktemp("mrpc")
+    data = glue_slice(shared_data, "MRPC", root / "data", {"train": 96, "dev": 40, "test": 24})
+    out = root / "out"
+    flags = [f"--task_name=MRPC", f"--data_dir={data}", f"--output_dir={out}",
+             f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}",
+             "--max_seq_length=64", "--train_batch_size=16", "--num_train_epochs=2",
+             "--learning_rate=1e-3", "--eval_batch_size=16"]
+    first = run_classifier(*flags, "--do_train", "--do_eval", "--do_predict",
+                           f"--export_dir={root / 'export'}")
+    return {"root": root, "data": data, "out": out, "flags": flags, "log": first.stderr}
+
+
+def test_training_evaluates_every_epoch_and_keeps_the_best(mrpc_run):
+    out, log = mrpc_run["out"], mrpc_run["log"]
+    # 96 examples at batch 16: 6 steps an epoch, 12 in all, evaluated at steps 6 and 12.
+    assert "evaluation at step 6 (epoch 1.00)" in log and "evaluation at step 12 (epoch 2.00)" in log
+    final = results(out / "eval_results.txt")
+    assert final["global_step"] == 12
+    assert set(final) >= {"eval_accuracy", "eval_f1", "eval_acc_and_f1", "eval_loss", "eval_main"}
+    best = results(out / "best" / "eval_results.txt")
+    assert best["global_step"] in (6, 12)
+    assert best["eval_main"] >= final["eval_main"]
+    # The dev predictions file is what the kept (best) weights predict; its accuracy is best's.
+    gold = [row[0] for row in read_tsv(mrpc_run["data"] / "dev.tsv")[1:]]
+    rows = read_tsv(out / "eval_predictions.tsv")
+    assert rows[0] == ["id", "prediction", "probability_0", "probability_1"]
+    predicted = [row[1] for row in rows[1:]]
+    assert len(predicted) == 40
+    accuracy = np.mean([p == g for p, g in zip(predicted, gold)])
+    assert accuracy == pytest.approx(best["eval_accuracy"], abs=1e-9)
+    for row in rows[1:]:
+        assert float(row[2]) + float(row[3]) == pytest.approx(1.0, abs=2e-6)
+    # TensorBoard got the evaluations too.
+    assert any(name.startswith("events") for name in os.listdir(out / "eval"))
+
+
+def test_test_results_map_back_to_the_files_ids(mrpc_run):
+    rows = read_tsv(mrpc_run["out"] / "test_results.tsv")
+    test_ids = [row[0] for row in read_tsv(mrpc_run["data"] / "test.tsv")[1:]]
+    assert [row[0] for row in rows[1:]] == test_ids
+    assert {row[1] for row in rows[1:]} <= {"0", "1"}
+
+
+def test_features_are_reused_until_an_input_changes(mrpc_run, tmp_path):
+    out = mrpc_run["out"]
+    before = (out / "dev.tf_record").stat().st_mtime_ns
+    again = run_classifier(*mrpc_run["flags"], "--do_eval")
+    assert "reusing dev features" in again.stderr
+    assert (out / "dev.tf_record").stat().st_mtime_ns == before
+    # Evaluation alone restores the best weights and scores them as during training.
+    assert results(out / "eval_results.txt")["eval_main"] == pytest.approx(
+        results(out / "best" / "eval_results.txt")["eval_main"], abs=1e-6)
+    copy = tmp_path / "out"  # a copy, so that the module's other tests keep their files
+    shutil.copytree(out, copy)
+    changed = run_classifier(*[f for f in mrpc_run["flags"] if not f.startswith(
+        ("--max_seq_length", "--output_dir"))], "--max_seq_length=48", f"--output_dir={copy}",
+        "--do_eval")
+    assert "rebuilding dev features" in changed.stderr and "max_seq_length" in changed.stderr
+
+
+FRESH_PROCESS = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the tokenizer's ops)
+model = tf.saved_model.load(sys.argv[1])
+inputs = json.load(open(sys.argv[2]))
+text = model.signatures["serve_text"]
+out = text(text_a=tf.constant([a for a, _ in inputs["pairs"]]),
+           text_b=tf.constant([b for _, b in inputs["pairs"]]))
+ids = model.signatures["serve_token_ids"](**{k: tf.constant(v, tf.int32)
+                                             for k, v in inputs["ids"].items()})
+print(json.dumps({"label": [x.decode() for x in out["label"].numpy()],
+                  "probabilities": out["probabilities"].numpy().tolist(),
+                  "logits": out["logits"].numpy().tolist(),
+                  "id_logits": ids["logits"].numpy().tolist(),
+                  "modules": sorted(m for m in ("modeling", "data_gen", "keras_hub")
+                                    if m in sys.modules)}))
+"""
+
+
+def test_saved_model_in_a_fresh_process_predicts_as_the_runner(mrpc_run, tmp_path):
+    from data_gen.classifier_features import load_features
+
+    dev = read_tsv(mrpc_run["data"] / "dev.tsv")[1:]
+    features = load_features(str(mrpc_run["out"] / "dev.tf_record"), 64, regression=False)
+    pairs = tmp_path / "inputs.json"
+    pairs.write_text(json.dumps({"pairs": [[row[3], row[4]] for row in dev], "ids": {
+        "input_word_ids": features["input_ids"].tolist(),
+        "input_mask": features["input_mask"].tolist(),
+        "input_type_ids": features["segment_ids"].tolist()}}))
+    script = tmp_path / "serve.py"
+    script.write_text(FRESH_PROCESS)
+    result = subprocess.run([sys.executable, str(script), str(mrpc_run["root"] / "export"),
+                             str(pairs)], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    served = json.loads(result.stdout.strip().splitlines()[-1])
+    assert served["modules"] == []
+    # Raw strings through the graph tokenizer give the runner's features: the same logits as the
+    # token-id signature fed with the runner's cached features.
+    np.testing.assert_allclose(served["logits"], served["id_logits"], atol=1e-6)
+    rows = read_tsv(mrpc_run["out"] / "eval_predictions.tsv")[1:]
+    assert served["label"] == [row[1] for row in rows]
+    np.testing.assert_allclose(served["probabilities"],
+                               [[float(row[2]), float(row[3])] for row in rows], atol=5e-5)
+    assert (mrpc_run["root"] / "export" / "assets.extra" / "vocab.txt").is_file()
+
+
+def test_regression_task_trains_and_serves_scores(shared_data, tiny_checkpoint, tmp_path):
+    data = glue_slice(shared_data, "STS-B", tmp_path / "data", {"train": 48, "dev": 16, "test": 8})
+    out = tmp_path / "out"
+    run_classifier("--task_name=STS-B", f"--data_dir={data}", f"--output_dir={out}",
+                   f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}",
+                   "--max_seq_length=64", "--train_batch_size=16", "--num_train_epochs=1",
+                   "--do_train", "--do_eval", "--do_predict")
+    final = results(out / "eval_results.txt")
+    assert {"eval_pearson", "eval_spearman", "eval_loss"} <= set(final)
+    gold = np.array([float(row[-1]) for row in read_tsv(data / "dev.tsv")[1:]])
+    predicted = np.array([float(row[1]) for row in read_tsv(out / "eval_predictions.tsv")[1:]])
+    # eval_loss is the mean squared error of the kept weights' scores (6 decimals in the file).
+    assert np.mean((predicted - gold) ** 2) == pytest.approx(final["eval_loss"], abs=1e-4)
+    rows = read_tsv(out / "test_results.tsv")
+    assert rows[0] == ["id", "prediction"] and len(rows) == 9
+
+
+def test_bad_label_fails_naming_file_and_line(shared_data, tiny_checkpoint, tmp_path):
+    data = glue_slice(shared_data, "MRPC", tmp_path / "data", {"train": 20, "dev": 8})
+    lines = (data / "train.tsv").read_text(encoding="utf-8-sig").splitlines()
+    lines[5] = "7" + lines[5][1:]
+    (data / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run_classifier("--task_name=MRPC", f"--data_dir={data}",
+                            f"--output_dir={tmp_path / 'out'}",
+                            f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}",
+                            "--do_train", check=False)
+    assert result.returncode != 0
+    assert "train.tsv:6" in result.stderr and "'7'" in result.stderr
+    assert not (tmp_path / "out" / "train.tf_record").exists()
+
+
+def test_unknown_task_is_a_usage_error(tiny_checkpoint, tmp_path):
+    result = run_classifier("--task_name=nope", f"--data_dir={tmp_path}",
+                            f"--output_dir={tmp_path / 'out'}",
+                            f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}",
+                            "--do_train", check=False)
+    assert result.returncode != 0 and "nope" in result.stderr and "mrpc" in result.stderr
