@@ -53,7 +53,7 @@ def read_results(path: pathlib.Path) -> dict:
 def run(task: str, lr: float, batch: int, epochs: float, args) -> dict:
     data = pathlib.Path(os.environ.get("BERT_DATA_DIR", REPO.parent / "shared" / "data"))
     out = pathlib.Path(args.work_dir) / f"{task}_lr{lr:g}_b{batch}_e{epochs:g}"
-    log = out.with_suffix(".log")
+    log = out.parent / (out.name + ".log")
     out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(REPO / "run_classifier.py"), f"--task_name={task}",
                f"--data_dir={data / 'glue' / task}", f"--output_dir={out}",

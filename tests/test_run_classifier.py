@@ -218,3 +218,76 @@ def test_unknown_task_is_a_usage_error(tiny_checkpoint, tmp_path):
                             f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}",
                             "--do_train", check=False)
     assert result.returncode != 0 and "nope" in result.stderr and "mrpc" in result.stderr
+
+
+def sentence_pairs(shared_data, count):
+    rows = read_tsv(shared_data / "glue" / "MRPC" / "train.tsv")[1:count + 1]
+    return [(row[3], row[4]) for row in rows]
+
+
+def test_mnli_scores_matched_and_mismatched(shared_data, tiny_checkpoint, tmp_path):
+    labels = ["contradiction", "entailment", "neutral"]
+    header = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
+              "sentence2_binary_parse", "sentence1_parse", "sentence2_parse", "sentence1",
+              "sentence2"]
+    pairs = iter(sentence_pairs(shared_data, 56))
+    data = tmp_path / "data"
+    data.mkdir()
+
+    def write(name, count, labelled, start):
+        lines = [header + (["gold_label"] if labelled else [])]
+        for i in range(count):
+            a, b = next(pairs)
+            lines.append([str(start + i), "0", "0", "fiction", "", "", "", "", a, b]
+                         + ([labels[i % 3]] if labelled else []))
+        (data / name).write_text("\n".join("\t".join(line) for line in lines) + "\n")
+    write("train.tsv", 32, True, 0)
+    write("dev_matched.tsv", 8, True, 100)
+    write("dev_mismatched.tsv", 8, True, 200)
+    write("test_matched.tsv", 4, False, 300)
+    write("test_mismatched.tsv", 4, False, 400)
+    out = tmp_path / "out"
+    run_classifier("--task_name=MNLI", f"--data_dir={data}", f"--output_dir={out}",
+                   f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}",
+                   "--max_seq_length=64", "--train_batch_size=16", "--num_train_epochs=1",
+                   "--do_train", "--do_eval", "--do_predict")
+    final = results(out / "eval_results.txt")
+    assert {"eval_dev_matched_accuracy", "eval_dev_mismatched_accuracy",
+            "eval_dev_matched_main"} <= set(final)
+    assert results(out / "best" / "eval_results.txt")["global_step"] == 2
+    for kind, split, ids in [("eval_predictions", "matched", range(100, 108)),
+                             ("eval_predictions", "mismatched", range(200, 208)),
+                             ("test_results", "matched", range(300, 304)),
+                             ("test_results", "mismatched", range(400, 404))]:
+        rows = read_tsv(out / f"{kind}_{split}.tsv")
+        assert rows[0] == ["id", "prediction"] + [f"probability_{x}" for x in labels]
+        assert [row[0] for row in rows[1:]] == [str(i) for i in ids]
+        assert {row[1] for row in rows[1:]} <= set(labels)
+    # The file's accuracy is the one reported for the split.
+    gold = [labels[i % 3] for i in range(8)]
+    predicted = [row[1] for row in read_tsv(out / "eval_predictions_mismatched.tsv")[1:]]
+    assert np.mean([p == g for p, g in zip(predicted, gold)]) == pytest.approx(
+        final["eval_dev_mismatched_accuracy"])
+
+
+def test_generic_csv_task_with_labels_from_train(shared_data, tiny_checkpoint, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    pairs = sentence_pairs(shared_data, 40)
+    for name, chunk in [("train.csv", pairs[:32]), ("dev.csv", pairs[32:])]:
+        with open(data / name, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(["id", "review", "verdict"])
+            for i, (a, _) in enumerate(chunk):
+                writer.writerow([f"r{i}", a, ["good", "bad", "meh"][i % 3]])
+    out = tmp_path / "out"
+    run_classifier("--task_name=generic", f"--data_dir={data}", f"--output_dir={out}",
+                   "--text_a_column=review", "--label_column=verdict", "--id_column=id",
+                   f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}",
+                   "--max_seq_length=64", "--train_batch_size=16", "--num_train_epochs=1",
+                   "--do_train", "--do_eval")
+    rows = read_tsv(out / "eval_predictions.tsv")
+    assert rows[0] == ["id", "prediction", "probability_bad", "probability_good",
+                       "probability_meh"]
+    assert [row[0] for row in rows[1:]] == [f"r{i}" for i in range(8)]
+    assert "eval_accuracy" in results(out / "eval_results.txt")
