@@ -91,7 +91,7 @@ def options(num_train_examples: int):
     """`FinetuneOptions` from the flags for a training set of `num_train_examples`."""
     from modeling.finetuning import FinetuneOptions
 
-    steps_per_epoch = num_train_examples // FLAGS.train_batch_size
+    steps_per_epoch = num_train_examples / FLAGS.train_batch_size
     num_train_steps = FLAGS.num_train_steps or int(
         num_train_examples / FLAGS.train_batch_size * FLAGS.num_train_epochs)
     if num_train_steps < 1:

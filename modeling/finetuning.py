@@ -21,7 +21,7 @@ import os
 import shutil
 from typing import Callable
 
-from modeling.training import Trainer, TrainerConfig, write_eval_results
+from modeling.training import Trainer, TrainerConfig, is_boundary, write_eval_results
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class FinetuneOptions:
     num_train_steps: int
     num_warmup_steps: int
     train_batch_size: int
-    steps_per_epoch: int = 0  # evaluation at each epoch's end when eval_every_steps is 0
+    steps_per_epoch: float = 0  # examples / batch: evaluation at each epoch's end (rounded)
     eval_every_steps: int = 0
     init_checkpoint: str | None = None
     save_checkpoints_steps: int = 1000
@@ -48,7 +48,7 @@ class FinetuneOptions:
     dtype: str = "float32"
 
     @property
-    def evaluation_interval(self) -> int:
+    def evaluation_interval(self) -> float:
         return self.eval_every_steps or self.steps_per_epoch or self.num_train_steps
 
 
@@ -140,7 +140,7 @@ def train_and_evaluate(trainer: Trainer, train_dataset_fn: Callable,
     def on_loop_end(step, train_metrics):
         if evaluate is None:
             return
-        if step % options.evaluation_interval and step < options.num_train_steps:
+        if not is_boundary(step, options.evaluation_interval) and step < options.num_train_steps:
             return
         results = evaluate_and_record(trainer, evaluate, options.output_dir)
         epoch = step / options.steps_per_epoch if options.steps_per_epoch else None

@@ -51,8 +51,9 @@ class TrainerConfig:
     num_accumulation_steps: int = 1
     jit_compile: bool = False
     examples_per_step: int = 0  # global batch of one update, for examples/s; 0 = unknown
-    # Loops also end at multiples of this many steps, so `on_loop_end` can act there (evaluate).
-    callback_every_steps: int = 0
+    # Loops also end at the steps round(k * callback_every_steps), k = 1, 2, ..., so that
+    # `on_loop_end` can act there (evaluate at each epoch's end: examples / batch, a fraction).
+    callback_every_steps: float = 0
     # Save the input iterator's state in checkpoints (one replica). False: on resume, rebuild the
     # (seeded, deterministic) pipeline and skip the batches already used, as several replicas do.
     checkpoint_iterator: bool = True
@@ -200,8 +201,8 @@ class Trainer:
         metrics = {}
         while step < cfg.num_train_steps:
             n = min(cfg.steps_per_loop, cfg.num_train_steps - step,
-                    *(every - step % every for every in
-                      (cfg.save_checkpoints_steps, cfg.callback_every_steps) if every > 0))
+                    cfg.save_checkpoints_steps - step % cfg.save_checkpoints_steps,
+                    next_boundary(step, cfg.callback_every_steps) - step)
             start = time.time()
             totals = self._train_loop(iterator, tf.constant(n))
             metrics = _ratio(totals)
@@ -258,6 +259,21 @@ class Trainer:
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint).expect_partial()
         return manager.latest_checkpoint
+
+
+def next_boundary(step: int, every: float) -> float:
+    """The first step after `step` of the form round(k * every), k >= 1 (inf if every <= 0)."""
+    if every <= 0:
+        return math.inf
+    k = math.floor(step / every) + 1
+    while round(k * every) <= step:
+        k += 1
+    return round(k * every)
+
+
+def is_boundary(step: int, every: float) -> bool:
+    """Whether `step` is round(k * every) for some k >= 1."""
+    return every > 0 and next_boundary(step - 1, every) == step
 
 
 def write_eval_results(path: str, results: dict) -> None:

@@ -32,7 +32,7 @@ def build(output_dir, steps=12, evaluate_every=0):
                         num_attention_heads=2, intermediate_size=32, max_position_embeddings=SEQ)
     options = finetuning.FinetuneOptions(
         output_dir=str(output_dir), learning_rate=1e-3, num_train_steps=steps,
-        num_warmup_steps=2, train_batch_size=8, steps_per_epoch=70 // 8,
+        num_warmup_steps=2, train_batch_size=8, steps_per_epoch=70 / 8,
         eval_every_steps=evaluate_every, save_checkpoints_steps=4, steps_per_loop=3)
     trainer = finetuning.build_trainer(lambda: BertClassifier(BertEncoder(config), 3),
                                        ClassificationTask(), get_strategy("one_device"), options)
@@ -70,19 +70,19 @@ def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
 
 def test_evaluates_at_each_epoch_end_and_keeps_the_best(tmp_path):
     trainer, options, dataset_fn = build(tmp_path, steps=20)
-    scores = iter([0.5, 0.8, 0.6])  # epochs end at steps 8 and 16; the run at 20
+    scores = iter([0.5, 0.8, 0.6])  # 8.75 steps an epoch: ends at steps 9 and 18; the run at 20
     seen = []
 
     def evaluate():
         seen.append(trainer.global_step)
         return {"eval_main": next(scores)}
     last = finetuning.train_and_evaluate(trainer, dataset_fn, evaluate, options, "eval_main")
-    assert seen == [8, 16, 20]
+    assert seen == [9, 18, 20]
     assert last == {"eval_main": 0.6, "global_step": 20}
     assert finetuning.read_eval_results(str(tmp_path / "eval_results.txt")) == last
     best = finetuning.BestCheckpoint(str(tmp_path), "eval_main")
-    assert best.score == 0.8 and best.results["global_step"] == 16
-    # The kept weights are step 16's: restoring them changes the step-20 model's outputs.
+    assert best.score == 0.8 and best.results["global_step"] == 18
+    # The kept weights are step 18's: restoring them changes the step-20 model's outputs.
     batch = next(iter(classifier_dataset(features(), 8, False)))
     inputs = {"input_word_ids": batch["input_ids"], "input_mask": batch["input_mask"],
               "input_type_ids": batch["segment_ids"]}
