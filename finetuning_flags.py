@@ -82,24 +82,29 @@ def check_common() -> None:
     if (FLAGS.do_train or not FLAGS.init_checkpoint) and not (
             FLAGS.init_checkpoint or FLAGS.bert_config_file):
         raise app.UsageError("--bert_config_file or --init_checkpoint is required")
-    if FLAGS.train_batch_size % FLAGS.num_accumulation_steps:
-        raise app.UsageError(f"--train_batch_size={FLAGS.train_batch_size} is not a multiple of "
-                             f"--num_accumulation_steps={FLAGS.num_accumulation_steps}")
 
 
-def options(num_train_examples: int):
-    """`FinetuneOptions` from the flags for a training set of `num_train_examples`."""
+def options(num_train_examples: int | None, replicas: int = 1):
+    """`FinetuneOptions` from the flags for a training set of `num_train_examples` (None: no
+    training, so no step arithmetic) on `replicas` replicas."""
     from modeling.finetuning import FinetuneOptions
 
-    steps_per_epoch = num_train_examples / FLAGS.train_batch_size
-    num_train_steps = FLAGS.num_train_steps or int(
-        num_train_examples / FLAGS.train_batch_size * FLAGS.num_train_epochs)
-    if num_train_steps < 1:
-        raise app.UsageError(f"{num_train_examples} training examples at batch "
-                             f"{FLAGS.train_batch_size} for {FLAGS.num_train_epochs} epochs "
-                             f"make no training step")
-    num_warmup_steps = (FLAGS.num_warmup_steps if FLAGS.num_warmup_steps is not None
-                        else int(num_train_steps * FLAGS.warmup_proportion))
+    per_replica = FLAGS.train_batch_size // replicas
+    if FLAGS.train_batch_size % replicas or per_replica % FLAGS.num_accumulation_steps:
+        raise app.UsageError(f"--train_batch_size={FLAGS.train_batch_size} does not split into "
+                             f"{replicas} replica(s) x --num_accumulation_steps="
+                             f"{FLAGS.num_accumulation_steps} equal micro-batches")
+    num_train_steps, num_warmup_steps, steps_per_epoch = 1, 0, 0.0
+    if num_train_examples is not None:
+        steps_per_epoch = num_train_examples / FLAGS.train_batch_size
+        num_train_steps = FLAGS.num_train_steps or int(
+            num_train_examples / FLAGS.train_batch_size * FLAGS.num_train_epochs)
+        if num_train_steps < 1:
+            raise app.UsageError(f"{num_train_examples} training examples at batch "
+                                 f"{FLAGS.train_batch_size} for {FLAGS.num_train_epochs} epochs "
+                                 f"make no training step")
+        num_warmup_steps = (FLAGS.num_warmup_steps if FLAGS.num_warmup_steps is not None
+                            else int(num_train_steps * FLAGS.warmup_proportion))
     return FinetuneOptions(
         output_dir=FLAGS.output_dir, learning_rate=FLAGS.learning_rate,
         num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,

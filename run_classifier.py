@@ -43,38 +43,48 @@ logger = logging.getLogger("run_classifier")
 
 
 def make_processor():
+    """The task's processor and the options it was made with (part of the features' identity)."""
     from data_gen.classifier_processors import get_processor
 
     name = FLAGS.task_name.lower()
+    options = {}
     if name == "xnli":
-        return get_processor(name, language=FLAGS.xnli_language)
-    if name == "generic":
-        if FLAGS.text_a_column is None or (FLAGS.label_column is None and not FLAGS.do_predict):
+        options = {"language": FLAGS.xnli_language}
+    elif name == "generic":
+        if FLAGS.text_a_column is None or (FLAGS.label_column is None and (
+                FLAGS.do_train or FLAGS.do_eval)):
             raise app.UsageError("--task_name=generic needs --text_a_column and --label_column")
-        return get_processor(name, text_a_column=FLAGS.text_a_column,
-                             text_b_column=FLAGS.text_b_column, label_column=FLAGS.label_column,
-                             labels=FLAGS.labels, header=FLAGS.header,
-                             regression=FLAGS.regression, id_column=FLAGS.id_column)
-    return get_processor(name)
+        options = {"text_a_column": FLAGS.text_a_column, "text_b_column": FLAGS.text_b_column,
+                   "label_column": FLAGS.label_column, "labels": FLAGS.labels,
+                   "header": FLAGS.header, "regression": FLAGS.regression,
+                   "id_column": FLAGS.id_column}
+    try:
+        return get_processor(name, **options), options
+    except ValueError as e:
+        raise app.UsageError(f"--task_name={FLAGS.task_name}: {e}") from None
 
 
 class SplitFeatures:
     """Each split's features: converted once (cached TFRecords), then held in memory."""
 
-    def __init__(self, processor, labels, tokenizer, vocab_file: str):
+    def __init__(self, processor, identity: dict, tokenizer, vocab_file: str, work_dir: str):
         self.processor = processor
-        self.labels = labels
+        self.identity = identity
+        self.labels = identity["labels"]
         self.tokenizer = tokenizer
         self.vocab_file = vocab_file
+        self.work_dir = work_dir
 
     def __call__(self, split: str) -> dict:
         from data_gen import classifier_features, feature_cache
+        from data_gen.classifier_processors import DataError
 
         files = self.processor.split_files(FLAGS.data_dir, split)
-        key = feature_cache.fingerprint(
-            [*files, self.vocab_file], task=self.processor.name, labels=list(self.labels),
-            max_seq_length=FLAGS.max_seq_length, do_lower_case=FLAGS.do_lower_case)
-        path = os.path.join(FLAGS.output_dir, f"{split}.tf_record")
+        missing = [path for path in files if not os.path.isfile(path)]
+        if missing:
+            raise DataError(f"{self.processor.name} {split}: no {', '.join(missing)}")
+        key = feature_cache.fingerprint([*files, self.vocab_file], **self.identity)
+        path = os.path.join(self.work_dir, f"{split}.tf_record")
         feature_cache.cached_records(
             path, key, lambda: classifier_features.example_records(
                 self.processor.get_examples(FLAGS.data_dir, split), self.labels,
@@ -83,25 +93,27 @@ class SplitFeatures:
                                                  regression=not self.labels)
 
 
-def dataset_fn(features: dict, global_batch: int, is_training: bool):
+def dataset_fn(features: dict, global_batch: int, is_training: bool, trim: bool):
     from data_gen.classifier_features import classifier_dataset
 
     def make(context):
         batch = context.get_per_replica_batch_size(global_batch) if context else global_batch
         return classifier_dataset(features, batch, is_training, seed=FLAGS.random_seed,
-                                  input_context=context, trim=FLAGS.trim_padding)
+                                  input_context=context, trim=trim)
     return make
 
 
-def predict_logits(trainer, features: dict, batch_size: int):
+def predict_logits(trainer, features: dict, batch_size: int, trim: bool):
     """Logits of every example of a split, in example order."""
     import numpy as np
 
-    outputs = trainer.predict(dataset_fn(features, batch_size, is_training=False))
-    order = np.argsort(outputs["example_index"], kind="stable")
-    if not np.array_equal(outputs["example_index"][order], features["example_index"]):
+    outputs = trainer.predict(dataset_fn(features, batch_size, False, trim))
+    real = outputs["example_index"] >= 0  # padding rows (several replicas) are -1
+    index, logits = outputs["example_index"][real], outputs["logits"][real]
+    order = np.argsort(index, kind="stable")
+    if not np.array_equal(index[order], features["example_index"]):
         raise RuntimeError("prediction lost or repeated examples")
-    return outputs["logits"][order]
+    return logits[order]
 
 
 def split_metrics(task, task_name: str, logits, features: dict, prefix: str) -> dict:
@@ -139,6 +151,7 @@ def prediction_file(kind: str, split: str, splits: list) -> str:
 def main(argv):
     del argv
     import keras
+    import tensorflow as tf
 
     from data_gen.tokenization import FullTokenizer
     from modeling import finetuning, serving
@@ -146,13 +159,14 @@ def main(argv):
     from modeling.distribution import set_precision
     from modeling.encoder import BertEncoder
     from modeling.models import BertClassifier
+    from modeling.training import worker_dir
 
     finetuning_flags.setup_logging()
     finetuning_flags.check_common()
     for name in ("task_name", "data_dir"):
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
-    processor = make_processor()
+    processor, processor_options = make_processor()
     config, vocab_file = finetuning_flags.model_files()
     if FLAGS.max_seq_length > config.max_position_embeddings:
         raise app.UsageError(f"--max_seq_length={FLAGS.max_seq_length} exceeds the model's "
@@ -160,17 +174,33 @@ def main(argv):
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     keras.utils.set_random_seed(FLAGS.random_seed)
     set_precision(FLAGS.dtype)
+    strategy = finetuning_flags.strategy()
+    work_dir = worker_dir(strategy, FLAGS.output_dir)  # outputs: the chief's; others: scratch
+    chief = work_dir == FLAGS.output_dir
+    os.makedirs(work_dir, exist_ok=True)
 
     tokenizer = FullTokenizer(vocab_file, do_lower_case=FLAGS.do_lower_case)
     labels = [] if processor.is_regression else list(processor.get_labels(FLAGS.data_dir))
+    # What decides the features and the head; an output_dir holds one such run.
+    identity = {"task": processor.name, "processor_options": processor_options,
+                "labels": labels, "max_seq_length": FLAGS.max_seq_length,
+                "do_lower_case": FLAGS.do_lower_case}
     task = ClassificationTask(regression=not labels)
-    features = SplitFeatures(processor, labels, tokenizer, vocab_file)
+    features = SplitFeatures(processor, identity, tokenizer, vocab_file, work_dir)
     eval_splits = processor.eval_splits()
+    best_metric = FLAGS.best_metric or ("eval_main" if len(eval_splits) == 1
+                                        else f"eval_{eval_splits[0]}_main")
+    check_best_metric(best_metric, processor.name, eval_splits, task)
+    run_config(identity, None)  # before any file of another run is touched
     train = features(processor.train_split()) if FLAGS.do_train else None
     evals = {split: features(split) for split in eval_splits} if FLAGS.do_eval else {}
-    strategy = finetuning_flags.strategy()
-    options = finetuning_flags.options(len(train["example_index"]) if train else
-                                       FLAGS.train_batch_size)
+    options = finetuning_flags.options(len(train["example_index"]) if train else None,
+                                       strategy.num_replicas_in_sync)
+    run_config(identity, {
+        "init_checkpoint": FLAGS.init_checkpoint, "learning_rate": options.learning_rate,
+        "train_batch_size": options.train_batch_size, "num_train_steps": options.num_train_steps,
+        "num_warmup_steps": options.num_warmup_steps, "random_seed": FLAGS.random_seed}
+        if train else None)
     logger.info("%s: %s on %d replica(s); %s", processor.name,
                 f"{len(train['example_index'])} training examples, {options.num_train_steps} "
                 f"steps ({options.num_warmup_steps} warmup)" if train else "no training",
@@ -180,47 +210,72 @@ def main(argv):
     trainer = finetuning.build_trainer(
         lambda: BertClassifier(BertEncoder(config), num_labels=len(labels) or 1), task,
         strategy, options)
+    trim = FLAGS.trim_padding and not isinstance(strategy, tf.distribute.TPUStrategy)
 
     def evaluate() -> dict:
         results = {}
         for split, split_features in evals.items():
             prefix = "eval_" if len(evals) == 1 else f"eval_{split}_"
-            logits = predict_logits(trainer, split_features, FLAGS.eval_batch_size)
+            logits = predict_logits(trainer, split_features, FLAGS.eval_batch_size, trim)
             results.update(split_metrics(task, processor.name, logits, split_features, prefix))
         return results
 
-    best_metric = FLAGS.best_metric or ("eval_main" if len(eval_splits) == 1
-                                        else f"eval_{eval_splits[0]}_main")
-    best = finetuning.BestCheckpoint(FLAGS.output_dir, best_metric)
     if FLAGS.do_train:
-        finetuning.train_and_evaluate(trainer, dataset_fn(train, FLAGS.train_batch_size, True),
-                                      evaluate if evals else None, options,
-                                      best_metric if evals else None)
-    elif not (FLAGS.use_best_checkpoint and best.score is not None) and \
-            not trainer.restore_latest() and not FLAGS.init_checkpoint:
-        raise app.UsageError(f"no trained weights: no checkpoint in {FLAGS.output_dir} and no "
-                             f"--init_checkpoint")
-    if FLAGS.use_best_checkpoint:
-        best.restore(trainer.model)
+        finetuning.train_and_evaluate(
+            trainer, dataset_fn(train, FLAGS.train_batch_size, True, trim),
+            evaluate if evals else None, options, best_metric if evals else None)
+    try:
+        weights, step = finetuning.choose_weights(trainer, best_metric, trained=FLAGS.do_train,
+                                                  evaluated=bool(evals),
+                                                  use_best=FLAGS.use_best_checkpoint)
+    except finetuning.NoTrainedWeightsError as e:
+        raise app.UsageError(str(e)) from None
+    logger.info("using %s", weights)
     if evals and not FLAGS.do_train:
-        results = finetuning.evaluate_and_record(trainer, evaluate, FLAGS.output_dir)
-        logger.info("evaluation: %s", finetuning.format_results(results))
+        results = finetuning.evaluate_and_record(trainer, evaluate, FLAGS.output_dir, step)
+        logger.info("evaluation of %s: %s", weights, finetuning.format_results(results))
+    if not chief:
+        return
     for split, split_features in evals.items():  # what the kept weights predict on dev
         write_predictions(prediction_file("eval_predictions", split, eval_splits),
                           processor.get_examples(FLAGS.data_dir, split),
-                          predict_logits(trainer, split_features, FLAGS.eval_batch_size), labels)
+                          predict_logits(trainer, split_features, FLAGS.eval_batch_size, trim),
+                          labels)
     if FLAGS.do_predict:
         test_splits = processor.test_splits()
         for split in test_splits:
             path = prediction_file("test_results", split, test_splits)
             write_predictions(path, processor.get_examples(FLAGS.data_dir, split),
-                              predict_logits(trainer, features(split), FLAGS.predict_batch_size),
-                              labels)
-            logger.info("predictions for %s: %s", split, path)
+                              predict_logits(trainer, features(split), FLAGS.predict_batch_size,
+                                             trim), labels)
+            logger.info("predictions of %s for %s: %s", weights, split, path)
     if FLAGS.export_dir:
         serving.save(serving.ClassifierServing(
             trainer.model, vocab_file, FLAGS.do_lower_case, FLAGS.max_seq_length, labels,
             pair=processor.is_pair()), FLAGS.export_dir, {"vocab.txt": vocab_file})
+
+
+def run_config(identity: dict, training: dict | None) -> None:
+    from modeling import finetuning
+
+    try:
+        finetuning.check_run_config(FLAGS.output_dir, identity, training)
+    except finetuning.RunConfigError as e:
+        raise app.UsageError(str(e)) from None
+
+
+def check_best_metric(metric: str, task_name: str, eval_splits: list, task) -> None:
+    """A usage error, before any training, when --best_metric is not a key evaluation writes."""
+    import numpy as np
+
+    from modeling.glue_metrics import glue_metrics
+
+    labels = np.array([0.0, 1.0]) if task.regression else np.array([0, 1])
+    names = {"loss", *glue_metrics(task_name, labels, labels)}
+    prefixes = ["eval_"] if len(eval_splits) == 1 else [f"eval_{s}_" for s in eval_splits]
+    keys = sorted(prefix + name for prefix in prefixes for name in names)
+    if metric not in keys:
+        raise app.UsageError(f"--best_metric={metric}: evaluation writes {', '.join(keys)}")
 
 
 def console_main():

@@ -139,6 +139,16 @@ def trim_to_longest(batch: dict, multiple: int = LENGTH_MULTIPLE) -> dict:
             for name, value in batch.items()}
 
 
+def _padded_gather(tensors: dict, indices, count: int) -> dict:
+    import tensorflow as tf
+
+    real = indices < count
+    batch = {name: tf.gather(value, tf.where(real, indices, 0)) for name, value in tensors.items()}
+    batch["example_index"] = tf.where(real, batch["example_index"], -1)
+    batch["is_real_example"] = tf.cast(real, batch["is_real_example"].dtype)
+    return batch
+
+
 def classifier_dataset(features: dict, batch_size: int, is_training: bool, seed: int = 0,
                        input_context=None, trim: bool = True):
     """Batches of `features` (from `load_features`): training repeats in a new permutation each
@@ -162,13 +172,19 @@ def classifier_dataset(features: dict, batch_size: int, is_training: bool, seed:
         if pipelines > 1:
             indices = indices.shard(pipelines, pipeline)
         indices = indices.batch(batch_size, drop_remainder=True)
+        dataset = indices.map(lambda idx: {name: tf.gather(value, idx)
+                                           for name, value in tensors.items()})
     else:
-        indices = tf.data.Dataset.range(count)
+        # Several replicas: every replica must get a batch at every step, so the split is padded
+        # to a multiple of the global batch with copies of example 0 marked `example_index` -1
+        # and `is_real_example` 0 (the original padded for TPUs the same way).
+        replicas = input_context.num_replicas_in_sync if input_context else 1
+        total = count if replicas == 1 else -(-count // (batch_size * replicas)) * (
+            batch_size * replicas)
+        indices = tf.data.Dataset.range(total)
         if pipelines > 1:
             indices = indices.shard(pipelines, pipeline)
-        indices = indices.batch(batch_size)
-    dataset = indices.map(lambda idx: {name: tf.gather(value, idx)
-                                       for name, value in tensors.items()})
+        dataset = indices.batch(batch_size).map(lambda idx: _padded_gather(tensors, idx, count))
     if trim:
         dataset = dataset.map(trim_to_longest)
     return dataset.prefetch(tf.data.AUTOTUNE)

@@ -273,23 +273,35 @@ def training_checkpoint_prefix(path: str | os.PathLike) -> str | None:
 
 def load_initial_weights(model, path: str | os.PathLike, allow_new_heads: bool = False):
     """`--init_checkpoint` of the runners: any format `load_checkpoint` reads, or a checkpoint a
-    runner wrote for the same kind of model (phase 2 of pretraining continuing phase 1); only the
-    model's weights are taken from the latter, never the optimiser's state."""
+    runner wrote (phase 2 of pretraining continuing phase 1, fine-tuning from a pretraining run):
+    only model weights are taken from the latter, never the optimiser's state. A runner checkpoint
+    of another kind of model gives its encoder; the head then starts fresh, which needs
+    `allow_new_heads`. Returns the `LoadReport`."""
     import tensorflow as tf
 
     prefix = training_checkpoint_prefix(path)
     if prefix is None:
         return load_checkpoint(model, path, allow_new_heads=allow_new_heads)
-    status = tf.train.Checkpoint(model=model).restore(prefix).expect_partial()
+    head = [v.path for v in model.weights if not any(v is w for w in model.encoder.weights)]
     try:
-        status.assert_existing_objects_matched()
+        tf.train.Checkpoint(model=model).restore(prefix).expect_partial() \
+            .assert_existing_objects_matched()
+        logger.info("restored the model weights from training checkpoint %s", prefix)
+        return LoadReport(prefix, [v.path for v in model.weights], [], [])
+    except (AssertionError, ValueError) as e:
+        if not allow_new_heads:
+            raise CheckpointError(
+                f"{prefix}: a training checkpoint of a different model ({str(e)[:300]}...)") \
+                from None
+    status = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).restore(prefix)
+    try:
+        status.expect_partial().assert_existing_objects_matched()
     except AssertionError as e:
-        raise CheckpointError(
-            f"{prefix}: a training checkpoint of a different model ({str(e)[:300]}...); to "
-            f"start another task from it, use the TF1 export the runner wrote beside it "
-            f"(its tf1/ folder)") from None
-    logger.info("restored the model weights from training checkpoint %s", prefix)
-    return None
+        raise CheckpointError(f"{prefix}: its encoder does not fit this model ({str(e)[:300]}"
+                              f"...)") from None
+    report = LoadReport(prefix, [v.path for v in model.encoder.weights], head, [])
+    report.log()
+    return report
 
 
 def read_config(path: str | os.PathLike, fmt: str | None = None) -> BertConfig:

@@ -27,6 +27,44 @@ logger = logging.getLogger(__name__)
 
 BEST_DIR = "best"
 RESULTS_FILE = "eval_results.txt"
+RUN_CONFIG = "run_config.json"
+
+
+class RunConfigError(ValueError):
+    """`output_dir` holds a run made with other settings."""
+
+
+def check_run_config(output_dir: str, identity: dict, training: dict | None) -> None:
+    """Refuse to mix runs in one `output_dir`, then record this one in `run_config.json`.
+
+    `identity` (task, labels, sequence length, casing, ...) must match any earlier run: its
+    checkpoints, best weights and features would not fit otherwise. `training` (learning rate,
+    batch, steps, initial weights; None when not training) must match too when a training
+    checkpoint is there to resume from: resuming with another schedule is never what was meant.
+    """
+    import json
+
+    from modeling.atomic_files import write_text
+
+    path = os.path.join(output_dir, RUN_CONFIG)
+    current = json.loads(json.dumps({"identity": identity, "training": training}))
+    previous = None
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            previous = json.load(f)
+    if previous:
+        groups = ["identity"]
+        if training is not None and previous.get("training") is not None and any(
+                name.startswith("ckpt-") for name in os.listdir(output_dir)):
+            groups.append("training")
+        changed = [f"{key} was {previous[group].get(key)!r}, now {value!r}"
+                   for group in groups for key, value in current[group].items()
+                   if previous[group].get(key) != value]
+        if changed:
+            raise RunConfigError(f"{output_dir} holds a run with other settings "
+                                 f"({'; '.join(changed)}): use another --output_dir, or empty it")
+    if training is not None:
+        write_text(path, json.dumps(current, indent=1, sort_keys=True) + "\n")
 
 
 @dataclasses.dataclass
@@ -59,31 +97,67 @@ def build_trainer(model_fn: Callable, task, strategy, options: FinetuneOptions) 
     from modeling import checkpoints
     from modeling.optimization import create_optimizer
 
+    report = None
     with strategy.scope():
         model = model_fn()
         if options.init_checkpoint:
-            checkpoints.load_initial_weights(model, options.init_checkpoint,
-                                             allow_new_heads=True)  # logs what it restored
+            report = checkpoints.load_initial_weights(model, options.init_checkpoint,
+                                                      allow_new_heads=True)  # logs it
         optimizer = create_optimizer(options.learning_rate, options.num_train_steps,
                                      options.num_warmup_steps, options.optimizer)
         if options.dtype == "mixed_float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    return Trainer(model, optimizer, task, strategy, TrainerConfig(
+    trainer = Trainer(model, optimizer, task, strategy, TrainerConfig(
         output_dir=options.output_dir, num_train_steps=options.num_train_steps,
         steps_per_loop=options.steps_per_loop,
         save_checkpoints_steps=options.save_checkpoints_steps,
         keep_checkpoint_max=options.keep_checkpoint_max,
         num_accumulation_steps=options.num_accumulation_steps, jit_compile=options.jit_compile,
         examples_per_step=options.train_batch_size,
-        callback_every_steps=options.evaluation_interval, checkpoint_iterator=False))
+        callback_every_steps=options.evaluation_interval, save_at_callbacks=True,
+        checkpoint_iterator=False))
+    trainer.init_report = report
+    return trainer
+
+
+class NoTrainedWeightsError(ValueError):
+    """Evaluation, prediction or export was asked for, but no weights include a trained head."""
+
+
+def choose_weights(trainer: Trainer, best_metric: str, trained: bool, evaluated: bool,
+                   use_best: bool) -> tuple[str, int]:
+    """Load the weights that evaluation, prediction and export should use into the model.
+
+    In order: the best weights (`best/`, when `use_best` and this run evaluated or did not
+    train), the weights just trained, the newest training checkpoint, `--init_checkpoint` if it
+    holds the head too. Returns what was chosen (for the log) and its step.
+    """
+    best = BestCheckpoint(trainer.work_dir, best_metric)
+    if use_best and (evaluated or not trained) and best.restore(trainer.model):
+        step = int(best.results.get("global_step", 0))
+        return f"the best weights ({best_metric} = {best.score:.4f} at step {step})", step
+    if trained:
+        return f"the weights after step {trainer.global_step}", trainer.global_step
+    latest = trainer.restore_latest()
+    if latest:
+        return f"training checkpoint {latest}", trainer.global_step
+    report = trainer.init_report
+    if report is not None and not report.initialised:
+        return f"--init_checkpoint {report.source}", 0
+    raise NoTrainedWeightsError(
+        f"no trained weights: {trainer.config.output_dir} has no checkpoint and "
+        f"--init_checkpoint lacks {', '.join(report.initialised) if report else 'the head'}; "
+        f"train first (--do_train)")
 
 
 class BestCheckpoint:
-    """The weights with the highest `metric` so far, in `output_dir/best/` (model only)."""
+    """The weights with the best `metric` so far, in `output_dir/best/` (model only): the
+    highest, or the lowest for a loss or an error."""
 
     def __init__(self, output_dir: str, metric: str):
         self.directory = os.path.join(output_dir, BEST_DIR)
         self.metric = metric
+        self.lower_is_better = lower_is_better(metric)
         self.results = read_eval_results(os.path.join(self.directory, RESULTS_FILE))
 
     @property
@@ -94,8 +168,12 @@ class BestCheckpoint:
         """Keep `model`'s weights if `results[metric]` beats the best so far."""
         import tensorflow as tf
 
+        if self.metric not in results:
+            raise KeyError(f"the best-checkpoint metric {self.metric!r} is not among the "
+                           f"evaluation results: {', '.join(sorted(results))}")
         score = results[self.metric]
-        if self.score is not None and not score > self.score:
+        if self.score is not None and not (score < self.score if self.lower_is_better
+                                           else score > self.score):
             return False
         # Written beside the old copy, then swapped in: a crash leaves one complete copy.
         staging = f"{self.directory}.tmp{os.getpid()}"
@@ -121,7 +199,7 @@ class BestCheckpoint:
             return False
         self.results = read_eval_results(os.path.join(self.directory, RESULTS_FILE))
         tf.train.Checkpoint(model=model).read(prefix).assert_existing_objects_matched()
-        logger.info("restored the best weights (%s = %.4f at step %d) from %s", self.metric,
+        logger.info("restored the best weights (%s = %s at step %d) from %s", self.metric,
                     self.score, int(self.results.get("global_step", -1)), self.directory)
         return True
 
@@ -134,7 +212,7 @@ def train_and_evaluate(trainer: Trainer, train_dataset_fn: Callable,
     `evaluate()` returns the task's metrics for the model as it stands (`eval_` prefixed keys);
     `best_metric` names the one to keep the best weights by.
     """
-    best = BestCheckpoint(options.output_dir, best_metric) if best_metric else None
+    best = BestCheckpoint(trainer.work_dir, best_metric) if best_metric else None
     last = {}
 
     def on_loop_end(step, train_metrics):
@@ -155,14 +233,21 @@ def train_and_evaluate(trainer: Trainer, train_dataset_fn: Callable,
     return last or None
 
 
-def evaluate_and_record(trainer: Trainer, evaluate: Callable[[], dict], output_dir: str) -> dict:
-    """Run `evaluate()`, add `global_step`, write eval_results.txt and TensorBoard's eval/."""
+def evaluate_and_record(trainer: Trainer, evaluate: Callable[[], dict], output_dir: str,
+                        step: int | None = None) -> dict:
+    """Run `evaluate()`, add `global_step` (the trainer's, unless `step` says which weights
+    these are), write eval_results.txt and TensorBoard's eval/."""
+    step = trainer.global_step if step is None else step
     results = dict(evaluate())
-    trainer._summary("eval", results, trainer.global_step)
-    results["global_step"] = trainer.global_step
+    trainer._summary("eval", results, step)
+    results["global_step"] = step
     if trainer.is_chief:
         write_eval_results(os.path.join(output_dir, RESULTS_FILE), results)
     return results
+
+
+def lower_is_better(metric: str) -> bool:
+    return "loss" in metric or "error" in metric
 
 
 def read_eval_results(path: str) -> dict:

@@ -54,6 +54,7 @@ class TrainerConfig:
     # Loops also end at the steps round(k * callback_every_steps), k = 1, 2, ..., so that
     # `on_loop_end` can act there (evaluate at each epoch's end: examples / batch, a fraction).
     callback_every_steps: float = 0
+    save_at_callbacks: bool = False  # also checkpoint there (short fine-tuning runs)
     # Save the input iterator's state in checkpoints (one replica). False: on resume, rebuild the
     # (seeded, deterministic) pipeline and skip the batches already used, as several replicas do.
     checkpoint_iterator: bool = True
@@ -87,10 +88,15 @@ class Trainer:
                                   reduce_retracing=True)
         self._writers = {}
         self.is_chief = is_chief(strategy)
+        # The optimiser's slots are made now, under the strategy: made lazily inside the first
+        # training step, several local replicas (MirroredStrategy) fail ("You must feed a value
+        # for placeholder tensor ...").
+        if not optimizer.built:
+            with strategy.scope():
+                optimizer.build(model.trainable_variables)
         # Every worker takes part in saving a checkpoint (it is a collective operation); only the
         # chief's copy lands in output_dir, the others write to a scratch folder of their own.
-        self._checkpoint_dir = config.output_dir if self.is_chief else os.path.join(
-            config.output_dir, f"worker_{strategy.cluster_resolver.task_id}_scratch")
+        self.work_dir = worker_dir(strategy, config.output_dir)
 
     # ------------------------------------------------------------------------- replica math
     def _replica_gradients(self, batch):
@@ -161,7 +167,7 @@ class Trainer:
         if iterator is not None:
             objects["train_iterator"] = iterator
         checkpoint = tf.train.Checkpoint(**objects)
-        manager = tf.train.CheckpointManager(checkpoint, self._checkpoint_dir,
+        manager = tf.train.CheckpointManager(checkpoint, self.work_dir,
                                              max_to_keep=self.config.keep_checkpoint_max,
                                              checkpoint_name="ckpt")
         return checkpoint, manager
@@ -197,7 +203,7 @@ class Trainer:
         step = self.global_step
         if not single:
             iterator = iter(self.strategy.distribute_datasets_from_function(
-                lambda context: dataset_fn(context).skip(step)))
+                lambda context: dataset_fn(context).skip(step * _elements_per_update(context))))
         metrics = {}
         while step < cfg.num_train_steps:
             n = min(cfg.steps_per_loop, cfg.num_train_steps - step,
@@ -221,7 +227,8 @@ class Trainer:
                         cfg.num_train_steps,
                         " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), lr, speed,
                         _duration(eta))
-            if step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps:
+            if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
+                    or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
                 path = manager.save(checkpoint_number=step)
                 logger.info("saved %s", path)
             if on_loop_end:
@@ -261,6 +268,11 @@ class Trainer:
         return manager.latest_checkpoint
 
 
+def _elements_per_update(context) -> int:
+    """Dataset elements one update takes from each input pipeline: one per local replica."""
+    return max(1, context.num_replicas_in_sync // context.num_input_pipelines)
+
+
 def next_boundary(step: int, every: float) -> float:
     """The first step after `step` of the form round(k * every), k >= 1 (inf if every <= 0)."""
     if every <= 0:
@@ -280,6 +292,14 @@ def write_eval_results(path: str, results: dict) -> None:
     """`key = value` lines in sorted order, as the original writes eval_results.txt."""
     from modeling.atomic_files import write_text
     write_text(path, "".join(f"{key} = {results[key]}\n" for key in sorted(results)))
+
+
+def worker_dir(strategy, output_dir: str) -> str:
+    """`output_dir` for the chief; a scratch folder inside it for the other workers, which take
+    part in collective saves but whose copies nobody reads."""
+    if is_chief(strategy):
+        return output_dir
+    return os.path.join(output_dir, f"worker_{strategy.cluster_resolver.task_id}_scratch")
 
 
 def is_chief(strategy) -> bool:

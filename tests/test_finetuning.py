@@ -24,7 +24,7 @@ def features(n=70, seed=0):
             "is_real_example": np.ones(n, np.int64), "example_index": np.arange(n, dtype=np.int32)}
 
 
-def build(output_dir, steps=12, evaluate_every=0):
+def build(output_dir, steps=12, evaluate_every=0, strategy=None):
     import keras
 
     keras.utils.set_random_seed(11)
@@ -35,9 +35,11 @@ def build(output_dir, steps=12, evaluate_every=0):
         num_warmup_steps=2, train_batch_size=8, steps_per_epoch=70 / 8,
         eval_every_steps=evaluate_every, save_checkpoints_steps=4, steps_per_loop=3)
     trainer = finetuning.build_trainer(lambda: BertClassifier(BertEncoder(config), 3),
-                                       ClassificationTask(), get_strategy("one_device"), options)
+                                       ClassificationTask(), strategy or get_strategy("one_device"),
+                                       options)
     data = features()
-    return trainer, options, lambda context: classifier_dataset(data, 8, True, seed=5)
+    return trainer, options, lambda context: classifier_dataset(
+        data, context.get_per_replica_batch_size(8), True, seed=5, input_context=context)
 
 
 def weights(model):
@@ -114,3 +116,86 @@ def test_predict_returns_every_example_in_order(tmp_path):
               "input_type_ids": tf.constant(data["segment_ids"])}
     np.testing.assert_allclose(outputs["logits"], trainer.model(inputs)["logits"].numpy(),
                                atol=1e-5)
+
+
+MIRRORED = r"""
+import sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+sys.path.insert(0, sys.argv[1])
+from tests import test_finetuning as t
+from modeling import finetuning
+from data_gen.classifier_features import classifier_dataset
+
+out = sys.argv[2]
+mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+trainer, options, dataset_fn = t.build(out + "/straight", strategy=mirrored)
+assert trainer.strategy.num_replicas_in_sync == 2
+# 21 examples at 4 per replica: the last global batch is padded; nothing is lost or repeated.
+data = t.features(n=21)
+outputs = trainer.predict(lambda context: classifier_dataset(data, 4, False,
+                                                             input_context=context))
+real = outputs["example_index"] >= 0
+assert sorted(outputs["example_index"][real].tolist()) == list(range(21)), outputs["example_index"]
+single = trainer.model({"input_word_ids": data["input_ids"], "input_mask": data["input_mask"],
+                        "input_type_ids": data["segment_ids"]})["logits"].numpy()
+order = np.argsort(outputs["example_index"][real])
+np.testing.assert_allclose(outputs["logits"][real][order], single, atol=1e-5)
+
+finetuning.train_and_evaluate(trainer, dataset_fn, None, options)
+straight = [v.numpy() for v in trainer.model.weights]
+trainer, options, dataset_fn = t.build(out + "/resumed", strategy=mirrored)
+class Stop(Exception):
+    pass
+def stop(step, metrics):
+    if step > 4:
+        raise Stop
+try:
+    trainer.train(dataset_fn, stop)
+except Stop:
+    pass
+trainer, options, dataset_fn = t.build(out + "/resumed", strategy=mirrored)
+finetuning.train_and_evaluate(trainer, dataset_fn, None, options)
+for a, b in zip(straight, [v.numpy() for v in trainer.model.weights]):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+print("MIRRORED OK")
+"""
+
+
+def test_two_replicas_predict_every_example_and_resume_in_step(tmp_path):
+    """MirroredStrategy on two logical CPUs: padded evaluation batches, and a resumed run that
+    skips two dataset elements per update (one per replica) ends at the uninterrupted weights."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    result = subprocess.run([sys.executable, "-c", MIRRORED, str(REPO), str(tmp_path)],
+                            capture_output=True, text=True, cwd=REPO)
+    assert "MIRRORED OK" in result.stdout, result.stderr[-3000:]
+
+
+def test_fine_tuning_starts_from_a_pretraining_runs_checkpoint(tmp_path):
+    """--init_checkpoint=<a run_pretraining output_dir>: the encoder is taken, the head is new."""
+    import keras
+
+    from modeling import checkpoints
+    from modeling.models import BertPretrainer
+
+    keras.utils.set_random_seed(1)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=SEQ)
+    pretrainer = BertPretrainer(BertEncoder(config))
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(pretrainer.trainable_variables)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=pretrainer, optimizer=optimizer),
+                               str(tmp_path), 1, checkpoint_name="ckpt").save(checkpoint_number=7)
+    classifier = BertClassifier(BertEncoder(config), 3)
+    report = checkpoints.load_initial_weights(classifier, tmp_path, allow_new_heads=True)
+    for a, b in zip(pretrainer.encoder.weights, classifier.encoder.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert sorted(report.initialised) == sorted(v.path for v in classifier.head.weights)
+    with pytest.raises(checkpoints.CheckpointError, match="different model"):
+        checkpoints.load_initial_weights(BertClassifier(BertEncoder(config), 3), tmp_path)

@@ -126,12 +126,16 @@ def test_features_are_reused_until_an_input_changes(mrpc_run, tmp_path):
     # Evaluation alone restores the best weights and scores them as during training.
     assert results(out / "eval_results.txt")["eval_main"] == pytest.approx(
         results(out / "best" / "eval_results.txt")["eval_main"], abs=1e-6)
-    copy = tmp_path / "out"  # a copy, so that the module's other tests keep their files
+    # Copies, so that the module's other tests keep their files; one dev sentence edited.
+    copy, data = tmp_path / "out", tmp_path / "data"
     shutil.copytree(out, copy)
+    shutil.copytree(mrpc_run["data"], data)
+    dev = (data / "dev.tsv").read_bytes().replace(b"pie business", b"cake business", 1)
+    (data / "dev.tsv").write_bytes(dev)
     changed = run_classifier(*[f for f in mrpc_run["flags"] if not f.startswith(
-        ("--max_seq_length", "--output_dir"))], "--max_seq_length=48", f"--output_dir={copy}",
+        ("--data_dir", "--output_dir"))], f"--data_dir={data}", f"--output_dir={copy}",
         "--do_eval")
-    assert "rebuilding dev features" in changed.stderr and "max_seq_length" in changed.stderr
+    assert "rebuilding dev features" in changed.stderr and "dev.tsv changed" in changed.stderr
 
 
 FRESH_PROCESS = r"""
@@ -291,3 +295,34 @@ def test_generic_csv_task_with_labels_from_train(shared_data, tiny_checkpoint, t
                        "probability_meh"]
     assert [row[0] for row in rows[1:]] == [f"r{i}" for i in range(8)]
     assert "eval_accuracy" in results(out / "eval_results.txt")
+
+
+def test_a_reused_output_dir_must_hold_the_same_run(mrpc_run, tmp_path):
+    copy = tmp_path / "out"
+    shutil.copytree(mrpc_run["out"], copy)
+    flags = [f for f in mrpc_run["flags"] if not f.startswith(("--output_dir", "--learning_rate"))]
+    result = run_classifier(*flags, f"--output_dir={copy}", "--learning_rate=3e-4", "--do_train",
+                            check=False)
+    assert result.returncode != 0
+    assert "learning_rate was 0.001, now 0.0003" in result.stderr
+    other_task = run_classifier(*[f for f in flags if not f.startswith("--task_name")],
+                                "--task_name=RTE", f"--output_dir={copy}", "--do_eval",
+                                check=False)
+    assert other_task.returncode != 0 and "task was 'mrpc', now 'rte'" in other_task.stderr
+
+
+def test_evaluation_needs_a_trained_head(mrpc_run, tmp_path):
+    flags = [f for f in mrpc_run["flags"] if not f.startswith("--output_dir")]
+    result = run_classifier(*flags, f"--output_dir={tmp_path / 'fresh'}", "--do_eval",
+                            check=False)
+    assert result.returncode != 0
+    assert "no trained weights" in result.stderr and "output_weights" in result.stderr
+
+
+def test_unknown_best_metric_is_refused_before_training(mrpc_run, tmp_path):
+    flags = [f for f in mrpc_run["flags"] if not f.startswith("--output_dir")]
+    result = run_classifier(*flags, f"--output_dir={tmp_path / 'out'}", "--do_train",
+                            "--do_eval", "--best_metric=eval_matthews_corr", check=False)
+    assert result.returncode != 0
+    assert "--best_metric=eval_matthews_corr" in result.stderr and "eval_f1" in result.stderr
+    assert not (tmp_path / "out" / "train.tf_record").exists()
