@@ -57,7 +57,8 @@ def define_flags(max_seq_length: int = 128, learning_rate: float = 5e-5,
     flags.DEFINE_string("export_dir", None, "Write a SavedModel for serving here.")
     flags.DEFINE_integer("keep_checkpoint_max", 1, "Training checkpoints to keep (for resuming).")
     flags.DEFINE_integer("steps_per_loop", None, "Alias of --iterations_per_loop.")
-    flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "AdamWeightDecay (original) or LAMB.")
+    flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"],
+                      "AdamWeightDecay (original) or LAMB.")
     flags.DEFINE_integer("num_accumulation_steps", 1,
                          "Micro-batches per update; --train_batch_size is the whole update.")
     flags.DEFINE_enum("dtype", "float32", ["float32", "mixed_float16", "mixed_bfloat16"],

@@ -1,4 +1,4 @@
-"""Sentence (pair) examples -> the original's classifier features, their TFRecords, and tf.data input.
+"""Sentence (pair) examples -> the original's classifier features, TFRecords and tf.data input.
 
 Conversion is the original `convert_single_example`: WordPiece both texts, trim a pair by popping
 from the end of the longer one (B on a tie) to `max_seq_length - 3` tokens, a single text to

@@ -51,7 +51,8 @@ def cached_records(path: str, key: dict, make_records: Callable[[], Iterable[byt
         if previous.get("key") == key:
             logger.info("reusing %s in %s (%d records)", what, path, previous["num_records"])
             return previous["num_records"]
-        logger.info("rebuilding %s in %s: %s changed", what, path, _difference(previous["key"], key))
+        logger.info("rebuilding %s in %s: %s changed", what, path,
+                    _difference(previous["key"], key))
     if os.path.exists(meta_path):
         os.remove(meta_path)  # the records are about to change: the old fingerprint is void
     with ShardedRecordWriter([path]) as writer:

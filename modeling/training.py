@@ -7,13 +7,15 @@ update), optional XLA (`jit_compile`) for the forward/backward pass, loss scalin
 mixed_float16. Every `save_checkpoints_steps` it writes a checkpoint of the model, the optimiser
 (with its step) and, on one replica, the input iterator's state, keeping the newest
 `keep_checkpoint_max`; a new Trainer on the same `output_dir` resumes from the newest one in the
-same data order (several replicas: TensorFlow cannot checkpoint a distributed iterator, so the
-seeded input pipeline is rebuilt and the batches already consumed are skipped). A non-finite loss stops
-the run before anything is saved, naming the step and the last good checkpoint.
+same data order (several replicas, or `checkpoint_iterator=False`: the seeded input pipeline is
+rebuilt and the batches already consumed are skipped, since TensorFlow cannot checkpoint a
+distributed iterator). A non-finite loss stops the run before anything is saved, naming the step
+and the last good checkpoint. Loops can also end at chosen steps (`callback_every_steps`, e.g.
+each epoch's end), where `on_loop_end` evaluates, and `predict` collects a task's outputs.
 
 A task supplies `loss_and_metrics(model, batch, training) -> (loss, {name: (sum, count)})`: the
 metrics are ratios of sums, added across replicas and steps, so they are exact over any number of
-batches and devices.
+batches and devices. For `predict` it supplies `predict_step(model, batch) -> {name: tensor}`.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The shared fine-tuning loop: resume without checkpointing the iterator, evaluation points, best."""
+"""The shared fine-tuning loop: resume without the iterator's state, evaluation points, best."""
 import numpy as np
 import pytest
 import tensorflow as tf

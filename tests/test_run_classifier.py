@@ -89,7 +89,8 @@ def mrpc_run(tmp_path_factory, shared_data, tiny_checkpoint):
 def test_training_evaluates_every_epoch_and_keeps_the_best(mrpc_run):
     out, log = mrpc_run["out"], mrpc_run["log"]
     # 96 examples at batch 16: 6 steps an epoch, 12 in all, evaluated at steps 6 and 12.
-    assert "evaluation at step 6 (epoch 1.00)" in log and "evaluation at step 12 (epoch 2.00)" in log
+    assert "evaluation at step 6 (epoch 1.00)" in log
+    assert "evaluation at step 12 (epoch 2.00)" in log
     final = results(out / "eval_results.txt")
     assert final["global_step"] == 12
     assert set(final) >= {"eval_accuracy", "eval_f1", "eval_acc_and_f1", "eval_loss", "eval_main"}
