@@ -12,8 +12,8 @@ reads them in a fresh seeded permutation every epoch (a full shuffle, where the 
 through a 100-record buffer), the order being a function of the seed and the step alone, so a
 resumed run rebuilds it and skips exactly the batches it had used. Each batch is cut to its
 longest example (rounded up to a multiple of 8) instead of `max_seq_length`: padded positions are
-masked out of attention, so the outputs are the same, and short-sentence tasks train several
-times faster.
+masked out of attention, so the outputs are the same, and training steps run 1.6x (MRPC) to 2.8x
+(SST-2) faster (bench/trim_padding.py).
 """
 from __future__ import annotations
 
