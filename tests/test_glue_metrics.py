@@ -200,16 +200,6 @@ def test_ranks_of_integer_and_float_values_agree():
     np.testing.assert_array_equal(gm.ranks(values), brute_ranks(values))
 
 
-def test_against_scipy_when_available():
-    stats = pytest.importorskip("scipy.stats")
-    rng = np.random.default_rng(3)
-    x = rng.integers(0, 5, 200).astype(float)
-    y = x + rng.integers(-2, 3, 200)
-    np.testing.assert_allclose(gm.ranks(x), stats.rankdata(x, method="average"))
-    assert gm.pearson(x, y) == pytest.approx(stats.pearsonr(x, y)[0], abs=1e-12)
-    assert gm.spearman(x, y) == pytest.approx(stats.spearmanr(x, y)[0], abs=1e-12)
-
-
 # ---------------------------------------------------------------------------- glue_metrics
 
 
