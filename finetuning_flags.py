@@ -8,9 +8,9 @@ flags. `options(...)` turns the parsed flags and the training-set size into
 """
 from __future__ import annotations
 
-import logging
-
 from absl import app, flags
+
+import runner_flags
 
 FLAGS = flags.FLAGS
 
@@ -40,33 +40,17 @@ def define_flags(max_seq_length: int = 128, learning_rate: float = 5e-5,
     flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every this many steps.")
     flags.DEFINE_integer("iterations_per_loop", 100, "Steps per host loop and progress line "
                          "(the original's name; its default was 1000, for TPUs).")
-    flags.DEFINE_bool("use_tpu", False, "Same as --distribution_strategy=tpu.")
-    flags.DEFINE_string("tpu_name", None, "TPU name or address (grpc://...).")
-    flags.DEFINE_string("tpu_zone", None, "Accepted for compatibility; the TPU resolver finds it.")
-    flags.DEFINE_string("gcp_project", None, "Accepted for compatibility.")
-    flags.DEFINE_string("master", None, "Accepted for compatibility (use --tpu_name).")
-    flags.DEFINE_integer("num_tpu_cores", 8, "Accepted for compatibility.")
     # Also in the original's pretraining runner; given explicitly they override the epochs.
     flags.DEFINE_integer("num_train_steps", None, "Updates (default: from the epochs).")
     flags.DEFINE_integer("num_warmup_steps", None, "Warmup updates (default: from the proportion).")
-    # Beyond the original.
+    # Beyond the original (and the engine's flags, shared with run_pretraining.py).
+    runner_flags.define_engine_flags()
     flags.DEFINE_integer("eval_every_steps", 0, "Evaluate every this many steps during training "
                          "(0: at the end of every epoch).")
     flags.DEFINE_bool("use_best_checkpoint", True, "Predict and export with the weights that "
                       "scored best on the dev split (in output_dir/best/), not the last ones.")
     flags.DEFINE_string("export_dir", None, "Write a SavedModel for serving here.")
     flags.DEFINE_integer("keep_checkpoint_max", 1, "Training checkpoints to keep (for resuming).")
-    flags.DEFINE_integer("steps_per_loop", None, "Alias of --iterations_per_loop.")
-    flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"],
-                      "AdamWeightDecay (original) or LAMB.")
-    flags.DEFINE_integer("num_accumulation_steps", 1,
-                         "Micro-batches per update; --train_batch_size is the whole update.")
-    flags.DEFINE_enum("dtype", "float32", ["float32", "mixed_float16", "mixed_bfloat16"],
-                      "Compute precision; variables, LayerNorm, softmax and losses stay float32.")
-    flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward and backward pass.")
-    flags.DEFINE_enum("distribution_strategy", "one_device",
-                      ["one_device", "mirrored", "multi_worker_mirrored", "tpu"],
-                      "How to spread the work (multi_worker_mirrored reads TF_CONFIG).")
     flags.DEFINE_bool("trim_padding", True, "Cut each batch to its longest example (same "
                       "outputs, faster); off: every batch is max_seq_length wide, as the original.")
     flags.DEFINE_integer("random_seed", 12345, "Seed of the head's initialisation, dropout and "
@@ -122,12 +106,6 @@ def strategy():
     from modeling.distribution import get_strategy
 
     return get_strategy("tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy, FLAGS.tpu_name)
-
-
-def setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("tensorflow", "absl"):  # TensorFlow's own INFO lines (checkpoint sharding...)
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def model_files():

@@ -19,6 +19,7 @@ import os
 from absl import app, flags
 
 import finetuning_flags
+import runner_flags
 from modeling import environment  # noqa: F401  (before TensorFlow)
 
 FLAGS = flags.FLAGS
@@ -161,7 +162,7 @@ def main(argv):
     from modeling.models import BertClassifier
     from modeling.training import worker_dir
 
-    finetuning_flags.setup_logging()
+    runner_flags.setup_logging()
     finetuning_flags.check_common()
     for name in ("task_name", "data_dir"):
         if not FLAGS[name].value:

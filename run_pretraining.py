@@ -18,6 +18,8 @@ import os
 
 from absl import app, flags
 
+import runner_flags
+
 from modeling import environment  # noqa: F401  (before TensorFlow)
 
 FLAGS = flags.FLAGS
@@ -41,24 +43,9 @@ flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warmup updates.")
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every this many updates.")
 flags.DEFINE_integer("iterations_per_loop", 1000, "Updates per host loop (the original's name).")
 flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval batches.")
-flags.DEFINE_bool("use_tpu", False, "Same as --distribution_strategy=tpu.")
-flags.DEFINE_string("tpu_name", None, "TPU name or address (grpc://...).")
-flags.DEFINE_string("tpu_zone", None, "Accepted for compatibility; the TPU resolver finds it.")
-flags.DEFINE_string("gcp_project", None, "Accepted for compatibility; the TPU resolver finds it.")
-flags.DEFINE_string("master", None, "Accepted for compatibility (use --tpu_name).")
-flags.DEFINE_integer("num_tpu_cores", 8, "Accepted for compatibility; TPUStrategy counts cores.")
 
-# Beyond the original.
-flags.DEFINE_integer("steps_per_loop", None, "Alias of --iterations_per_loop.")
-flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "AdamWeightDecay (original) or LAMB.")
-flags.DEFINE_integer("num_accumulation_steps", 1,
-                     "Micro-batches per update; --train_batch_size is the whole update.")
-flags.DEFINE_enum("dtype", "float32", ["float32", "mixed_float16", "mixed_bfloat16"],
-                  "Compute precision; variables, LayerNorm, softmax and losses stay float32.")
-flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward and backward pass.")
-flags.DEFINE_enum("distribution_strategy", "one_device",
-                  ["one_device", "mirrored", "multi_worker_mirrored", "tpu"],
-                  "How to spread the work (multi_worker_mirrored reads TF_CONFIG).")
+# Beyond the original (and the engine's flags, shared with the fine-tuning runners).
+runner_flags.define_engine_flags()
 flags.DEFINE_bool("dynamic_masking", False, "Mask afresh at input time instead of the records' "
                   "static masks (needs --vocab_file).")
 flags.DEFINE_string("vocab_file", None, "vocab.txt: needed by --dynamic_masking; copied to "
@@ -141,9 +128,7 @@ def main(argv):
     from modeling.pretraining_task import PretrainingTask
     from modeling.training import Trainer, TrainerConfig, write_eval_results
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("tensorflow", "absl"):  # TensorFlow's own INFO lines (checkpoint sharding...)
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    runner_flags.setup_logging()
     for name in ("bert_config_file", "input_file", "output_dir"):
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")

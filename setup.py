@@ -13,9 +13,9 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=["modeling", "data_gen"],
-    # finetuning_flags: the flags every fine-tuning runner shares (runners are the only modules
-    # that define flags, so it sits beside them).
-    py_modules=RUNNERS + ["finetuning_flags"],
+    # runner_flags (every runner) and finetuning_flags (the fine-tuning runners): shared flags.
+    # Runners are the only modules that define flags, so these sit beside them.
+    py_modules=RUNNERS + ["runner_flags", "finetuning_flags"],
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "tensorflow-text>=2.21,<2.22",
