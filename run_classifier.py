@@ -19,7 +19,7 @@ import os
 from absl import app, flags
 
 import finetuning_flags
-import runner_flags
+import finetuning_runner
 from modeling import environment  # noqa: F401  (before TensorFlow)
 
 FLAGS = flags.FLAGS
@@ -151,118 +151,72 @@ def prediction_file(kind: str, split: str, splits: list) -> str:
 
 def main(argv):
     del argv
-    import keras
-    import tensorflow as tf
-
     from data_gen.tokenization import FullTokenizer
     from modeling import finetuning, serving
     from modeling.classification_task import ClassificationTask
-    from modeling.distribution import set_precision
     from modeling.encoder import BertEncoder
     from modeling.models import BertClassifier
-    from modeling.training import worker_dir
 
-    runner_flags.setup_logging()
-    finetuning_flags.check_common()
-    for name in ("task_name", "data_dir"):
-        if not FLAGS[name].value:
-            raise app.UsageError(f"--{name} is required")
+    run = finetuning_runner.set_up(required=("task_name", "data_dir"))
     processor, processor_options = make_processor()
-    config, vocab_file = finetuning_flags.model_files()
-    if FLAGS.max_seq_length > config.max_position_embeddings:
-        raise app.UsageError(f"--max_seq_length={FLAGS.max_seq_length} exceeds the model's "
-                             f"max_position_embeddings={config.max_position_embeddings}")
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
-    keras.utils.set_random_seed(FLAGS.random_seed)
-    set_precision(FLAGS.dtype)
-    strategy = finetuning_flags.strategy()
-    work_dir = worker_dir(strategy, FLAGS.output_dir)  # outputs: the chief's; others: scratch
-    chief = work_dir == FLAGS.output_dir
-    os.makedirs(work_dir, exist_ok=True)
-
-    tokenizer = FullTokenizer(vocab_file, do_lower_case=FLAGS.do_lower_case)
+    tokenizer = FullTokenizer(run.vocab_file, do_lower_case=FLAGS.do_lower_case)
     labels = [] if processor.is_regression else list(processor.get_labels(FLAGS.data_dir))
     # What decides the features and the head; an output_dir holds one such run.
     identity = {"task": processor.name, "processor_options": processor_options,
                 "labels": labels, "max_seq_length": FLAGS.max_seq_length,
                 "do_lower_case": FLAGS.do_lower_case}
     task = ClassificationTask(regression=not labels)
-    features = SplitFeatures(processor, identity, tokenizer, vocab_file, work_dir)
+    features = SplitFeatures(processor, identity, tokenizer, run.vocab_file, run.work_dir)
     eval_splits = processor.eval_splits()
     best_metric = FLAGS.best_metric or ("eval_main" if len(eval_splits) == 1
                                         else f"eval_{eval_splits[0]}_main")
     check_best_metric(best_metric, processor.name, eval_splits, task)
-    run_config(identity, None)  # before any file of another run is touched
+    finetuning_runner.record_run(identity)  # before any file of another run is touched
     train = features(processor.train_split()) if FLAGS.do_train else None
     evals = {split: features(split) for split in eval_splits} if FLAGS.do_eval else {}
     options = finetuning_flags.options(len(train["example_index"]) if train else None,
-                                       strategy.num_replicas_in_sync)
-    run_config(identity, {
-        "init_checkpoint": FLAGS.init_checkpoint, "learning_rate": options.learning_rate,
-        "train_batch_size": options.train_batch_size, "num_train_steps": options.num_train_steps,
-        "num_warmup_steps": options.num_warmup_steps, "random_seed": FLAGS.random_seed}
-        if train else None)
+                                       run.strategy.num_replicas_in_sync)
+    finetuning_runner.record_run(identity, options if train else None)
     logger.info("%s: %s on %d replica(s); %s", processor.name,
                 f"{len(train['example_index'])} training examples, {options.num_train_steps} "
                 f"steps ({options.num_warmup_steps} warmup)" if train else "no training",
-                strategy.num_replicas_in_sync,
+                run.strategy.num_replicas_in_sync,
                 ", ".join(f"{s}: {len(f['example_index'])}" for s, f in evals.items()) or
                 "no evaluation")
     trainer = finetuning.build_trainer(
-        lambda: BertClassifier(BertEncoder(config), num_labels=len(labels) or 1), task,
-        strategy, options)
-    trim = FLAGS.trim_padding and not isinstance(strategy, tf.distribute.TPUStrategy)
+        lambda: BertClassifier(BertEncoder(run.config), num_labels=len(labels) or 1), task,
+        run.strategy, options)
 
     def evaluate() -> dict:
         results = {}
         for split, split_features in evals.items():
             prefix = "eval_" if len(evals) == 1 else f"eval_{split}_"
-            logits = predict_logits(trainer, split_features, FLAGS.eval_batch_size, trim)
+            logits = predict_logits(trainer, split_features, FLAGS.eval_batch_size, run.trim)
             results.update(split_metrics(task, processor.name, logits, split_features, prefix))
         return results
 
-    if FLAGS.do_train:
-        finetuning.train_and_evaluate(
-            trainer, dataset_fn(train, FLAGS.train_batch_size, True, trim),
-            evaluate if evals else None, options, best_metric if evals else None)
-    try:
-        weights, step = finetuning.choose_weights(trainer, best_metric, trained=FLAGS.do_train,
-                                                  evaluated=bool(evals),
-                                                  use_best=FLAGS.use_best_checkpoint)
-    except finetuning.NoTrainedWeightsError as e:
-        raise app.UsageError(str(e)) from None
-    logger.info("using %s", weights)
-    if evals and not FLAGS.do_train:
-        results = finetuning.evaluate_and_record(trainer, evaluate, FLAGS.output_dir, step)
-        logger.info("evaluation of %s: %s", weights, finetuning.format_results(results))
-    if not chief:
+    finetuning_runner.fit(
+        trainer, dataset_fn(train, FLAGS.train_batch_size, True, run.trim) if train else None,
+        evaluate if evals else None, options, best_metric)
+    if not run.chief:
         return
     for split, split_features in evals.items():  # what the kept weights predict on dev
         write_predictions(prediction_file("eval_predictions", split, eval_splits),
                           processor.get_examples(FLAGS.data_dir, split),
-                          predict_logits(trainer, split_features, FLAGS.eval_batch_size, trim),
-                          labels)
+                          predict_logits(trainer, split_features, FLAGS.eval_batch_size,
+                                         run.trim), labels)
     if FLAGS.do_predict:
         test_splits = processor.test_splits()
         for split in test_splits:
             path = prediction_file("test_results", split, test_splits)
             write_predictions(path, processor.get_examples(FLAGS.data_dir, split),
                               predict_logits(trainer, features(split), FLAGS.predict_batch_size,
-                                             trim), labels)
-            logger.info("predictions of %s for %s: %s", weights, split, path)
+                                             run.trim), labels)
+            logger.info("predictions for %s: %s", split, path)
     if FLAGS.export_dir:
         serving.save(serving.ClassifierServing(
-            trainer.model, vocab_file, FLAGS.do_lower_case, FLAGS.max_seq_length, labels,
-            pair=processor.is_pair()), FLAGS.export_dir, {"vocab.txt": vocab_file})
-
-
-def run_config(identity: dict, training: dict | None) -> None:
-    from modeling import finetuning
-
-    try:
-        finetuning.check_run_config(FLAGS.output_dir, identity, training)
-    except finetuning.RunConfigError as e:
-        raise app.UsageError(str(e)) from None
+            trainer.model, run.vocab_file, FLAGS.do_lower_case, FLAGS.max_seq_length, labels,
+            pair=processor.is_pair()), FLAGS.export_dir, {"vocab.txt": run.vocab_file})
 
 
 def check_best_metric(metric: str, task_name: str, eval_splits: list, task) -> None:
