@@ -3,7 +3,7 @@ from setuptools import setup
 
 # The runners are top-level modules, as in the original; each is added here when it lands and is
 # then also installed as a console script of the same name (its `console_main`).
-RUNNERS = ["run_pretraining", "run_classifier"]
+RUNNERS = ["run_pretraining", "run_classifier", "run_squad"]
 
 setup(
     name="bert-tf2",
@@ -13,9 +13,10 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=["modeling", "data_gen"],
-    # runner_flags (every runner) and finetuning_flags (the fine-tuning runners): shared flags.
-    # Runners are the only modules that define flags, so these sit beside them.
-    py_modules=RUNNERS + ["runner_flags", "finetuning_flags"],
+    # runner_flags (every runner) and finetuning_flags (the fine-tuning runners): shared flags;
+    # finetuning_runner: the fine-tuning runners' shared main steps. Runners are the only modules
+    # that define or read flags, so these sit beside them.
+    py_modules=RUNNERS + ["runner_flags", "finetuning_flags", "finetuning_runner"],
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "tensorflow-text>=2.21,<2.22",

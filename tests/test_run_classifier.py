@@ -18,30 +18,6 @@ import pytest
 
 from tests.conftest import REPO
 
-TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "intermediate_size": 64, "max_position_embeddings": 128, "type_vocab_size": 2,
-        "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
-        "initializer_range": 0.02}
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory, minilm_dir):
-    """A random TF1 checkpoint (bert_config.json, vocab.txt, bert_model.ckpt.*)."""
-    import keras
-
-    from modeling import checkpoints
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-
-    folder = tmp_path_factory.mktemp("tiny_bert")
-    keras.utils.set_random_seed(3)
-    config = BertConfig.from_dict(TINY)
-    encoder = BertEncoder(config)
-    checkpoints.save_tf1_checkpoint(encoder, str(folder / "bert_model.ckpt"))
-    config.to_json_file(str(folder / "bert_config.json"))
-    checkpoints.copy_vocab(str(minilm_dir / "vocab.txt"), str(folder))
-    return folder
-
 
 def glue_slice(shared_data, task, destination, rows):
     """The first `rows[split]` data rows of each split, header (and BOM) kept as GLUE ships them."""
