@@ -15,6 +15,9 @@ assembled from smaller ops, with every character class generated from the predic
   ideographs as words -> FastWordpieceTokenizer (greedy longest-match-first) -> a word over 200
   characters becomes one [UNK].
 
+`GraphTokenizer.tokenize_with_offsets` also gives each token's span in the input, the spans of the
+Python `FullTokenizer.tokenize_with_offsets` (SQuAD serving answers with a span of the context).
+
 A SavedModel that uses these layers runs wherever `import tensorflow_text` has registered its ops.
 """
 import functools
@@ -86,6 +89,74 @@ class _PreprocessingLayer(keras.layers.Layer):
         self.built = True
 
 
+@functools.cache
+def _chunk_break_pattern() -> str:
+    """Characters that end the Python tokenizer's whitespace-free chunks: word separators, and CJK
+    ideographs (each a chunk of its own)."""
+    return _re2_class(tokenization.code_point_ranges(tokenization.separates_words)
+                      + list(tokenization.CJK_RANGES))
+
+
+class _CharacterSpans:
+    """The input's characters (flat over the batch), each normalised on its own, to map bytes of
+    the normalised text back to the characters they came from.
+
+    Characters are grouped as a kept one (non-empty once normalised; or a row's first) followed
+    by the empty ones after it: dropped characters, which belong to no token, and stripped
+    accents, which Python's `_strip_accents` gives to the kept character before them or, when
+    the group opens a chunk (it starts with a separator, a CJK ideograph or the row), to the
+    chunk's first kept character after them.
+    """
+
+    def __init__(self, tokenizer: "GraphTokenizer", code_points: tf.RaggedTensor):
+        self.text = tf.strings.unicode_encode(tf.expand_dims(code_points.flat_values, -1), "UTF-8")
+        size = tf.cast(tf.strings.length(tokenizer._normalized(self.text)), tf.int64)
+        count = tf.size(self.text, out_type=tf.int64)
+        index = tf.range(count)
+        self.end = tf.cumsum(size)  # where each character's bytes end in the normalised texts
+        self.begin = self.end - size
+        self.row_first = index == tf.gather(code_points.row_starts(), code_points.value_rowids())
+        self.breaks = tf.strings.regex_full_match(self.text, _chunk_break_pattern())
+        kept = size > 0
+        accent = ~kept & ~tf.strings.regex_full_match(self.text, tokenizer._patterns.dropped)
+        leader = kept | self.row_first
+        self.group = tf.cumsum(tf.cast(leader, tf.int64)) - 1
+        # Python takes the origin of the first mark after NFD's canonical reordering: the first
+        # character holding the first code point of the NFD of the group's marks.
+        marks = tf.strings.unsorted_segment_join(
+            tf.where(accent, self.text, ""), self.group, count)
+        first_mark = tf.strings.unicode_decode(
+            tf.strings.substr(tf_text.normalize_utf8(marks, "NFD"), 0, 1, unit="UTF8_CHAR"),
+            "UTF-8")
+        first_mark = first_mark.to_tensor(-1, shape=[None, 1])[:, 0]
+        own_marks = tf.strings.unicode_decode(tf_text.normalize_utf8(self.text, "NFD"), "UTF-8")
+        holds = tf.reduce_any(
+            tf.equal(own_marks, tf.expand_dims(tf.gather(first_mark, self.group), -1)), axis=-1)
+        self.first_accent = tf.math.unsorted_segment_min(
+            tf.where(accent & holds, index, count), self.group, count)
+        self.last_accent = tf.math.unsorted_segment_max(
+            tf.where(accent, index, -1), self.group, count)
+        self.opens_chunk = tf.math.unsorted_segment_max(
+            tf.cast(leader & (~kept | self.breaks), tf.int32), self.group, count) > 0
+
+    def spans(self, starts, ends) -> tuple:
+        """Flat indices of the first and last character of each normalised byte range."""
+        first = tf.searchsorted(self.end, starts, side="right", out_type=tf.int64)
+        last = tf.searchsorted(self.end, ends, side="left", out_type=tf.int64)
+        # Accents before the first kept character of a chunk belong to that character.
+        group = tf.gather(self.group, tf.maximum(first - 1, 0))
+        accent = tf.gather(self.first_accent, group)
+        takes = ((starts == tf.gather(self.begin, first)) & ~tf.gather(self.row_first, first)
+                 & ~tf.gather(self.breaks, first) & tf.gather(self.opens_chunk, group)
+                 & (accent < first))
+        first = tf.where(takes, accent, first)
+        # Accents after a token's last character (in its chunk) are its own.
+        accent = tf.gather(self.last_accent, tf.gather(self.group, last))
+        takes = ((ends == tf.gather(self.end, last)) & ~tf.gather(self.breaks, last)
+                 & (accent > last))
+        return first, tf.where(takes, accent, last)
+
+
 @keras.saving.register_keras_serializable(package="bert")
 class GraphTokenizer(_PreprocessingLayer):
     """Strings `[batch]` -> WordPiece ids `[batch, (tokens)]` (int64, ragged), as FullTokenizer.
@@ -131,13 +202,78 @@ class GraphTokenizer(_PreprocessingLayer):
 
     def words(self, texts) -> tf.RaggedTensor:
         """The basic tokenizer's words `[batch, (words)]`, as `BasicTokenizer.tokenize`."""
+        return tf_text.regex_split(self._normalized(texts), self._patterns.split,
+                                   self._patterns.keep)
+
+    def _normalized(self, texts) -> tf.Tensor:
+        """Invalid UTF-8 and dropped characters removed, [lower-cased, accents stripped]."""
         texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="ignore")
         texts = tf.strings.regex_replace(texts, self._patterns.dropped, "")
         if self.do_lower_case:
             texts = tf.strings.lower(texts, encoding="utf-8")
             texts = tf_text.normalize_utf8(texts, "NFD")
             texts = tf.strings.regex_replace(texts, self._patterns.accents, "")
-        return tf_text.regex_split(texts, self._patterns.split, self._patterns.keep)
+        return texts
+
+    def tokenize_with_offsets(self, texts, unit: str = "BYTE") -> tuple:
+        """`(ids, starts, ends)`, each `[batch, (tokens)]` int64: the ids of `__call__` and where
+        each token came from in the input, the spans `FullTokenizer.tokenize_with_offsets` gives.
+
+        `unit="BYTE"`: byte offsets in the input as given (invalid UTF-8 included);
+        `unit="UTF8_CHAR"`: code-point offsets in the input decoded with invalid UTF-8 dropped
+        (what `convert_to_unicode` makes of bytes; for valid UTF-8, the text itself).
+
+        Normalisation changes lengths ("É" -> "e", "İ" -> "i" U+0307 -> "i"), so the offsets
+        of the normalised words (from `FastWordpieceTokenizer.tokenize_with_offsets`) are mapped
+        back through the input's characters, each normalised on its own: that gives the bytes
+        each one occupies in the normalised text (normalising the whole text at once changes no
+        length; the final sigma's two forms have the same). As in Python, a token spans the
+        characters its bytes came from; a stripped accent belongs to the kept character before
+        it in its whitespace-free chunk (at the start of a chunk, to the first one after it);
+        a dropped character inside a token is covered, one at its edge is not; a token cut
+        inside one character (a Hangul syllable split into jamo) spans that character; `[UNK]`
+        spans its whole word. The spans equal Python's on random Unicode, invalid bytes and every
+        SQuAD dev context; they can differ only where NFD's canonical reordering moves marks
+        across a kept combining mark of non-zero class (U+1715, U+1734, U+1B44, U+302E, the
+        musical symbols U+1D165...); the ids are the same there too.
+        """
+        if unit not in ("BYTE", "UTF8_CHAR"):
+            raise ValueError(f"unit={unit!r}: expected 'BYTE' or 'UTF8_CHAR'")
+        texts = tf.convert_to_tensor(texts, tf.string)
+        code_points, char_offsets = tf.strings.unicode_decode_with_offsets(
+            texts, "UTF-8", errors="ignore")
+        chars = _CharacterSpans(self, code_points)
+
+        normalized = self._normalized(texts)
+        words, word_starts, _ = tf_text.regex_split_with_offsets(
+            normalized, self._patterns.split, self._patterns.keep)
+        word_bytes = tf.strings.length(words.flat_values)
+        too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > (
+            self.max_input_chars_per_word)
+        ids, piece_starts, piece_ends = self._wordpiece.tokenize_with_offsets(
+            words.with_flat_values(tf.where(too_long, self._overlong_word, words.flat_values)))
+        # Pieces of a word over the limit are one [UNK] spanning the word, not its stand-in.
+        word = ids.values.value_rowids()  # flat word index of each piece
+        text = tf.gather(words.value_rowids(), word)
+        long_piece = tf.gather(too_long, word)
+        text_base = tf.cumsum(tf.strings.length(normalized, unit="BYTE"), exclusive=True)
+        base = tf.gather(word_starts.flat_values, word) + tf.gather(
+            tf.cast(text_base, tf.int64), text)
+        starts = base + tf.where(long_piece, tf.zeros_like(word), piece_starts.flat_values)
+        ends = base + tf.where(long_piece, tf.cast(tf.gather(word_bytes, word), tf.int64),
+                               piece_ends.flat_values)
+        first, last = chars.spans(starts, ends)  # flat character indices, `last` inclusive
+
+        if unit == "UTF8_CHAR":
+            row_start = tf.gather(code_points.row_starts(), text)
+            starts, ends = first - row_start, last + 1 - row_start
+        else:
+            offsets = char_offsets.flat_values
+            starts = tf.gather(offsets, first)
+            ends = tf.gather(offsets, last) + tf.cast(
+                tf.strings.length(tf.gather(chars.text, last)), tf.int64)
+        ids = ids.merge_dims(-2, -1)
+        return ids, ids.with_flat_values(starts), ids.with_flat_values(ends)
 
     def compute_output_spec(self, texts):
         return keras.KerasTensor(tuple(texts.shape) + (None,), dtype="int64", ragged=True)
