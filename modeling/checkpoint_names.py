@@ -100,6 +100,8 @@ def tf1_variable_map(model) -> dict:
     elif isinstance(model, (models.BertClassifier, models.BertTokenClassifier,
                             models.BertMultipleChoice)):
         names.update(_projection("", model.head.projection))
+    elif isinstance(model, models.BertFeatureTagger):  # a head of our own: its Keras paths
+        names.update({f"feature_tagger/{v.path}": v for v in model.head.weights})
     else:
         raise TypeError(f"no TF1 checkpoint names for a {type(model).__name__}")
     return names

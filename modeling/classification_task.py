@@ -11,12 +11,7 @@ import numpy as np
 from keras import ops
 
 from modeling import losses
-
-
-def model_inputs(batch) -> dict:
-    """Record feature names (the original's) -> the encoder's input names."""
-    return {"input_word_ids": batch["input_ids"], "input_mask": batch["input_mask"],
-            "input_type_ids": batch["segment_ids"]}
+from modeling.task_io import model_inputs
 
 
 class ClassificationTask:

@@ -214,3 +214,47 @@ class MultipleChoiceHead(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "num_choices": self.num_choices,
                 "dropout_rate": self.dropout_rate, "initializer_range": self.initializer_range}
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class BiLstmTaggingHead(keras.layers.Layer):
+    """The paper's feature-based NER head: frozen BERT features -> a stack of BiLSTMs -> dropout
+    -> per-token num_tags logits. Padded positions (`input_mask` 0) are masked in the LSTMs."""
+
+    def __init__(self, num_tags, units, num_layers=2, dropout_rate=0.1, initializer_range=0.02,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.num_tags = num_tags
+        self.units = units
+        self.num_layers = num_layers
+        self.dropout_rate = dropout_rate
+        self.initializer_range = initializer_range
+        self.lstms = [keras.layers.Bidirectional(
+            keras.layers.LSTM(units, return_sequences=True), name=f"bilstm_{i}")
+            for i in range(num_layers)]
+        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+        self.projection = OutputProjection(num_tags, initializer_range, name="output")
+        self.projection.supports_masking = True  # the LSTMs' mask passes through, unused
+
+    def build(self, features_shape, input_mask_shape=None):
+        shape = tuple(features_shape)
+        for lstm in self.lstms:
+            lstm.build(shape)
+            shape = shape[:2] + (2 * self.units,)
+        self.projection.build(shape)
+        self.built = True
+
+    def call(self, features, input_mask, training=None):
+        mask = ops.cast(input_mask, "bool")
+        x = features
+        for lstm in self.lstms:
+            x = lstm(x, mask=mask, training=training)
+        return self.projection(self.dropout(x, training=training))
+
+    def compute_output_shape(self, features_shape, input_mask_shape=None):
+        return tuple(features_shape[:2]) + (self.num_tags,)
+
+    def get_config(self):
+        return {**super().get_config(), "num_tags": self.num_tags, "units": self.units,
+                "num_layers": self.num_layers, "dropout_rate": self.dropout_rate,
+                "initializer_range": self.initializer_range}

@@ -9,8 +9,8 @@ import keras
 
 from modeling import losses
 from modeling.encoder import INPUT_NAMES, BertEncoder, encoder_inputs
-from modeling.heads import (ClassificationHead, MaskedLMHead, MultipleChoiceHead,
-                            NextSentenceHead, SpanHead, TokenTaggingHead)
+from modeling.heads import (BiLstmTaggingHead, ClassificationHead, MaskedLMHead,
+                            MultipleChoiceHead, NextSentenceHead, SpanHead, TokenTaggingHead)
 
 
 class _EncoderTask(keras.Model):
@@ -128,6 +128,44 @@ class BertTokenClassifier(_EncoderTask):
 
     def _head_config(self):
         return {"num_tags": self.num_tags, "dropout_rate": self.dropout_rate}
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class BertFeatureTagger(_EncoderTask):
+    """Feature-based token tagging (the paper's NER ablation): the encoder is frozen, the outputs
+    of its top `feature_layers` layers are concatenated per token and a `num_layers`-deep BiLSTM
+    of `lstm_units` per direction tags them. Output `logits` [B, L, num_tags].
+
+    Build the encoder without dropout (its features are fixed, as extracted features are)."""
+
+    def __init__(self, encoder: BertEncoder, num_tags: int, lstm_units: int = 0,
+                 num_layers: int = 2, feature_layers: int = 4, dropout_rate: float = 0.1,
+                 **kwargs):
+        if not 1 <= feature_layers <= encoder.config.num_hidden_layers:
+            raise ValueError(f"feature_layers={feature_layers}: the encoder has "
+                             f"{encoder.config.num_hidden_layers} layers")
+        encoder.trainable = False
+        lstm_units = lstm_units or encoder.config.hidden_size
+        inputs = encoder_inputs(encoder.sequence_length)
+        layers = encoder(inputs)["encoder_outputs"][-feature_layers:]
+        features = (layers[0] if len(layers) == 1 else
+                    keras.layers.Concatenate(axis=-1, name="top_layers")(layers))
+        head = BiLstmTaggingHead(num_tags, lstm_units, num_layers, dropout_rate,
+                                 encoder.config.initializer_range, name="bilstm_tagger")
+        outputs = {"logits": head(features, inputs["input_mask"])}
+        kwargs.setdefault("name", "bert_feature_tagger")
+        super().__init__(encoder, inputs, outputs, **kwargs)
+        self.num_tags = num_tags
+        self.lstm_units = lstm_units
+        self.num_layers = num_layers
+        self.feature_layers = feature_layers
+        self.dropout_rate = dropout_rate
+        self.head = head
+
+    def _head_config(self):
+        return {"num_tags": self.num_tags, "lstm_units": self.lstm_units,
+                "num_layers": self.num_layers, "feature_layers": self.feature_layers,
+                "dropout_rate": self.dropout_rate}
 
 
 @keras.saving.register_keras_serializable(package="bert")

@@ -12,14 +12,9 @@ from __future__ import annotations
 from keras import ops
 
 from modeling import losses
-from modeling.classification_task import model_inputs
+from modeling.task_io import model_inputs, pad_positions
 
 PADDED_LOGIT = -10000.0
-
-
-def pad_positions(values, length: int, value: float):
-    """`[batch, width]` -> `[batch, length]`, filling the new positions with `value`."""
-    return ops.pad(values, [[0, 0], [0, length - ops.shape(values)[1]]], constant_values=value)
 
 
 class SpanTask:
