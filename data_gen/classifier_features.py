@@ -21,7 +21,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from data_gen.classifier_processors import DataError, InputExample
+from data_gen.classifier_processors import InputExample
+from data_gen.task_data import DataError, read_records
 
 LENGTH_MULTIPLE = 8  # trimmed batches are this many tokens wide, or a multiple (fewer retraces)
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
@@ -113,14 +114,7 @@ def example_records(examples: Sequence[InputExample], labels: Sequence[str],
 
 def load_features(path: str, max_seq_length: int, regression: bool) -> dict:
     """Every record of a features file as NumPy arrays (int32 sequences), in file order."""
-    import tensorflow as tf
-
-    spec = feature_spec(max_seq_length, regression)
-    batches = list(tf.data.TFRecordDataset(path).batch(4096)
-                   .map(lambda batch: tf.io.parse_example(batch, spec)).as_numpy_iterator())
-    if not batches:
-        raise DataError(f"{path}: no records")
-    features = {name: np.concatenate([batch[name] for batch in batches]) for name in spec}
+    features = read_records(path, feature_spec(max_seq_length, regression))
     for name in (*SEQUENCE_FEATURES, "example_index"):
         features[name] = features[name].astype(np.int32)
     if not regression:
@@ -166,7 +160,11 @@ def classifier_dataset(features: dict, batch_size: int, is_training: bool, seed:
                             f"{batch_size * pipelines}")
 
         def epoch(e):  # a permutation per epoch, the same in every pipeline, sharded below
-            return tf.data.Dataset.range(count).shuffle(count, seed=seed * 1_000_003 + e)
+            # Stateless: a function of (seed, epoch) alone, whatever the global seed is (a
+            # tensor seed in Dataset.shuffle fails when the global seed is 0).
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(count, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), e]))
+            return tf.data.Dataset.from_tensor_slices(order)
 
         indices = tf.data.Dataset.counter().flat_map(epoch)
         if pipelines > 1:

@@ -34,9 +34,7 @@ import math
 import os
 from typing import NamedTuple
 
-
-class DataError(ValueError):
-    """Bad task input; the message starts with 'PATH:LINE: ' ('PATH: ' for whole-file problems)."""
+from data_gen.task_data import DataError  # noqa: F401  (raised here; imported from here too)
 
 
 @dataclasses.dataclass(frozen=True)

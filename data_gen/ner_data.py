@@ -25,7 +25,7 @@ import dataclasses
 import os
 from typing import Iterable, Sequence
 
-from data_gen.classifier_processors import DataError
+from data_gen.task_data import DataError
 
 DOCSTART = "-DOCSTART-"
 OUTSIDE = "O"

@@ -40,7 +40,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from data_gen import classifier_features
-from data_gen.classifier_processors import DataError
+from data_gen.task_data import DataError, read_records
 from data_gen.ner_data import Sentence
 
 IGNORED = -1  # label id / word id of positions that are not a word's first piece
@@ -193,15 +193,8 @@ def example_records(sentences: Sequence[Sentence], labels: Sequence[str] | None,
 
 def load_features(path: str, max_seq_length: int) -> dict:
     """Every record of a features file as int32 NumPy arrays, in file order."""
-    import tensorflow as tf
-
-    spec = feature_spec(max_seq_length)
-    batches = list(tf.data.TFRecordDataset(path).batch(4096)
-                   .map(lambda batch: tf.io.parse_example(batch, spec)).as_numpy_iterator())
-    if not batches:
-        raise DataError(f"{path}: no records")
-    return {name: np.concatenate([batch[name] for batch in batches]).astype(np.int32)
-            for name in spec}
+    return {name: value.astype(np.int32) for name, value in
+            read_records(path, feature_spec(max_seq_length)).items()}
 
 
 def features_as_arrays(features: Sequence[dict]) -> dict:

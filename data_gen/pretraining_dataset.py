@@ -49,12 +49,10 @@ def pretraining_dataset(input_files, batch_size: int, max_seq_length: int,
 
 def load_records(input_files, max_seq_length: int, max_predictions_per_seq: int) -> dict:
     """Every record of `input_files`, in file order, as NumPy arrays (for inspection and checks)."""
-    import numpy as np
+    from data_gen.task_data import read_records
 
-    spec = pretraining_schema.feature_spec(max_seq_length, max_predictions_per_seq)
-    batches = list(tf.data.TFRecordDataset(list(input_files)).batch(4096)
-                   .map(lambda batch: tf.io.parse_example(batch, spec)).as_numpy_iterator())
-    return {name: np.concatenate([batch[name] for batch in batches]) for name in spec}
+    return read_records(list(input_files),
+                        pretraining_schema.feature_spec(max_seq_length, max_predictions_per_seq))
 
 
 def _to_int32(features: dict) -> dict:

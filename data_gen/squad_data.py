@@ -28,7 +28,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from data_gen.classifier_processors import DataError
+from data_gen.task_data import DataError, read_records
 
 logger = logging.getLogger(__name__)
 
@@ -273,11 +273,7 @@ def load_features(path: str, max_seq_length: int) -> dict:
     spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64)
             for name in SEQUENCE_FEATURES}
     spec.update({name: tf.io.FixedLenFeature([], tf.int64) for name in SCALAR_FEATURES})
-    batches = list(tf.data.TFRecordDataset(path).batch(4096)
-                   .map(lambda batch: tf.io.parse_example(batch, spec)).as_numpy_iterator())
-    if not batches:
-        raise DataError(f"{path}: no records")
-    features = {name: np.concatenate([batch[name] for batch in batches]) for name in spec}
+    features = read_records(path, spec)
     for name in spec:
         if name != "unique_ids":
             features[name] = features[name].astype(np.int32)

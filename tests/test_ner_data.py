@@ -2,7 +2,7 @@
 schemes, bad input named by file and line, and the real CoNLL-2003 train/dev files."""
 import pytest
 
-from data_gen.classifier_processors import DataError
+from data_gen.task_data import DataError
 from data_gen.ner_data import (Sentence, check_labels, detect_scheme, label_list, read_conll,
                                read_slash_tagged, to_iob2)
 from modeling.conlleval import count_chunks

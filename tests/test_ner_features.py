@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from data_gen import ner_features as nf
-from data_gen.classifier_processors import DataError
+from data_gen.task_data import DataError
 from data_gen.ner_data import Sentence, read_conll
 from modeling.conlleval import evaluate
 
