@@ -86,6 +86,18 @@ def record_run(identity: dict, options=None) -> None:
         raise app.UsageError(str(e)) from None
 
 
+def dataset_fn(make_dataset: Callable, features: dict, global_batch: int, is_training: bool,
+               trim: bool) -> Callable:
+    """What `Trainer` takes: a function of the input context that builds the task's batches
+    (`make_dataset(features, per_replica_batch, is_training, seed, input_context, trim)`, e.g.
+    `classifier_features.classifier_dataset`) for one input pipeline."""
+    def make(context):
+        batch = context.get_per_replica_batch_size(global_batch) if context else global_batch
+        return make_dataset(features, batch, is_training, seed=FLAGS.random_seed,
+                            input_context=context, trim=trim)
+    return make
+
+
 def fit(trainer, train_dataset_fn: Callable | None, evaluate: Callable[[], dict] | None,
         options, best_metric: str) -> int:
     """Train (when `train_dataset_fn`) evaluating at every interval, then load the weights that

@@ -97,11 +97,8 @@ class SplitFeatures:
 def dataset_fn(features: dict, global_batch: int, is_training: bool, trim: bool):
     from data_gen.classifier_features import classifier_dataset
 
-    def make(context):
-        batch = context.get_per_replica_batch_size(global_batch) if context else global_batch
-        return classifier_dataset(features, batch, is_training, seed=FLAGS.random_seed,
-                                  input_context=context, trim=trim)
-    return make
+    return finetuning_runner.dataset_fn(classifier_dataset, features, global_batch, is_training,
+                                        trim)
 
 
 def predict_logits(trainer, features: dict, batch_size: int, trim: bool):

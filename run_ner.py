@@ -115,11 +115,7 @@ class SplitFeatures:
 def dataset_fn(features: dict, global_batch: int, is_training: bool, trim: bool):
     from data_gen.ner_features import ner_dataset
 
-    def make(context):
-        batch = context.get_per_replica_batch_size(global_batch) if context else global_batch
-        return ner_dataset(features, batch, is_training, seed=FLAGS.random_seed,
-                           input_context=context, trim=trim)
-    return make
+    return finetuning_runner.dataset_fn(ner_dataset, features, global_batch, is_training, trim)
 
 
 def predict_tags(trainer, sentences: list, features: dict, labels: list, trim: bool) -> list:

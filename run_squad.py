@@ -82,13 +82,8 @@ def dataset_fn(features: dict, global_batch: int, is_training: bool, trim: bool)
     from data_gen.classifier_features import classifier_dataset
     from data_gen.squad_data import model_features
 
-    inputs = model_features(features, is_training)
-
-    def make(context):
-        batch = context.get_per_replica_batch_size(global_batch) if context else global_batch
-        return classifier_dataset(inputs, batch, is_training, seed=FLAGS.random_seed,
-                                  input_context=context, trim=trim)
-    return make
+    return finetuning_runner.dataset_fn(classifier_dataset, model_features(features, is_training),
+                                        global_batch, is_training, trim)
 
 
 def predict_answers(trainer, examples: list, features: dict, inv_vocab: dict, trim: bool):
