@@ -61,17 +61,23 @@ def run(task: str, lr: float, batch: int, epochs: float, args) -> dict:
                f"--learning_rate={lr}", f"--train_batch_size={batch}",
                f"--num_train_epochs={epochs}", f"--max_seq_length={args.max_seq_length}",
                f"--eval_batch_size=64", f"--random_seed={args.seed}", *args.extra]
+    return run_and_score(command, out, log, REPORTED[task], task=task, learning_rate=lr,
+                         batch=batch, epochs=epochs)
+
+
+def run_and_score(command: list, out: pathlib.Path, log: pathlib.Path, reported, **row) -> dict:
+    """Run a runner (output to `log`), then its scores: `row` plus the wall time, the steps,
+    the `reported` metrics of the last and of the best evaluation, and the best one's step."""
     start = time.time()
     with open(log, "w") as f:
         subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, check=True)
     wall = time.time() - start
     last = read_results(out / "eval_results.txt")
     best = read_results(out / "best" / "eval_results.txt")
-    row = {"task": task, "learning_rate": lr, "batch": batch, "epochs": epochs,
-           "wall_seconds": round(wall), "steps": int(last["global_step"]),
-           "last": {k: last[f"eval_{k}"] for k in REPORTED[task]},
-           "best": {k: best[f"eval_{k}"] for k in REPORTED[task]},
-           "best_step": int(best["global_step"])}
+    row.update({"wall_seconds": round(wall), "steps": int(last["global_step"]),
+                "last": {k: last[f"eval_{k}"] for k in reported},
+                "best": {k: best[f"eval_{k}"] for k in reported},
+                "best_step": int(best["global_step"])})
     print(json.dumps(row), flush=True)
     return row
 

@@ -23,10 +23,8 @@ if __name__ == "__main__":  # import from the checkout, not from bench/
 import argparse  # noqa: E402
 import json  # noqa: E402
 import pathlib  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
 
-from bench.glue import minilm_dir, read_results  # noqa: E402
+from bench.glue import minilm_dir, run_and_score  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 REPORTED = ("f1", "precision", "recall")
@@ -43,19 +41,8 @@ def run(mode: str, lr: float, args) -> dict:
                f"--train_batch_size={args.batch}", f"--num_train_epochs={args.epochs}",
                f"--max_seq_length={args.max_seq_length}", "--predict_batch_size=64",
                f"--random_seed={args.seed}", *args.extra]
-    start = time.time()
-    with open(log, "w") as f:
-        subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, check=True)
-    wall = time.time() - start
-    last = read_results(out / "eval_results.txt")
-    best = read_results(out / "best" / "eval_results.txt")
-    row = {"mode": mode, "learning_rate": lr, "batch": args.batch, "epochs": args.epochs,
-           "wall_seconds": round(wall), "steps": int(last["global_step"]),
-           "last": {k: last[f"eval_{k}"] for k in REPORTED},
-           "best": {k: best[f"eval_{k}"] for k in REPORTED},
-           "best_step": int(best["global_step"])}
-    print(json.dumps(row), flush=True)
-    return row
+    return run_and_score(command, out, log, REPORTED, mode=mode, learning_rate=lr,
+                         batch=args.batch, epochs=args.epochs)
 
 
 def main():
