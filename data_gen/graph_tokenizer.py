@@ -314,6 +314,7 @@ class InputPacker(_PreprocessingLayer):
 
     Segments longer than `seq_length` allows are trimmed as the original fine-tuning does (a single
     segment keeps its first `seq_length - 2` tokens; a pair is trimmed by `truncated_lengths`).
+    As in the original, a row whose second segment is empty packs as a single segment.
     Outputs int32 `[batch, seq_length]`, or, with `dynamic_length`, `[batch, longest row]`:
     `input_word_ids` (padded with `pad_id`), `input_mask` (1 on tokens), `input_type_ids` (0
     through the first [SEP], 1 after).
@@ -343,13 +344,21 @@ class InputPacker(_PreprocessingLayer):
     def call(self, segments):
         segments = self._segment_list(segments)
         lengths = [segment.row_lengths() for segment in segments]
+        single = tf.minimum(lengths[0], self.seq_length - 2)
         if len(segments) == 1:
-            kept = [tf.minimum(lengths[0], self.seq_length - 2)]
+            kept = [single]
         else:
-            kept = truncated_lengths(*lengths, budget=self.seq_length - 3)
+            # A row whose B has no tokens is a single-text example, as in the original
+            # (`if tokens_b:`): A keeps `seq_length - 2` tokens and no second [SEP] follows.
+            has_b = lengths[1] > 0
+            kept_a, kept_b = truncated_lengths(*lengths, budget=self.seq_length - 3)
+            kept = [tf.where(has_b, kept_a, single), kept_b]
         segments = [_first(segment, count) for segment, count in zip(segments, kept)]
         ids, type_ids = tf_text.combine_segments(
             segments, start_of_sequence_id=self.cls_id, end_of_segment_id=self.sep_id)
+        if len(segments) == 2:
+            packed = ids.row_lengths() - tf.cast(~has_b, ids.row_lengths().dtype)
+            ids, type_ids = _first(ids, packed), _first(type_ids, packed)
         shape = [None, None if self.dynamic_length else self.seq_length]
         outputs = (ids.to_tensor(self.pad_id, shape=shape),
                    tf.ones_like(ids).to_tensor(0, shape=shape),

@@ -205,11 +205,20 @@ def test_pair_layout_truncation_and_padding():
     assert out["input_word_ids"].numpy().tolist() == [
         [101, 5, 6, 7, 102, 8, 9, 102],
         [101, 1, 2, 3, 102, 11, 12, 102],  # 6 + 6 -> 3 + 2: the tie trims B first
-        [101, 9, 102, 102, 0, 0, 0, 0]]
-    assert out["input_mask"].numpy().tolist() == [[1] * 8, [1] * 8, [1] * 4 + [0] * 4]
+        [101, 9, 102, 0, 0, 0, 0, 0]]  # no tokens in B: a single text, as the original packs it
+    assert out["input_mask"].numpy().tolist() == [[1] * 8, [1] * 8, [1] * 3 + [0] * 5]
     assert out["input_type_ids"].numpy().tolist() == [
-        [0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 0, 0, 0, 0]]
+        [0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1, 1], [0] * 8]
     assert {v.dtype for v in out.values()} == {tf.int32}
+
+
+def test_an_empty_second_segment_leaves_the_first_the_single_text_budget():
+    packer = InputPacker(seq_length=6, cls_id=1, sep_id=2, pad_id=0)
+    out = packer([ragged([[10, 11, 12, 13, 14, 15], [10, 11, 12, 13, 14, 15]]),
+                  ragged([[], [20]])])
+    assert out["input_word_ids"].numpy().tolist() == [[1, 10, 11, 12, 13, 2],  # 6 - 2 tokens
+                                                      [1, 10, 11, 2, 20, 2]]   # 6 - 3 tokens
+    assert out["input_type_ids"].numpy().tolist() == [[0] * 6, [0, 0, 0, 0, 1, 1]]
 
 
 def test_single_segment_keeps_its_first_tokens():
@@ -254,9 +263,12 @@ def expected_word_ids(vocab_file, texts_a, texts_b, seq_length):
     rows = []
     for a, b in zip(texts_a, texts_b):
         tokens_a, tokens_b = tokenizer.tokenize(a), tokenizer.tokenize(b)
-        original_truncate_seq_pair(tokens_a, tokens_b, seq_length - 3)
-        ids = tokenizer.convert_tokens_to_ids(["[CLS]"] + tokens_a + ["[SEP]"] + tokens_b
-                                              + ["[SEP]"])
+        if tokens_b:  # the original's convert_single_example: no B tokens, a single text
+            original_truncate_seq_pair(tokens_a, tokens_b, seq_length - 3)
+            tokens_b = tokens_b + ["[SEP]"]
+        else:
+            tokens_a = tokens_a[:seq_length - 2]
+        ids = tokenizer.convert_tokens_to_ids(["[CLS]"] + tokens_a + ["[SEP]"] + tokens_b)
         rows.append(ids + [0] * (seq_length - len(ids)))
     return rows
 

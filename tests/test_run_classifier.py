@@ -136,15 +136,25 @@ print(json.dumps({"label": [x.decode() for x in out["label"].numpy()],
 
 
 def test_saved_model_in_a_fresh_process_predicts_as_the_runner(mrpc_run, tmp_path):
-    from data_gen.classifier_features import load_features
+    from data_gen.classifier_features import convert_example, load_features
+    from data_gen.classifier_processors import InputExample
+    from data_gen.tokenization import FullTokenizer
 
     dev = read_tsv(mrpc_run["data"] / "dev.tsv")[1:]
     features = load_features(str(mrpc_run["out"] / "dev.tf_record"), 64, regression=False)
+    # Rows with an empty (or token-less) second text: the runner's conversion makes them
+    # single-text examples, `[CLS] A [SEP]`, and serve_text must pack them the same way.
+    vocab = mrpc_run["root"] / "export" / "assets.extra" / "vocab.txt"
+    tokenizer = FullTokenizer(str(vocab), do_lower_case=True)
+    singles = [[dev[0][3], ""], [dev[1][4], " \u200b "]]
+    extra = [convert_example(InputExample("x", a, b, None, "x"), 0, {"0": 0, "1": 1}, 64,
+                             tokenizer) for a, b in singles]
+    assert all(row["segment_ids"] == [0] * 64 for row in extra)
     pairs = tmp_path / "inputs.json"
-    pairs.write_text(json.dumps({"pairs": [[row[3], row[4]] for row in dev], "ids": {
-        "input_word_ids": features["input_ids"].tolist(),
-        "input_mask": features["input_mask"].tolist(),
-        "input_type_ids": features["segment_ids"].tolist()}}))
+    pairs.write_text(json.dumps({"pairs": [[row[3], row[4]] for row in dev] + singles, "ids": {
+        "input_word_ids": features["input_ids"].tolist() + [r["input_ids"] for r in extra],
+        "input_mask": features["input_mask"].tolist() + [r["input_mask"] for r in extra],
+        "input_type_ids": features["segment_ids"].tolist() + [r["segment_ids"] for r in extra]}}))
     script = tmp_path / "serve.py"
     script.write_text(FRESH_PROCESS)
     result = subprocess.run([sys.executable, str(script), str(mrpc_run["root"] / "export"),
@@ -156,8 +166,8 @@ def test_saved_model_in_a_fresh_process_predicts_as_the_runner(mrpc_run, tmp_pat
     # token-id signature fed with the runner's cached features.
     np.testing.assert_allclose(served["logits"], served["id_logits"], atol=1e-6)
     rows = read_tsv(mrpc_run["out"] / "eval_predictions.tsv")[1:]
-    assert served["label"] == [row[1] for row in rows]
-    np.testing.assert_allclose(served["probabilities"],
+    assert served["label"][:len(rows)] == [row[1] for row in rows]
+    np.testing.assert_allclose(served["probabilities"][:len(rows)],
                                [[float(row[2]), float(row[3])] for row in rows], atol=5e-5)
     assert (mrpc_run["root"] / "export" / "assets.extra" / "vocab.txt").is_file()
 
