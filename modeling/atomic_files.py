@@ -1,10 +1,18 @@
 """Write files so that readers never see a partial one: write a temporary name, rename at the end.
 
 A failed or killed write leaves the previous file (or nothing) under the final name, and the
-temporary file is removed when the failure is a Python exception.
+temporary file is removed when the failure is a Python exception. Directories (the best
+checkpoint, a SavedModel) are staged beside their final name and swapped in with two renames; a
+kill between the two leaves the previous copy under `NAME.old<pid>`, which
+`recover_directory` puts back.
 """
 import contextlib
+import glob
+import logging
 import os
+import shutil
+
+logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -28,3 +36,37 @@ def atomic_path(path, suffix: str = ""):
 def write_text(path, text: str) -> None:
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def staging_directory(directory) -> str:
+    """An empty directory name beside `directory` to write its next version into."""
+    staging = f"{os.fspath(directory)}.tmp{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    return staging
+
+
+def replace_directory(staging, directory) -> None:
+    """Swap the complete `staging` in for `directory` (which may not exist yet)."""
+    directory = os.fspath(directory)
+    old = f"{directory}.old{os.getpid()}"
+    if os.path.isdir(directory):
+        os.replace(directory, old)
+    os.replace(staging, directory)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_directory(directory) -> None:
+    """Tidy what a killed `replace_directory` left beside `directory`.
+
+    With `directory` missing, the newest `directory.old<pid>` (the previous complete copy) is
+    renamed back. Other `.old<pid>` copies are removed, as are `.tmp<pid>` staging directories,
+    which may be partial. Only one process (the chief) may write `directory`.
+    """
+    directory = os.fspath(directory)
+    olds = sorted(glob.glob(glob.escape(directory) + ".old[0-9]*"), key=os.path.getmtime)
+    if olds and not os.path.isdir(directory):
+        logger.warning("%s was missing: restored the previous copy from %s (a run was stopped "
+                       "while replacing it)", directory, olds[-1])
+        os.replace(olds.pop(), directory)
+    for leftover in olds + glob.glob(glob.escape(directory) + ".tmp[0-9]*"):
+        shutil.rmtree(leftover, ignore_errors=True)

@@ -18,9 +18,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shutil
 from typing import Callable
 
+from modeling.atomic_files import (recover_directory, replace_directory,
+                                   staging_directory)
 from modeling.training import Trainer, TrainerConfig, is_boundary, write_eval_results
 
 logger = logging.getLogger(__name__)
@@ -156,6 +157,7 @@ class BestCheckpoint:
 
     def __init__(self, output_dir: str, metric: str):
         self.directory = os.path.join(output_dir, BEST_DIR)
+        recover_directory(self.directory)
         self.metric = metric
         self.lower_is_better = lower_is_better(metric)
         self.results = read_eval_results(os.path.join(self.directory, RESULTS_FILE))
@@ -176,15 +178,10 @@ class BestCheckpoint:
                                            else score > self.score):
             return False
         # Written beside the old copy, then swapped in: a crash leaves one complete copy.
-        staging = f"{self.directory}.tmp{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
+        staging = staging_directory(self.directory)
         tf.train.Checkpoint(model=model).write(os.path.join(staging, "model"))
         write_eval_results(os.path.join(staging, RESULTS_FILE), results)
-        old = f"{self.directory}.old{os.getpid()}"
-        if os.path.isdir(self.directory):
-            os.replace(self.directory, old)
-        os.replace(staging, self.directory)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_directory(staging, self.directory)
         logger.info("new best %s = %.4f at step %d (was %s): saved in %s", self.metric, score,
                     int(results.get("global_step", -1)),
                     "none" if self.score is None else f"{self.score:.4f}", self.directory)

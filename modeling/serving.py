@@ -19,6 +19,8 @@ import shutil
 import tensorflow as tf
 
 from data_gen.graph_tokenizer import GraphTokenizer, InputPacker
+from modeling.atomic_files import (recover_directory, replace_directory,
+                                   staging_directory)
 from modeling.encoder import INPUT_NAMES
 
 logger = logging.getLogger(__name__)
@@ -79,19 +81,15 @@ def save(module: tf.Module, export_dir: str, extra_files: dict | None = None) ->
     bert_config.json: what a user needs to reproduce the inputs).
     """
     export_dir = os.path.abspath(export_dir)
-    staging = f"{export_dir}.tmp{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
+    recover_directory(export_dir)
+    staging = staging_directory(export_dir)
     tf.saved_model.save(module, staging, signatures=module.signatures())
     if extra_files:
         extra = os.path.join(staging, "assets.extra")
         os.makedirs(extra, exist_ok=True)
         for name, source in extra_files.items():
             shutil.copyfile(source, os.path.join(extra, name))
-    old = f"{export_dir}.old{os.getpid()}"
-    if os.path.isdir(export_dir):
-        os.replace(export_dir, old)
-    os.replace(staging, export_dir)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_directory(staging, export_dir)
     logger.info("SavedModel written to %s (signatures: %s)", export_dir,
                 ", ".join(sorted(module.signatures())))
     return export_dir

@@ -95,6 +95,11 @@ def test_evaluates_at_each_epoch_end_and_keeps_the_best(tmp_path):
     assert not best.offer(trainer.model, {"eval_main": 0.7, "global_step": 21})
     assert best.offer(trainer.model, {"eval_main": 0.9, "global_step": 22})
     assert finetuning.BestCheckpoint(str(tmp_path), "eval_main").score == 0.9
+    # A run killed between the two renames of the next copy left best/ as best.old<pid>:
+    # the next run finds the 0.9 copy again and restores its weights.
+    (tmp_path / "best").rename(tmp_path / "best.old99999")
+    recovered = finetuning.BestCheckpoint(str(tmp_path), "eval_main")
+    assert recovered.score == 0.9 and recovered.restore(trainer.model)
 
 
 def test_evaluation_every_n_steps(tmp_path):
