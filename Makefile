@@ -27,7 +27,7 @@ demo-encode: $(VENV)/.installed
 
 # Fast and end-to-end tests; the long accuracy runs are marked `slow` and excluded here.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -m "not slow" --durations=25 tests
 
 # Everything, including the long accuracy runs.
 test-all: $(VENV)/.installed
