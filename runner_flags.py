@@ -1,13 +1,19 @@
-"""Flags and logging set-up that every runner shares (pretraining and fine-tuning alike).
+"""The flags every runner shares, with the original's names and defaults, and their values handed on.
 
-The training engine's flags (device strategy, TPU compatibility, precision, XLA, accumulation,
-optimizer, steps per loop) mean the same in every runner, so they are defined once here. Runners
-call `define_engine_flags()` when they are imported as the program; library modules never define
-flags.
+Runners are the only modules that define or read flags. The engine's flags (device strategy, TPU
+compatibility, precision, XLA, accumulation, optimizer, steps per loop) mean the same in every
+runner; the fine-tuning flags (the original run_classifier's and run_squad's) the same in every
+fine-tuning runner. `finetune_settings()` and `pretrain_settings()` turn the parsed flags into the
+engine's settings; `run(driver, task, settings)` calls the driver and turns its `SettingsError`
+into absl's usage error.
 """
+from __future__ import annotations
+
 import logging
 
-from absl import flags
+from absl import app, flags
+
+FLAGS = flags.FLAGS
 
 
 def define_engine_flags() -> None:
@@ -32,6 +38,96 @@ def define_engine_flags() -> None:
     flags.DEFINE_enum("distribution_strategy", "one_device",
                       ["one_device", "mirrored", "multi_worker_mirrored", "tpu"],
                       "How to spread the work (multi_worker_mirrored reads TF_CONFIG).")
+
+
+def define_finetuning_flags(max_seq_length: int = 128, learning_rate: float = 5e-5,
+                            num_train_epochs: float = 3.0, predict_batch_size: int = 8) -> None:
+    # The original's flags.
+    flags.DEFINE_string("bert_config_file", None, "bert_config.json of the pretrained model "
+                        "(optional when --init_checkpoint has its config beside it).")
+    flags.DEFINE_string("vocab_file", None, "vocab.txt the model was trained with (default: "
+                        "the one beside --init_checkpoint).")
+    flags.DEFINE_string("output_dir", None, "Features, checkpoints, results and summaries.")
+    flags.DEFINE_string("init_checkpoint", None, "Pretrained weights: a TF1 checkpoint, a Hugging "
+                        "Face model.safetensors (or its folder), a .keras file, or a checkpoint "
+                        "of this project's runners.")
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models).")
+    flags.DEFINE_integer("max_seq_length", max_seq_length, "Maximum WordPiece tokens per example.")
+    flags.DEFINE_bool("do_train", False, "Fine-tune on the training split.")
+    flags.DEFINE_bool("do_eval", False, "Evaluate on the dev split (during and after training).")
+    flags.DEFINE_bool("do_predict", False, "Predict the test split.")
+    flags.DEFINE_integer("train_batch_size", 32, "Global batch size of one update.")
+    flags.DEFINE_integer("eval_batch_size", 8, "Batch size for evaluation.")
+    flags.DEFINE_integer("predict_batch_size", predict_batch_size, "Batch size for prediction.")
+    flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate of AdamWeightDecay.")
+    flags.DEFINE_float("num_train_epochs", num_train_epochs, "Epochs of fine-tuning.")
+    flags.DEFINE_float("warmup_proportion", 0.1, "Share of the steps with linear warmup.")
+    flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every this many steps.")
+    flags.DEFINE_integer("iterations_per_loop", 100, "Steps per host loop and progress line "
+                         "(the original's name; its default was 1000, for TPUs).")
+    # Also in the original's pretraining runner; given explicitly they override the epochs.
+    flags.DEFINE_integer("num_train_steps", None, "Updates (default: from the epochs).")
+    flags.DEFINE_integer("num_warmup_steps", None, "Warmup updates (default: from the proportion).")
+    # Beyond the original (and the engine's flags, shared with run_pretraining.py).
+    define_engine_flags()
+    flags.DEFINE_integer("eval_every_steps", 0, "Evaluate every this many steps during training "
+                         "(0: at the end of every epoch).")
+    flags.DEFINE_bool("use_best_checkpoint", True, "Predict and export with the weights that "
+                      "scored best on the dev split (in output_dir/best/), not the last ones.")
+    flags.DEFINE_string("export_dir", None, "Write a SavedModel for serving here.")
+    flags.DEFINE_integer("keep_checkpoint_max", 1, "Training checkpoints to keep (for resuming).")
+    flags.DEFINE_bool("trim_padding", True, "Cut each batch to its longest example (same "
+                      "outputs, faster); off: every batch is max_seq_length wide, as the original.")
+    flags.DEFINE_integer("random_seed", 12345, "Seed of the head's initialisation, dropout and "
+                         "the order of training examples.")
+
+
+def _engine_values() -> dict:
+    return {"output_dir": FLAGS.output_dir, "bert_config_file": FLAGS.bert_config_file,
+            "init_checkpoint": FLAGS.init_checkpoint, "vocab_file": FLAGS.vocab_file,
+            "train_batch_size": FLAGS.train_batch_size, "eval_batch_size": FLAGS.eval_batch_size,
+            "learning_rate": FLAGS.learning_rate, "num_train_steps": FLAGS.num_train_steps,
+            "num_warmup_steps": FLAGS.num_warmup_steps,
+            "save_checkpoints_steps": FLAGS.save_checkpoints_steps,
+            "keep_checkpoint_max": FLAGS.keep_checkpoint_max,
+            "steps_per_loop": FLAGS.steps_per_loop or FLAGS.iterations_per_loop,
+            "optimizer": FLAGS.optimizer, "num_accumulation_steps": FLAGS.num_accumulation_steps,
+            "dtype": FLAGS.dtype, "jit_compile": FLAGS.jit_compile,
+            "distribution_strategy": "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy,
+            "tpu_address": FLAGS.tpu_name, "random_seed": FLAGS.random_seed}
+
+
+def finetune_settings(best_metric: str | None = None):
+    """The fine-tuning flags as `engine.finetuning.FinetuneSettings`."""
+    from engine.finetuning import FinetuneSettings
+
+    return FinetuneSettings(
+        **_engine_values(), max_seq_length=FLAGS.max_seq_length,
+        do_lower_case=FLAGS.do_lower_case, do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
+        do_predict=FLAGS.do_predict, export_dir=FLAGS.export_dir,
+        predict_batch_size=FLAGS.predict_batch_size, num_train_epochs=FLAGS.num_train_epochs,
+        warmup_proportion=FLAGS.warmup_proportion, eval_every_steps=FLAGS.eval_every_steps,
+        use_best_checkpoint=FLAGS.use_best_checkpoint, trim_padding=FLAGS.trim_padding,
+        best_metric=best_metric)
+
+
+def pretrain_settings():
+    """run_pretraining's flags as `engine.pretraining.PretrainSettings`."""
+    from engine.pretraining import PretrainSettings
+
+    return PretrainSettings(**_engine_values(), do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
+                            max_eval_steps=FLAGS.max_eval_steps)
+
+
+def run(driver, task, settings) -> None:
+    """`driver(task, settings)`, with settings it refuses reported as absl usage errors."""
+    from engine.errors import SettingsError
+
+    setup_logging()
+    try:
+        driver(task, settings)
+    except SettingsError as e:
+        raise app.UsageError(str(e)) from None
 
 
 def setup_logging() -> None:

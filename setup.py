@@ -1,5 +1,5 @@
 """Packaging for the BERT reimplementation (TensorFlow 2 / Keras 3)."""
-from setuptools import setup
+from setuptools import find_packages, setup
 
 # The runners are top-level modules, as in the original; each is added here when it lands and is
 # then also installed as a console script of the same name (its `console_main`).
@@ -12,11 +12,12 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["modeling", "data_gen"],
-    # runner_flags (every runner) and finetuning_flags (the fine-tuning runners): shared flags;
-    # finetuning_runner: the fine-tuning runners' shared main steps. Runners are the only modules
-    # that define or read flags, so these sit beside them.
-    py_modules=RUNNERS + ["runner_flags", "finetuning_flags", "finetuning_runner"],
+    # modeling (the math), data_gen (text to tensors), engine (training and drivers), tasks.
+    packages=find_packages(include=["modeling", "data_gen", "data_gen.*", "engine", "tasks",
+                                    "tasks.*"]),
+    # runner_flags: the flags every runner shares. Runners are the only modules that define or
+    # read flags, so it sits beside them.
+    py_modules=RUNNERS + ["runner_flags"],
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "tensorflow-text>=2.21,<2.22",
@@ -40,8 +41,8 @@ setup(
     entry_points={
         "console_scripts": [f"{name}={name}:console_main" for name in RUNNERS]
         + ["bert-convert=modeling.convert:console_main",
-           "bert-create-pretraining-data=data_gen.create_pretraining_data:console_main",
-           "bert-pretraining-data-beam=data_gen.beam_pipeline:console_main",
+           "bert-create-pretraining-data=data_gen.pretraining.create_pretraining_data:console_main",
+           "bert-pretraining-data-beam=data_gen.pretraining.beam_pipeline:console_main",
            "bert-learn-vocab=data_gen.learn_vocab:console_main"],
     },
 )

@@ -137,7 +137,7 @@ def masked_token_counts(files: list[str], examples: int | None = None):
     import numpy as np
 
     import modeling  # noqa: F401  (quiet TensorFlow start-up)
-    from data_gen.pretraining_dataset import load_records
+    from data_gen.pretraining.dataset import load_records
 
     records = load_records(files, SEQ_LENGTH, MAX_PREDICTIONS)
     ids = records["masked_lm_ids"][:examples].ravel()

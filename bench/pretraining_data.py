@@ -34,7 +34,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-MODES = {  # name -> extra flags of data_gen.create_pretraining_data
+MODES = {  # name -> extra flags of data_gen.pretraining.create_pretraining_data
     "streaming 1 worker": ["--num_workers=1"],
     "streaming 2 workers": ["--num_workers=2"],
     "in memory (original)": ["--faithful_in_memory"],
@@ -45,7 +45,7 @@ BASELINE = "in memory (original)"
 # ---------------------------------------------------------------- the corpus
 def source_documents(data_dir: Path):
     """Sentence lists of the shared corpus, read with the project's own readers."""
-    from data_gen.documents import InputOptions, stream_documents
+    from data_gen.pretraining.documents import InputOptions, stream_documents
 
     corpus = data_dir / "corpus"
     sources = [([str(p) for p in sorted((corpus / "wikitext-2").glob("*.txt"))], "wikitext"),
@@ -128,7 +128,7 @@ class PeakMemory(threading.Thread):
 def run_mode(name: str, files: list[str], args, workdir: Path) -> dict:
     out = workdir / "out" / re.sub(r"\W+", "-", name).strip("-")
     out.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "data_gen.create_pretraining_data",
+    command = [sys.executable, "-m", "data_gen.pretraining.create_pretraining_data",
                f"--input_file={','.join(files)}",
                f"--output_file={','.join(str(out / f'train-{i}.tfrecord') for i in range(4))}",
                f"--vocab_file={args.vocab_file}", f"--dupe_factor={args.dupe_factor}",

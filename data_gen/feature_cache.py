@@ -16,7 +16,8 @@ import logging
 import os
 from typing import Callable, Iterable
 
-from data_gen.record_writer import ShardedRecordWriter, write_text_atomically
+from data_gen.records import ShardedRecordWriter
+from modeling.atomic_files import write_text
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def cached_records(path: str, key: dict, make_records: Callable[[], Iterable[byt
     with ShardedRecordWriter([path]) as writer:
         for record in make_records():
             writer.write(record)
-    write_text_atomically(meta_path, json.dumps({"key": key, "num_records": writer.written},
+    write_text(meta_path, json.dumps({"key": key, "num_records": writer.written},
                                                 indent=1, sort_keys=True))
     logger.info("wrote %d records of %s to %s", writer.written, what, path)
     return writer.written

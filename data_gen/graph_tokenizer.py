@@ -334,12 +334,9 @@ class InputPacker(_PreprocessingLayer):
     @classmethod
     def for_tokenizer(cls, tokenizer: GraphTokenizer, seq_length: int, **kwargs):
         """A packer with the `[CLS]`, `[SEP]` and `[PAD]` ids of `tokenizer`'s vocabulary."""
-        ids = {token: i for i, token in enumerate(tokenizer.vocab)}
-        missing = [token for token in ("[CLS]", "[SEP]") if token not in ids]
-        if missing:
-            raise ValueError(f"the vocabulary has no {' or '.join(missing)} entry to pack with")
-        return cls(seq_length, cls_id=ids["[CLS]"], sep_id=ids["[SEP]"],
-                   pad_id=ids.get("[PAD]", 0), **kwargs)
+        cls_id, sep_id = tokenization.special_token_ids(tokenizer.vocab)
+        pad_id = {token: i for i, token in enumerate(tokenizer.vocab)}.get("[PAD]", 0)
+        return cls(seq_length, cls_id=cls_id, sep_id=sep_id, pad_id=pad_id, **kwargs)
 
     def call(self, segments):
         segments = self._segment_list(segments)

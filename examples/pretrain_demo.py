@@ -4,7 +4,7 @@ The text is the English prose every Python installation carries: the 79 referenc
 `pydoc_data.topics` (0.46 MB). The demo runs the project's own command lines, as a user would:
 1. write the topics as documents (one file each; 8 held out for evaluation);
 2. learn a WordPiece vocabulary from them (`data_gen.learn_vocab`);
-3. make masked-LM + next-sentence records (`data_gen.create_pretraining_data`);
+3. make masked-LM + next-sentence records (`data_gen.pretraining.create_pretraining_data`);
 4. pretrain a BERT-Tiny-sized model (`run_pretraining.py`), then evaluate on the held-out topics;
 5. fill in the blanks of a few sentences with the trained model (read back from its TF1 export).
 Everything goes to --output_dir (default out/demo); running again starts over.
@@ -56,7 +56,7 @@ def print_baseline(records: str, vocab: str) -> None:
     """What always guessing the most frequent masked token would score, for comparison."""
     import numpy as np
 
-    from data_gen.pretraining_dataset import load_records
+    from data_gen.pretraining.dataset import load_records
     from data_gen.tokenization import load_vocab
 
     features = load_records([records], 128, 20)
@@ -112,7 +112,7 @@ def main():
     run("learn a WordPiece vocabulary", "-m", "data_gen.learn_vocab", f"--input_file={train}/*.txt",
         f"--vocab_size={args.vocab_size}", f"--output_file={vocab}", "--num_unused_tokens=99")
     for name, folder, dupe in (("train", train, 10), ("eval", held_out, 1)):
-        run(f"make {name} records", "-m", "data_gen.create_pretraining_data",
+        run(f"make {name} records", "-m", "data_gen.pretraining.create_pretraining_data",
             f"--input_file={folder}/*.txt", f"--output_file={out}/records/{name}.tfrecord",
             f"--vocab_file={vocab}", "--input_format=prose", f"--dupe_factor={dupe}",
             "--max_seq_length=128", "--max_predictions_per_seq=20", "--num_workers=2")

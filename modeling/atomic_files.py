@@ -1,10 +1,13 @@
 """Write files so that readers never see a partial one: write a temporary name, rename at the end.
 
-A failed or killed write leaves the previous file (or nothing) under the final name, and the
-temporary file is removed when the failure is a Python exception. Directories (the best
-checkpoint, a SavedModel) are staged beside their final name and swapped in with two renames; a
-kill between the two leaves the previous copy under `NAME.old<pid>`, which
-`recover_directory` puts back.
+The one atomic-write helper of the project (configs, checkpoints, results, records, statistics).
+A file is written as `.NAME.tmp<pid>` beside `NAME` (hidden, so that a glob such as
+`records-*.tfrecord` never picks up a partial shard) and renamed when complete; a failed write
+leaves the previous file (or nothing) under the final name, and the temporary file is removed when
+the failure is a Python exception. Paths with a scheme (`gs://...`) go through `tf.io.gfile`,
+imported only then. Directories (the best checkpoint, a SavedModel) are staged beside their final
+name and swapped in with two renames; a kill between the two leaves the previous copy under
+`NAME.old<pid>`, which `recover_directory` puts back.
 """
 import contextlib
 import glob
@@ -15,27 +18,56 @@ import shutil
 logger = logging.getLogger(__name__)
 
 
-@contextlib.contextmanager
-def atomic_path(path, suffix: str = ""):
-    """Yield a temporary path beside `path`; it becomes `path` only if the block completes.
+def is_remote(path) -> bool:
+    """Whether `path` names a file system other than the local one (`gs://`, `hdfs://`, ...)."""
+    return "://" in os.fspath(path)
+
+
+def temporary_name(path, suffix: str = "") -> str:
+    """The hidden name beside `path` that its content is written under before the rename.
 
     `suffix` keeps a file-type ending that a writer insists on (Keras wants `.keras`).
     """
+    directory, name = os.path.split(os.fspath(path))
+    return os.path.join(directory, f".{name}.tmp{os.getpid()}{suffix}")
+
+
+def _gfile():
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+@contextlib.contextmanager
+def atomic_path(path, suffix: str = ""):
+    """Yield a temporary path beside `path`; it becomes `path` only if the block completes."""
     path = os.fspath(path)
-    stem = path[:-len(suffix)] if suffix and path.endswith(suffix) else path
-    tmp = f"{stem}.tmp{os.getpid()}{suffix}"
+    tmp = temporary_name(path, suffix)
+    remote = is_remote(path)
     try:
         yield tmp
-        os.replace(tmp, path)
+        if remote:
+            _gfile().rename(tmp, path, overwrite=True)
+        else:
+            os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        if remote:
+            if _gfile().exists(tmp):
+                _gfile().remove(tmp)
+        elif os.path.exists(tmp):
             os.remove(tmp)
         raise
 
 
 def write_text(path, text: str) -> None:
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+    """`text` (UTF-8) as the whole content of `path`, local or remote, atomically."""
+    with atomic_path(path) as tmp:
+        if is_remote(tmp):
+            with _gfile().GFile(tmp, "w") as f:
+                f.write(text)
+        else:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
 
 
 def staging_directory(directory) -> str:

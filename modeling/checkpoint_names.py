@@ -1,8 +1,11 @@
 """Checkpoint variable names, a public interface: the Google TF1 names of SPEC.md section 4, and
 the Hugging Face names derived from them.
 
-`tf1_variable_map(model)` lists every weight of a model under its original TF1 name. Hugging Face
-names follow from the TF1 name by a fixed rule (`hf_name`), with dense kernels transposed.
+`tf1_variable_map(model)` lists every weight of a model under its original TF1 name: the
+encoder's from the table here, a head's from the model itself (each model of `modeling.models`
+declares its own in `head_variable_map`, with the helpers `dense`, `layer_norm` and `projection`),
+so a new task model needs no edit here. Hugging Face names follow from the TF1 name by a fixed rule
+(`hf_name`), with dense kernels transposed.
 """
 from __future__ import annotations
 
@@ -43,17 +46,20 @@ def is_head(name: str) -> bool:
     return not name.startswith(ENCODER_SCOPE)
 
 
-def _dense(prefix, dense):
-    return {f"{prefix}/kernel": dense.kernel, f"{prefix}/bias": dense.bias}
+def dense(prefix: str, layer) -> dict:
+    """A Dense layer's TF1 names: `PREFIX/kernel`, `PREFIX/bias`."""
+    return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
 
 
-def _layer_norm(prefix, norm):
+def layer_norm(prefix: str, norm) -> dict:
+    """A LayerNorm's TF1 names: `PREFIX/gamma`, `PREFIX/beta`."""
     return {f"{prefix}/gamma": norm.gamma, f"{prefix}/beta": norm.beta}
 
 
-def _projection(prefix, projection):
-    return {f"{prefix}output_weights": projection.output_weights,
-            f"{prefix}output_bias": projection.output_bias}
+def projection(prefix: str, layer) -> dict:
+    """An `OutputProjection`'s TF1 names: `PREFIXoutput_weights`, `PREFIXoutput_bias`."""
+    return {f"{prefix}output_weights": layer.output_weights,
+            f"{prefix}output_bias": layer.output_bias}
 
 
 def encoder_variable_map(encoder: BertEncoder) -> dict:
@@ -62,49 +68,30 @@ def encoder_variable_map(encoder: BertEncoder) -> dict:
         "bert/embeddings/word_embeddings": emb.word_embeddings,
         "bert/embeddings/token_type_embeddings": emb.token_type_embeddings,
         "bert/embeddings/position_embeddings": emb.position_embeddings,
-        **_layer_norm("bert/embeddings/LayerNorm", emb.layer_norm),
+        **layer_norm("bert/embeddings/LayerNorm", emb.layer_norm),
     }
     for i, block in enumerate(encoder.blocks):
         p = f"bert/encoder/layer_{i}"
-        names.update(_dense(f"{p}/attention/self/query", block.attention.query))
-        names.update(_dense(f"{p}/attention/self/key", block.attention.key))
-        names.update(_dense(f"{p}/attention/self/value", block.attention.value))
-        names.update(_dense(f"{p}/attention/output/dense", block.attention_output))
-        names.update(_layer_norm(f"{p}/attention/output/LayerNorm", block.attention_layer_norm))
-        names.update(_dense(f"{p}/intermediate/dense", block.intermediate))
-        names.update(_dense(f"{p}/output/dense", block.output_dense))
-        names.update(_layer_norm(f"{p}/output/LayerNorm", block.output_layer_norm))
-    names.update(_dense("bert/pooler/dense", encoder.pooler.dense))
+        names.update(dense(f"{p}/attention/self/query", block.attention.query))
+        names.update(dense(f"{p}/attention/self/key", block.attention.key))
+        names.update(dense(f"{p}/attention/self/value", block.attention.value))
+        names.update(dense(f"{p}/attention/output/dense", block.attention_output))
+        names.update(layer_norm(f"{p}/attention/output/LayerNorm", block.attention_layer_norm))
+        names.update(dense(f"{p}/intermediate/dense", block.intermediate))
+        names.update(dense(f"{p}/output/dense", block.output_dense))
+        names.update(layer_norm(f"{p}/output/LayerNorm", block.output_layer_norm))
+    names.update(dense("bert/pooler/dense", encoder.pooler.dense))
     return names
 
 
 def tf1_variable_map(model) -> dict:
-    """{TF1 name: Keras variable} for a `BertEncoder` or any model of `modeling.models`.
-
-    The classifier, tagging and multiple-choice heads all use the original classifier's unscoped
-    `output_weights` / `output_bias`; the span head uses `cls/squad/`.
-    """
-    from modeling import models  # models imports the encoder; keep this module importable alone
-
+    """{TF1 name: Keras variable} for a `BertEncoder` or any model with an encoder and a
+    `head_variable_map()` (every model of `modeling.models`)."""
     if isinstance(model, BertEncoder):
         return encoder_variable_map(model)
-    names = encoder_variable_map(model.encoder)
-    if isinstance(model, models.BertPretrainer):
-        mlm = model.masked_lm
-        names.update(_dense("cls/predictions/transform/dense", mlm.transform))
-        names.update(_layer_norm("cls/predictions/transform/LayerNorm", mlm.layer_norm))
-        names["cls/predictions/output_bias"] = mlm.output_bias
-        names.update(_projection("cls/seq_relationship/", model.next_sentence.projection))
-    elif isinstance(model, models.BertSpanLabeler):
-        names.update(_projection("cls/squad/", model.head.projection))
-    elif isinstance(model, (models.BertClassifier, models.BertTokenClassifier,
-                            models.BertMultipleChoice)):
-        names.update(_projection("", model.head.projection))
-    elif isinstance(model, models.BertFeatureTagger):  # a head of our own: its Keras paths
-        names.update({f"feature_tagger/{v.path}": v for v in model.head.weights})
-    else:
+    if not hasattr(model, "head_variable_map"):
         raise TypeError(f"no TF1 checkpoint names for a {type(model).__name__}")
-    return names
+    return {**encoder_variable_map(model.encoder), **model.head_variable_map()}
 
 
 def hf_name(tf1_name: str) -> tuple[str, bool]:

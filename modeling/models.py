@@ -2,12 +2,14 @@
 
 Each takes a `BertEncoder`, wires a head from SPEC.md section 3 onto its outputs, and returns a dict.
 They save and load as `.keras` files: the config holds the serialised encoder and the head's size.
+Each declares its head's checkpoint names (`head_variable_map`, the original's TF1 names where the
+original had the head), which `checkpoint_names.tf1_variable_map` adds to the encoder's.
 """
 from __future__ import annotations
 
 import keras
 
-from modeling import losses
+from modeling import checkpoint_names as names
 from modeling.encoder import INPUT_NAMES, BertEncoder, encoder_inputs
 from modeling.heads import (BiLstmTaggingHead, ClassificationHead, MaskedLMHead,
                             MultipleChoiceHead, NextSentenceHead, SpanHead, TokenTaggingHead)
@@ -27,6 +29,11 @@ class _EncoderTask(keras.Model):
     def _head_config(self) -> dict:
         return {}
 
+    def head_variable_map(self) -> dict:
+        """{TF1 name: variable} of the head; the classifier, tagging and multiple-choice heads
+        all use the original classifier's unscoped `output_weights` / `output_bias`."""
+        return names.projection("", self.head.projection)
+
     def get_config(self):
         return {"encoder": keras.saving.serialize_keras_object(self.encoder), "name": self.name,
                 **self._head_config()}
@@ -43,7 +50,8 @@ class BertPretrainer(_EncoderTask):
     """Encoder + masked LM + next sentence (the original's pretraining model).
 
     Inputs: the encoder's three plus `masked_lm_positions` [B, P]. Outputs: `mlm_logits` [B, P, V]
-    and `nsp_logits` [B, 2]. `compute_losses` gives the original's losses from them.
+    and `nsp_logits` [B, 2] (`modeling.losses` and `tasks.pretraining` turn them into the
+    original's losses).
     """
 
     def __init__(self, encoder: BertEncoder, max_predictions_per_seq: int | None = None, **kwargs):
@@ -70,12 +78,12 @@ class BertPretrainer(_EncoderTask):
     def _head_config(self):
         return {"max_predictions_per_seq": self.max_predictions_per_seq}
 
-    @staticmethod
-    def compute_losses(outputs, masked_lm_ids, masked_lm_weights, next_sentence_labels):
-        """The original's MLM and NSP losses and their sum, `loss`."""
-        mlm = losses.masked_lm_loss(outputs["mlm_logits"], masked_lm_ids, masked_lm_weights)
-        nsp = losses.next_sentence_loss(outputs["nsp_logits"], next_sentence_labels)
-        return {"loss": mlm + nsp, "masked_lm_loss": mlm, "next_sentence_loss": nsp}
+    def head_variable_map(self):
+        mlm = self.masked_lm
+        return {**names.dense("cls/predictions/transform/dense", mlm.transform),
+                **names.layer_norm("cls/predictions/transform/LayerNorm", mlm.layer_norm),
+                "cls/predictions/output_bias": mlm.output_bias,
+                **names.projection("cls/seq_relationship/", self.next_sentence.projection)}
 
 
 @keras.saving.register_keras_serializable(package="bert")
@@ -109,6 +117,9 @@ class BertSpanLabeler(_EncoderTask):
         kwargs.setdefault("name", "bert_span_labeler")
         super().__init__(encoder, inputs, {"start_logits": start, "end_logits": end}, **kwargs)
         self.head = head
+
+    def head_variable_map(self):
+        return names.projection("cls/squad/", self.head.projection)
 
 
 @keras.saving.register_keras_serializable(package="bert")
@@ -166,6 +177,10 @@ class BertFeatureTagger(_EncoderTask):
         return {"num_tags": self.num_tags, "lstm_units": self.lstm_units,
                 "num_layers": self.num_layers, "feature_layers": self.feature_layers,
                 "dropout_rate": self.dropout_rate}
+
+    def head_variable_map(self):
+        """A head of our own (the original had none): its Keras paths under `feature_tagger/`."""
+        return {f"feature_tagger/{v.path}": v for v in self.head.weights}
 
 
 @keras.saving.register_keras_serializable(package="bert")

@@ -1,13 +1,14 @@
 """Classifier features: the original's conversion, the TFRecord round trip, and the tf.data input
-(shuffling, sharding, trimming) of `data_gen.classifier_features`."""
+(shuffling, sharding, trimming) of `tasks.classification.features`."""
 import math
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen import classifier_features as cf
-from data_gen.classifier_processors import DataError, InputExample
+from tasks.classification import features as cf
+from data_gen.errors import DataError
+from tasks.classification.reader import InputExample
 from data_gen.graph_tokenizer import truncated_lengths
 
 MAX_LEN = 32

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from data_gen import classifier_processors as cp
-from data_gen.classifier_processors import DataError, InputExample, get_processor
+from tasks.classification import reader as cp
+from data_gen.errors import DataError
+from tasks.classification.reader import InputExample, get_processor
 
 BOM = "\ufeff"
 UNBALANCED = 'He said "yes'  # an unbalanced quote: must survive verbatim (no quoting in TSV)
@@ -447,7 +448,7 @@ def test_splits_and_pairs(task, tmp_path):
 
 
 def test_no_tensorflow_import():
-    code = ("import sys; import data_gen.classifier_processors; "
+    code = ("import sys; import tasks.classification.reader; "
             "print('tensorflow' in sys.modules, 'keras' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

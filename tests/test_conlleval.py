@@ -1,11 +1,11 @@
-"""conlleval's entity-level scores (`modeling.conlleval`) on cases counted by hand, a random check
+"""conlleval's entity-level scores (`tasks.ner.metrics`) on cases counted by hand, a random check
 against an independent span reading of IOB tags, and the real CoNLL-2003 dev set."""
 import random
 
 import pytest
 
-from modeling import conlleval
-from modeling.conlleval import Chunk, chunks, evaluate, report
+from tasks.ner import metrics as conlleval
+from tasks.ner.metrics import Chunk, chunks, evaluate, report
 
 
 def counts(scores):
@@ -233,7 +233,7 @@ def iob2_to_iob1(tags):
 
 
 def test_real_dev_set(shared_data):
-    from data_gen.ner_data import read_conll
+    from tasks.ner.reader import read_conll
 
     gold = [s.labels for s in read_conll(str(shared_data / "conll2003" / "valid.txt"))]
     scores = evaluate(gold, gold)

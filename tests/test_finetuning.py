@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen.classifier_features import classifier_dataset
-from modeling import finetuning
-from modeling.classification_task import ClassificationTask
+from tasks.classification.features import classifier_dataset
+from engine import finetuning
+from tasks.classification.task import ClassificationTask
 from modeling.config import BertConfig
-from modeling.distribution import get_strategy
+from engine.distribution import get_strategy
 from modeling.encoder import BertEncoder
 from modeling.models import BertClassifier
 
@@ -131,8 +131,8 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 sys.path.insert(0, sys.argv[1])
 from tests import test_finetuning as t
-from modeling import finetuning
-from data_gen.classifier_features import classifier_dataset
+from engine import finetuning
+from tasks.classification.features import classifier_dataset
 
 out = sys.argv[2]
 mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

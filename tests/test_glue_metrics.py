@@ -1,14 +1,14 @@
 """GLUE metrics (SPEC.md section 8): hand-computed cases, brute-force references, edge cases.
 
 Every expected value is derived here from the metric's definition (in comments or in an
-independent plain-Python implementation), never taken from `modeling.glue_metrics` itself.
+independent plain-Python implementation), never taken from `tasks.classification.metrics` itself.
 """
 import math
 
 import numpy as np
 import pytest
 
-from modeling import glue_metrics as gm
+from tasks.classification import metrics as gm
 
 
 def confusion(tp, tn, fp, fn):

@@ -1,11 +1,11 @@
-"""NER readers (`data_gen.ner_data`): CoNLL columns and slash-tagged lines, label lists, tagging
+"""NER readers (`tasks.ner.reader`): CoNLL columns and slash-tagged lines, label lists, tagging
 schemes, bad input named by file and line, and the real CoNLL-2003 train/dev files."""
 import pytest
 
-from data_gen.task_data import DataError
-from data_gen.ner_data import (Sentence, check_labels, detect_scheme, label_list, read_conll,
+from data_gen.errors import DataError
+from tasks.ner.reader import (Sentence, check_labels, detect_scheme, label_list, read_conll,
                                read_slash_tagged, to_iob2)
-from modeling.conlleval import count_chunks
+from tasks.ner.metrics import count_chunks
 
 IOB2_TAGS = ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]
 

@@ -1,4 +1,4 @@
-"""NER features (`data_gen.ner_features`): first-piece labels, windows over long sentences with
+"""NER features (`tasks.ner.features`): first-piece labels, windows over long sentences with
 one max-context reading per word, TFRecords, the tf.data input, and the real CoNLL-2003 dev set."""
 import random
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen import ner_features as nf
-from data_gen.task_data import DataError
-from data_gen.ner_data import Sentence, read_conll
-from modeling.conlleval import evaluate
+from tasks.ner import features as nf
+from data_gen.errors import DataError
+from tasks.ner.reader import Sentence, read_conll
+from tasks.ner.metrics import evaluate
 
 LABELS = ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]
 LABEL_MAP = {label: i for i, label in enumerate(LABELS)}

@@ -3,8 +3,8 @@ import logging
 
 import pytest
 
-from data_gen import documents
-from data_gen.documents import InputFormatError, InputOptions
+from data_gen.pretraining import documents
+from data_gen.pretraining.documents import InputFormatError, InputOptions
 
 
 def write(path, data: bytes):

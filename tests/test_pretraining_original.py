@@ -13,9 +13,9 @@ import sys
 import pytest
 import tensorflow as tf
 
-from data_gen.create_pretraining_data import create_pretraining_data
-from data_gen.documents import InputOptions, stream_documents
-from data_gen.pretraining_instances import InstanceSettings
+from data_gen.pretraining.create_pretraining_data import create_pretraining_data
+from data_gen.pretraining.documents import InputOptions, stream_documents
+from data_gen.pretraining.instances import InstanceSettings
 
 if importlib.util.find_spec("bert") is None:
     pytest.skip("the oracle bert-tensorflow==1.0.4 (Google's original scripts) is not installed: "

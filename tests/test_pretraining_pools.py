@@ -6,9 +6,11 @@ import sys
 
 import pytest
 
-from data_gen import nsp_pools, parallel, pool_worker
-from data_gen.documents import InputFormatError
-from data_gen.pretraining_instances import InstanceSettings
+from data_gen.pretraining import nsp_pools
+from data_gen.pretraining import parallel
+from data_gen.pretraining import pool_worker
+from data_gen.pretraining.documents import InputFormatError
+from data_gen.pretraining.instances import InstanceSettings
 
 
 def test_bucket_count_follows_input_size():

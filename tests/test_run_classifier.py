@@ -136,8 +136,8 @@ print(json.dumps({"label": [x.decode() for x in out["label"].numpy()],
 
 
 def test_saved_model_in_a_fresh_process_predicts_as_the_runner(mrpc_run, tmp_path):
-    from data_gen.classifier_features import convert_example, load_features
-    from data_gen.classifier_processors import InputExample
+    from tasks.classification.features import convert_example, load_features
+    from tasks.classification.reader import InputExample
     from data_gen.tokenization import FullTokenizer
 
     dev = read_tsv(mrpc_run["data"] / "dev.tsv")[1:]

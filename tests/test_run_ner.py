@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from data_gen.ner_data import read_conll
-from modeling import conlleval
+from tasks.ner.reader import read_conll
+from tasks.ner import metrics as conlleval
 from tests.conftest import REPO
 
 
@@ -98,7 +98,7 @@ def test_training_scores_every_epoch_as_conlleval(ner_run):
 
 
 def test_long_sentences_use_several_windows_and_every_word_is_tagged(ner_run):
-    from data_gen.ner_features import load_features
+    from tasks.ner.features import load_features
 
     features = load_features(str(ner_run["out"] / "eval.tf_record"), 32)
     sentences = read_conll(str(ner_run["data"] / "valid.txt"))

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from data_gen.squad_files import load_squad, make_v2, write_json
-from modeling import squad_metrics
+from tasks.squad.files import load_squad, make_v2, write_json
+from tasks.squad import metrics as squad_metrics
 from tests.conftest import REPO
 
 

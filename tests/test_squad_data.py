@@ -13,10 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from data_gen import squad_data
-from data_gen.squad_files import load_squad, make_v2, split_articles, write_json
+from tasks.squad import features as squad_data
+from tasks.squad.files import load_squad, make_v2, split_articles, write_json
 from data_gen.tokenization import FullTokenizer
-from modeling import squad_postprocess
+from tasks.squad import postprocess as squad_postprocess
 
 if importlib.util.find_spec("bert") is None:
     pytest.skip("the oracle bert-tensorflow==1.0.4 (Google's original scripts) is not installed: "
@@ -280,7 +280,7 @@ def test_records_round_trip(tmp_path, squad, tokenizer):
     write_json(path, head)
     examples = squad_data.read_squad_examples(str(path), is_training=True)
     features = list(squad_data.convert_examples(examples, tokenizer, SMALL, True))
-    from data_gen.record_writer import ShardedRecordWriter
+    from data_gen.records import ShardedRecordWriter
 
     records = str(tmp_path / "train.tf_record")
     with ShardedRecordWriter([records]) as writer:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from data_gen.squad_files import load_squad, main, make_v2, split_articles
-from modeling.squad_metrics import squad_v1_scores, squad_v2_scores
+from tasks.squad.files import load_squad, main, make_v2, split_articles
+from tasks.squad.metrics import squad_v1_scores, squad_v2_scores
 
 
 def _questions(dataset_json: dict) -> list:

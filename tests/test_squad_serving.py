@@ -51,7 +51,7 @@ def span_model():
 
 
 def serving_module(span_model, vocab_file, version_2: bool):
-    from modeling.squad_serving import SquadServing
+    from tasks.squad.serving import SquadServing
 
     return SquadServing(span_model, vocab_file, do_lower_case=True, max_seq_length=SEQ,
                         doc_stride=STRIDE, max_query_length=QUERY, version_2=version_2)
@@ -60,7 +60,7 @@ def serving_module(span_model, vocab_file, version_2: bool):
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory, span_model, vocab_file):
     """`version_2 -> (module, export_dir)`."""
-    from modeling import serving
+    from engine import export as serving
 
     root = tmp_path_factory.mktemp("squad_export")
     out = {}
@@ -299,7 +299,7 @@ def test_v2_null_decisions_and_odds_are_the_originals(oracle, served, span_model
                                                       threshold):
     """At threshold 0 (the export's) and at the median of the null odds, where half the answers
     are null."""
-    from modeling.squad_serving import SquadServing
+    from tasks.squad.serving import SquadServing
 
     examples, original = oracle[True]["examples"], oracle[True]
     if threshold == "zero":
@@ -470,7 +470,7 @@ def test_unicode_spaces_and_marks_in_the_context(exports, tokenizers):
 
 
 def test_invalid_settings_are_refused(span_model, vocab_file):
-    from modeling.squad_serving import SquadServing
+    from tasks.squad.serving import SquadServing
 
     with pytest.raises(ValueError, match="max_query_length"):
         SquadServing(span_model, vocab_file, True, max_seq_length=67, max_query_length=64)

@@ -8,12 +8,12 @@ import tensorflow as tf
 
 from modeling.checkpoint_names import tf1_variable_map
 from modeling.config import BertConfig
-from modeling.distribution import get_strategy
+from engine.distribution import get_strategy
 from modeling.encoder import BertEncoder
 from modeling.models import BertPretrainer
 from modeling.optimization import create_optimizer
-from modeling.pretraining_task import PretrainingTask, model_inputs
-from modeling.training import NonFiniteLossError, Trainer, TrainerConfig
+from tasks.pretraining.task import PretrainingTask, model_inputs
+from engine.training import NonFiniteLossError, Trainer, TrainerConfig
 
 VOCAB, LENGTH, PREDICTIONS = 60, 16, 3
 

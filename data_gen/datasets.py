@@ -1,0 +1,90 @@
+"""The fine-tuning input pipeline: a split's features held in memory, batched for the trainer.
+
+Every fine-tuning task's features (one row per example or window, NumPy arrays by name, with
+`example_index` and `is_real_example`) go through `in_memory_dataset`:
+- training reads them in a fresh seeded permutation every epoch (a full shuffle, where the
+  original shuffled through a 100-record buffer), the order being a function of the seed and the
+  step alone, so a resumed run rebuilds it and skips exactly the batches it had used; the last
+  partial batch of the stream is dropped;
+- evaluation and prediction read each row once, in order; with several replicas the split is
+  padded to a multiple of the global batch with copies of row 0 marked `example_index` -1 and
+  `is_real_example` 0 (the original padded for TPUs the same way);
+- with `trim`, each batch's per-position features are cut to its longest row, rounded up to a
+  multiple of 8, instead of `max_seq_length`: padded positions are masked out of attention, so
+  the outputs are the same, and training steps run 1.6x (MRPC) to 2.8x (SST-2) faster
+  (bench/trim_padding.py).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from data_gen.errors import DataError
+
+LENGTH_MULTIPLE = 8  # trimmed batches are this many tokens wide, or a multiple (fewer retraces)
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+
+
+def trim_to_longest(batch: dict, sequence_features=SEQUENCE_FEATURES,
+                    multiple: int = LENGTH_MULTIPLE) -> dict:
+    """Cut the per-position features of a batch to its longest row, rounded up to `multiple`."""
+    import tensorflow as tf
+
+    full = tf.shape(batch["input_mask"])[1]
+    longest = tf.reduce_max(tf.reduce_sum(batch["input_mask"], axis=1))
+    width = tf.minimum(full, (longest + multiple - 1) // multiple * multiple)
+    return {name: value[:, :width] if name in sequence_features else value
+            for name, value in batch.items()}
+
+
+def _padded_gather(tensors: dict, indices, count: int) -> dict:
+    import tensorflow as tf
+
+    real = indices < count
+    batch = {name: tf.gather(value, tf.where(real, indices, 0)) for name, value in tensors.items()}
+    batch["example_index"] = tf.where(real, batch["example_index"], -1)
+    batch["is_real_example"] = tf.cast(real, batch["is_real_example"].dtype)
+    return batch
+
+
+def in_memory_dataset(features: dict, batch_size: int, is_training: bool, seed: int = 0,
+                      input_context=None, trim: bool = True,
+                      sequence_features=SEQUENCE_FEATURES, transform: Callable | None = None):
+    """Batches of `features` (see the module docstring). `transform` maps each batch before it is
+    trimmed (a task adding a derived feature); `sequence_features` are the names trimmed."""
+    import tensorflow as tf
+
+    count = len(features["example_index"])
+    pipelines = input_context.num_input_pipelines if input_context else 1
+    pipeline = input_context.input_pipeline_id if input_context else 0
+    tensors = {name: tf.constant(value) for name, value in features.items()}
+    if is_training:
+        if count < batch_size * pipelines:
+            raise DataError(f"{count} training examples are fewer than one batch of "
+                            f"{batch_size * pipelines}")
+
+        def epoch(e):  # a permutation per epoch, the same in every pipeline, sharded below
+            # Stateless: a function of (seed, epoch) alone, whatever the global seed is (a
+            # tensor seed in Dataset.shuffle fails when the global seed is 0).
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(count, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), e]))
+            return tf.data.Dataset.from_tensor_slices(order)
+
+        indices = tf.data.Dataset.counter().flat_map(epoch)
+        if pipelines > 1:
+            indices = indices.shard(pipelines, pipeline)
+        indices = indices.batch(batch_size, drop_remainder=True)
+        dataset = indices.map(lambda idx: {name: tf.gather(value, idx)
+                                           for name, value in tensors.items()})
+    else:
+        replicas = input_context.num_replicas_in_sync if input_context else 1
+        total = count if replicas == 1 else -(-count // (batch_size * replicas)) * (
+            batch_size * replicas)
+        indices = tf.data.Dataset.range(total)
+        if pipelines > 1:
+            indices = indices.shard(pipelines, pipeline)
+        dataset = indices.batch(batch_size).map(lambda idx: _padded_gather(tensors, idx, count))
+    if transform is not None:
+        dataset = dataset.map(transform)
+    if trim:
+        dataset = dataset.map(lambda batch: trim_to_longest(batch, sequence_features))
+    return dataset.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,213 @@
+"""Pretraining TFRecords from raw documents: the original's algorithm, streaming and in parallel.
+
+    python -m data_gen.pretraining.create_pretraining_data --input_file=corpus/*.txt \\
+        --output_file=out/train-0.tfrecord,out/train-1.tfrecord --vocab_file=vocab.txt \\
+        --num_workers=2
+
+Same flags and defaults as the original `create_pretraining_data.py`, plus `--no_nsp`,
+`--input_format`, `--skip_invalid_utf8`, `--pool_bytes`, `--stats_file`, `--num_workers`,
+`--tmp_dir` and `--faithful_in_memory`.
+
+The default mode streams: documents are read one at a time and spilled to temporary bucket files
+(`nsp_pools`), then each pool of documents becomes records in a worker process and is written
+round-robin to the output shards in pool order. Memory holds a few pools, whatever the corpus
+size; the output depends on the seed and the input only (not on `--num_workers`).
+`--faithful_in_memory` does what the original does, whole corpus and every instance in memory in
+one process, and writes the original's records for the same seed.
+
+Either way the shards appear complete or not at all (`data_gen.records`), and a statistics summary is
+printed and written as JSON (`stats`).
+"""
+import os
+import random
+import sys
+import tempfile
+import time
+
+from absl import app, flags, logging
+
+from data_gen.pretraining import documents
+from data_gen.pretraining import nsp_pools
+from data_gen.pretraining import pool_worker
+from data_gen.pretraining import flags as pretraining_flags
+from data_gen.pretraining.documents import InputOptions
+from data_gen.pretraining.parallel import ordered_map
+from data_gen.pretraining.instances import InstanceSettings
+from data_gen.pretraining.records import RecordMaker
+from data_gen.pretraining.stats import PretrainingStats
+from data_gen.records import ShardedRecordWriter
+from modeling.atomic_files import write_text
+
+FLAGS = flags.FLAGS
+
+PROGRESS_SECONDS = 10.0
+
+
+class Progress:
+    """Progress lines at most every PROGRESS_SECONDS: documents, pools, instances, tokens/s."""
+
+    def __init__(self, every_seconds: float = PROGRESS_SECONDS):
+        self.every_seconds = every_seconds
+        self.start = self._last = time.monotonic()
+        self.documents = self.input_bytes = 0
+
+    def read(self, sentences: list) -> None:
+        self.documents += 1
+        self.input_bytes += sum(len(sentence) + 1 for sentence in sentences)
+        if self._due():
+            logging.info("read %s documents (%.1f MB of text)", f"{self.documents:,}",
+                         self.input_bytes / 1e6)
+
+    def pool_done(self, done: int, total: int, stats: PretrainingStats, final=False) -> None:
+        if self._due() or final:
+            elapsed = time.monotonic() - self.start
+            logging.info("pools %d/%d | documents %s | instances %s | input tokens %s | "
+                         "%.0f tokens/s", done, total, f"{stats.documents:,}",
+                         f"{stats.instances:,}", f"{stats.input_tokens:,}",
+                         stats.input_tokens / max(elapsed, 1e-9))
+
+    def _due(self) -> bool:
+        now = time.monotonic()
+        if now - self._last < self.every_seconds:
+            return False
+        self._last = now
+        return True
+
+    def counted(self, stream):
+        for sentences in stream:
+            self.read(sentences)
+            yield sentences
+
+
+def create_pretraining_data(input_files: list, output_files: list, vocab_file: str, *,
+                            do_lower_case: bool = True,
+                            settings: InstanceSettings = InstanceSettings(),
+                            random_seed: int = 12345,
+                            input_options: InputOptions = InputOptions(),
+                            num_workers: int = 1,
+                            pool_bytes: int = nsp_pools.DEFAULT_POOL_BYTES,
+                            faithful_in_memory: bool = False,
+                            stats_file: str = None, tmp_dir: str = None) -> PretrainingStats:
+    """Write the records of `input_files` to the `output_files` shards; return the statistics."""
+    settings.check()
+    input_options.check()
+    if num_workers < 1:
+        raise ValueError(f"--num_workers={num_workers}: must be at least 1")
+    if faithful_in_memory and num_workers != 1:
+        raise ValueError("--faithful_in_memory runs in one process, as the original does; "
+                         f"drop --num_workers={num_workers}")
+    if not input_files:
+        raise documents.InputFormatError("--input_file names no file")
+    bucket_count = nsp_pools.bucket_count(sum(map(documents.file_size, input_files)), pool_bytes)
+    progress = Progress()
+    with ShardedRecordWriter(output_files) as writer:
+        if faithful_in_memory:
+            maker = RecordMaker(vocab_file, do_lower_case, settings)
+            stats = _write_in_memory(maker, input_files, input_options, random_seed, writer,
+                                     progress)
+        else:
+            stats = _write_streaming(input_files, input_options, bucket_count, random_seed,
+                                     (vocab_file, do_lower_case, settings), num_workers,
+                                     tmp_dir or _default_tmp_dir(writer.paths[0]), writer,
+                                     progress)
+    write_text(stats_file or writer.paths[0] + ".stats.json", stats.to_json())
+    logging.info("wrote %s instances to %d file(s) in %.1f s\n%s", f"{stats.instances:,}",
+                 len(writer.paths), time.monotonic() - progress.start, stats.summary())
+    return stats
+
+
+def _write_in_memory(maker: RecordMaker, input_files: list, input_options: InputOptions,
+                     random_seed: int, writer: ShardedRecordWriter,
+                     progress: Progress) -> PretrainingStats:
+    corpus = maker.tokenize(progress.counted(
+        documents.original_documents(input_files, input_options)))
+    nsp_pools.check_document_count(len(corpus), maker.settings.no_nsp, input_files)
+    stats = PretrainingStats(maker.settings.max_seq_length)
+    for record in maker.iter_records(corpus, random.Random(random_seed), stats):
+        writer.write(record)
+    progress.pool_done(1, 1, stats, final=True)
+    return stats
+
+
+def _write_streaming(input_files: list, input_options: InputOptions, bucket_count: int,
+                     random_seed: int, maker_args: tuple, num_workers: int, tmp_dir: str,
+                     writer: ShardedRecordWriter, progress: Progress) -> PretrainingStats:
+    """Spill the documents to bucket files, then write the records of each pool in turn."""
+    no_nsp = maker_args[2].no_nsp
+    os.makedirs(tmp_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".create_pretraining_data-", dir=tmp_dir) as spill_dir:
+        spill = _spill_documents(input_files, input_options, bucket_count, random_seed, spill_dir,
+                                 progress)
+        documents_read = sum(spill.documents_per_bucket)
+        nsp_pools.check_document_count(documents_read, no_nsp, input_files)
+        pools = nsp_pools.pools_of_buckets(
+            nsp_pools.group_buckets(spill.documents_per_bucket, no_nsp))
+        jobs = [pool_worker.PoolJob(index, [spill.path(bucket) for bucket in buckets],
+                                    random_seed) for index, buckets in enumerate(pools)]
+        logging.info("%s documents in %d pools; making records with %d worker(s)",
+                     f"{documents_read:,}", len(jobs), num_workers)
+        stats = PretrainingStats(maker_args[2].max_seq_length)
+        results = ordered_map(pool_worker.run, jobs, num_workers, pool_worker.start, maker_args)
+        for done, result in enumerate(results, start=1):
+            for record in result.records:
+                writer.write(record)
+            stats.merge(result.stats)
+            progress.pool_done(done, len(jobs), stats, final=done == len(jobs))
+    return stats
+
+
+def _spill_documents(input_files: list, input_options: InputOptions, bucket_count: int,
+                     random_seed: int, spill_dir: str, progress: Progress) -> nsp_pools.BucketSpill:
+    spill = nsp_pools.BucketSpill(spill_dir, bucket_count)
+    try:
+        for document in documents.stream_documents(input_files, input_options):
+            progress.read(document.sentences)
+            bucket = nsp_pools.document_bucket(document.sentences, random_seed, bucket_count)
+            spill.add(bucket, document.sentences)
+    finally:
+        spill.close()
+    return spill
+
+
+def _default_tmp_dir(first_output: str) -> str:
+    directory = os.path.dirname(os.path.abspath(first_output))
+    return tempfile.gettempdir() if "://" in first_output else directory
+
+
+# ------------------------------------------------------------------ command line
+def main(argv) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        create_pretraining_data(
+            documents.expand_input_files(FLAGS.input_file),
+            [path.strip() for path in FLAGS.output_file.split(",") if path.strip()],
+            FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
+            settings=pretraining_flags.instance_settings(), random_seed=FLAGS.random_seed,
+            input_options=pretraining_flags.input_options(), num_workers=FLAGS.num_workers,
+            pool_bytes=FLAGS.pool_bytes, faithful_in_memory=FLAGS.faithful_in_memory,
+            stats_file=FLAGS.stats_file, tmp_dir=FLAGS.tmp_dir)
+    except (ValueError, OSError) as error:  # InputFormatError is a ValueError
+        logging.error("%s", error)
+        sys.exit(1)
+
+
+def define_flags() -> None:
+    """The original's flags and ours, defined when the CLI runs, not on import."""
+    pretraining_flags.define_flags()
+    flags.DEFINE_integer("num_workers", 1, "Processes that tokenize and make instances.")
+    flags.DEFINE_string("tmp_dir", None, "Folder for the temporary pool files, about the size of "
+                        "the input (default: beside the first output file).")
+    flags.DEFINE_bool("faithful_in_memory", False, "Do what the original does: the whole corpus "
+                      "and every instance in memory, one process; same records as the original.")
+
+
+def console_main() -> None:
+    define_flags()
+    for name in pretraining_flags.REQUIRED:
+        flags.mark_flag_as_required(name)
+    app.run(main)
+
+
+if __name__ == "__main__":
+    console_main()

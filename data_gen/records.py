@@ -1,0 +1,116 @@
+"""TFRecords of `tf.train.Example`s: written in shards that appear complete or not at all, read
+back into NumPy arrays.
+
+Writing (`ShardedRecordWriter`): records go round-robin to the shards, as the original's writer
+sends them. Each shard is written under its hidden temporary name (`modeling.atomic_files`) and
+renamed to its real name only when every shard is complete; on any error the temporary files are
+removed, so a failed run leaves no partial output (a killed process can leave a hidden `.tmp`
+file, never a truncated shard). `serialize` makes the `tf.train.Example` of a feature dict.
+
+Reading (`read_records`): every record of a file parsed by a feature spec, as arrays in file order.
+
+TensorFlow (for its record writer and file systems) is imported on first use: the command-line
+tools import this module, and worker processes that re-import the main module must stay light.
+"""
+from __future__ import annotations
+
+import os
+
+from data_gen.errors import DataError
+from modeling.atomic_files import temporary_name
+
+
+def _tf():
+    import tensorflow as tf
+
+    return tf
+
+
+def serialize(features: dict, float_features=()) -> bytes:
+    """A `tf.train.Example` of `{name: list of values}`: int64 lists, float lists for the names in
+    `float_features`."""
+    tf = _tf()
+
+    def feature(name, values):
+        if name in float_features:
+            return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+    return tf.train.Example(features=tf.train.Features(feature={
+        name: feature(name, values) for name, values in features.items()
+    })).SerializeToString()
+
+
+def read_records(path, spec: dict) -> dict:
+    """Every tf.Example of `path` (a file or a list of files) parsed by `spec`, as NumPy arrays
+    in file order (int64 features stay int64)."""
+    import numpy as np
+
+    tf = _tf()
+    files = [path] if isinstance(path, str) else list(path)
+    batches = list(tf.data.TFRecordDataset(files).batch(4096)
+                   .map(lambda batch: tf.io.parse_example(batch, spec)).as_numpy_iterator())
+    if not batches:
+        raise DataError(f"{', '.join(map(str, files))}: no records")
+    return {name: np.concatenate([batch[name] for batch in batches]) for name in spec}
+
+
+def check_output_files(paths: list) -> list:
+    """The `--output_file` list: non-empty and without repeats; missing folders are created."""
+    if not paths:
+        raise ValueError("--output_file names no file")
+    repeated = sorted({path for path in paths if paths.count(path) > 1})
+    if repeated:
+        raise ValueError(f"--output_file lists {', '.join(repeated)} more than once")
+    tf = _tf()
+    for path in paths:
+        directory = os.path.dirname(path)
+        if directory and not tf.io.gfile.isdir(directory):
+            tf.io.gfile.makedirs(directory)
+    return paths
+
+
+class ShardedRecordWriter:
+    """`with ShardedRecordWriter(paths) as writer: writer.write(record)`; renamed on success."""
+
+    def __init__(self, paths: list):
+        self.paths = check_output_files(list(paths))
+        self.written = 0
+        self._temporary = [temporary_name(path) for path in self.paths]
+        self._writers = []
+
+    def __enter__(self) -> "ShardedRecordWriter":
+        try:
+            self._writers = [_tf().io.TFRecordWriter(path) for path in self._temporary]
+        except Exception:
+            self._discard()
+            raise
+        return self
+
+    def write(self, record: bytes) -> None:
+        self._writers[self.written % len(self._writers)].write(record)
+        self.written += 1
+
+    def __exit__(self, error_type, error, traceback) -> None:
+        if error_type is not None:
+            self._discard()
+            return
+        try:
+            for writer in self._writers:
+                writer.close()
+            for temporary, path in zip(self._temporary, self.paths):
+                _tf().io.gfile.rename(temporary, path, overwrite=True)
+        except BaseException:
+            self._discard()
+            raise
+
+    def _discard(self) -> None:
+        for writer in self._writers:
+            try:
+                writer.close()
+            except Exception:  # already failing; the removal below matters more
+                pass
+        gfile = _tf().io.gfile
+        for temporary in self._temporary:
+            if gfile.exists(temporary):
+                gfile.remove(temporary)

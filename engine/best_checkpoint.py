@@ -1,0 +1,67 @@
+"""The weights that scored best on the task's main metric, kept in `output_dir/best/`.
+
+Fine-tuning evaluates at every epoch's end; `BestCheckpoint` keeps the model weights (not the
+optimiser's state) of the best evaluation with its `eval_results.txt`, written beside the old copy
+and swapped in, so that a crash leaves one complete copy. A resumed run reads the best score so
+far from it. Prediction and export use these weights by default (`--use_best_checkpoint`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from engine.results import RESULTS_FILE, lower_is_better, read_eval_results, write_eval_results
+from modeling.atomic_files import recover_directory, replace_directory, staging_directory
+
+logger = logging.getLogger(__name__)
+
+BEST_DIR = "best"
+
+
+class BestCheckpoint:
+    """The weights with the best `metric` so far, in `output_dir/best/` (model only): the
+    highest, or the lowest for a loss or an error."""
+
+    def __init__(self, output_dir: str, metric: str):
+        self.directory = os.path.join(output_dir, BEST_DIR)
+        recover_directory(self.directory)
+        self.metric = metric
+        self.lower_is_better = lower_is_better(metric)
+        self.results = read_eval_results(os.path.join(self.directory, RESULTS_FILE))
+
+    @property
+    def score(self) -> float | None:
+        return self.results.get(self.metric) if self.results else None
+
+    def offer(self, model, results: dict) -> bool:
+        """Keep `model`'s weights if `results[metric]` beats the best so far."""
+        import tensorflow as tf
+
+        if self.metric not in results:
+            raise KeyError(f"the best-checkpoint metric {self.metric!r} is not among the "
+                           f"evaluation results: {', '.join(sorted(results))}")
+        score = results[self.metric]
+        if self.score is not None and not (score < self.score if self.lower_is_better
+                                           else score > self.score):
+            return False
+        staging = staging_directory(self.directory)
+        tf.train.Checkpoint(model=model).write(os.path.join(staging, "model"))
+        write_eval_results(os.path.join(staging, RESULTS_FILE), results)
+        replace_directory(staging, self.directory)
+        logger.info("new best %s = %.4f at step %d (was %s): saved in %s", self.metric, score,
+                    int(results.get("global_step", -1)),
+                    "none" if self.score is None else f"{self.score:.4f}", self.directory)
+        self.results = dict(results)
+        return True
+
+    def restore(self, model) -> bool:
+        import tensorflow as tf
+
+        prefix = os.path.join(self.directory, "model")
+        if not os.path.isfile(prefix + ".index"):
+            return False
+        self.results = read_eval_results(os.path.join(self.directory, RESULTS_FILE))
+        tf.train.Checkpoint(model=model).read(prefix).assert_existing_objects_matched()
+        logger.info("restored the best weights (%s = %s at step %d) from %s", self.metric,
+                    self.score, int(self.results.get("global_step", -1)), self.directory)
+        return True

@@ -1,0 +1,137 @@
+"""What every training run does before its first step: settings, model files, devices, the trainer.
+
+`RunSettings` holds the values the runners' shared engine flags give (`runner_flags`): where
+outputs go, the model's files, batch sizes and the optimiser's schedule, devices and precision.
+`model_files` finds the config and vocabulary (given, or beside `--init_checkpoint`); `start_run`
+seeds every random generator, sets the precision policy, builds the distribution strategy and
+says which process writes the outputs; `build_trainer` makes the model (with its initial weights),
+the SPEC.md section 7 optimiser (linear warmup, linear decay, AdamWeightDecay or LAMB, clipping at
+global norm 1) under the strategy, and the `Trainer` that runs them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Callable
+
+from engine.errors import SettingsError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class RunSettings:
+    """The settings every training run shares (pretraining and fine-tuning)."""
+
+    output_dir: str
+    bert_config_file: str | None = None
+    init_checkpoint: str | None = None
+    vocab_file: str | None = None
+    train_batch_size: int = 32
+    eval_batch_size: int = 8
+    learning_rate: float = 5e-5
+    num_train_steps: int | None = None
+    num_warmup_steps: int | None = None
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 1
+    steps_per_loop: int = 100
+    optimizer: str = "adamw"
+    num_accumulation_steps: int = 1
+    dtype: str = "float32"
+    jit_compile: bool = False
+    distribution_strategy: str = "one_device"
+    tpu_address: str | None = None
+    random_seed: int = 12345
+
+
+@dataclasses.dataclass
+class Run:
+    """A started run: the model's files, the strategy, and where this process writes."""
+
+    config: object  # modeling.config.BertConfig
+    vocab_file: str | None
+    strategy: object
+    work_dir: str  # the chief's output_dir; other workers' scratch
+    chief: bool
+
+
+def model_files(settings: RunSettings, vocab_required: bool = True):
+    """(BertConfig, vocab path) from `bert_config_file` / `vocab_file`, else from the files
+    beside `init_checkpoint`."""
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+
+    if settings.bert_config_file:
+        config = BertConfig.from_json_file(settings.bert_config_file)
+    else:
+        config = checkpoints.read_config(settings.init_checkpoint)
+    vocab = settings.vocab_file
+    if not vocab and settings.init_checkpoint:
+        path = settings.init_checkpoint
+        folder = path if os.path.isdir(path) else os.path.dirname(path)
+        candidate = os.path.join(folder, checkpoints.VOCAB)
+        vocab = candidate if os.path.isfile(candidate) else None
+    if vocab and not os.path.isfile(vocab) and "://" not in vocab:
+        raise SettingsError(f"--vocab_file {vocab}: no such file")
+    if not vocab and vocab_required:
+        raise SettingsError("--vocab_file is required (no vocab.txt beside --init_checkpoint)")
+    return config, vocab
+
+
+def start_run(settings: RunSettings, config, vocab_file: str | None) -> Run:
+    """Seeds, precision, the strategy and the output folders; call before building any model."""
+    import keras
+
+    from engine.distribution import get_strategy, set_precision
+    from engine.training import worker_dir
+
+    os.makedirs(settings.output_dir, exist_ok=True)
+    keras.utils.set_random_seed(settings.random_seed)
+    set_precision(settings.dtype)
+    strategy = get_strategy(settings.distribution_strategy, settings.tpu_address)
+    work_dir = worker_dir(strategy, settings.output_dir)
+    os.makedirs(work_dir, exist_ok=True)
+    return Run(config, vocab_file, strategy, work_dir, chief=work_dir == settings.output_dir)
+
+
+def check_batch_split(settings: RunSettings, replicas: int) -> None:
+    """The global training batch must split into equal micro-batches on every replica."""
+    per_replica = settings.train_batch_size // replicas
+    if settings.train_batch_size % replicas or per_replica % settings.num_accumulation_steps:
+        raise SettingsError(f"--train_batch_size={settings.train_batch_size} does not split into "
+                            f"{replicas} replica(s) x --num_accumulation_steps="
+                            f"{settings.num_accumulation_steps} equal micro-batches")
+
+
+def build_trainer(model_fn: Callable, task, strategy, settings: RunSettings,
+                  num_train_steps: int, num_warmup_steps: int, **trainer_config):
+    """The model (`model_fn()`, with `settings.init_checkpoint`'s weights; new heads stay
+    initialised and the log says so) and optimiser, in a `Trainer`. `trainer_config` sets the
+    `TrainerConfig` fields that differ between pretraining and fine-tuning."""
+    import keras
+
+    from engine.training import Trainer, TrainerConfig
+    from modeling import checkpoints
+    from modeling.optimization import create_optimizer
+
+    report = None
+    with strategy.scope():
+        model = model_fn()
+        if settings.init_checkpoint:
+            report = checkpoints.load_initial_weights(model, settings.init_checkpoint,
+                                                      allow_new_heads=True)  # logs it
+        optimizer = create_optimizer(settings.learning_rate, num_train_steps, num_warmup_steps,
+                                     settings.optimizer)
+        if settings.dtype == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    trainer = Trainer(model, optimizer, task, strategy, TrainerConfig(
+        output_dir=settings.output_dir, num_train_steps=num_train_steps,
+        steps_per_loop=settings.steps_per_loop,
+        save_checkpoints_steps=settings.save_checkpoints_steps,
+        keep_checkpoint_max=settings.keep_checkpoint_max,
+        num_accumulation_steps=settings.num_accumulation_steps,
+        jit_compile=settings.jit_compile, examples_per_step=settings.train_batch_size,
+        **trainer_config))
+    trainer.init_report = report
+    return trainer

@@ -1,0 +1,51 @@
+"""SavedModel export: a task's serving module written so that it appears complete or not at all.
+
+Every task's serving module (`tasks/*/serving.py`, a `tf.Module` with a `signatures()` method)
+has two signatures:
+- `serve_token_ids`: the encoder's inputs (`input_word_ids`, `input_mask`, `input_type_ids`, int32
+  `[batch, length]`, `token_id_spec`), for callers that tokenise themselves;
+- `serve_text` (also `serving_default`): raw strings, tokenised in the graph by
+  `data_gen.graph_tokenizer.GraphTokenizer` (the original's ids) and packed as fine-tuning packed
+  them.
+The SavedModel needs only `tensorflow` and `tensorflow_text` (for its ops) to load and run. `save`
+stages it beside `export_dir` and swaps it in when complete, with `vocab.txt` (and what else the
+caller names) in `assets.extra/`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+import tensorflow as tf
+
+from modeling.atomic_files import (recover_directory, replace_directory,
+                                   staging_directory)
+from modeling.encoder import INPUT_NAMES
+
+logger = logging.getLogger(__name__)
+
+
+def token_id_spec() -> dict:
+    return {name: tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUT_NAMES}
+
+
+def save(module: tf.Module, export_dir: str, extra_files: dict | None = None) -> str:
+    """Write `module` with its `signatures()` to `export_dir`, replacing it only when complete.
+
+    `extra_files` (name -> source path) are copied into `export_dir/assets.extra/` (vocab.txt,
+    bert_config.json: what a user needs to reproduce the inputs).
+    """
+    export_dir = os.path.abspath(export_dir)
+    recover_directory(export_dir)
+    staging = staging_directory(export_dir)
+    tf.saved_model.save(module, staging, signatures=module.signatures())
+    if extra_files:
+        extra = os.path.join(staging, "assets.extra")
+        os.makedirs(extra, exist_ok=True)
+        for name, source in extra_files.items():
+            shutil.copyfile(source, os.path.join(extra, name))
+    replace_directory(staging, export_dir)
+    logger.info("SavedModel written to %s (signatures: %s)", export_dir,
+                ", ".join(sorted(module.signatures())))
+    return export_dir

@@ -1,0 +1,326 @@
+"""The fine-tuning driver: one function runs any task from its settings to its result files.
+
+`finetune(task, settings)` does, for every task of `tasks/` (see `tasks.base` for what a task
+provides):
+- checks the settings and the task's own, and the `--best_metric` name, before anything is read;
+- finds the model's config and vocabulary, seeds, sets precision and the distribution strategy;
+- refuses an `output_dir` that holds another run (`run_config`), before touching its files;
+- reads each split the run needs and converts it once into `OUTPUT_DIR/NAME.tf_record`
+  (`data_gen.feature_cache`: reused while the data, vocabulary and settings are unchanged);
+- trains with the original's step arithmetic (`num_train_steps = int(examples / batch * epochs)`,
+  `num_warmup_steps = int(steps * warmup_proportion)`, unless given), evaluating at every epoch's
+  end (or every `eval_every_steps`) and at the last step: `eval_results.txt` (the original's
+  `key = value` lines), TensorBoard's `eval/`, and the best weights in `best/`; an interrupted run
+  resumes by itself;
+- loads the weights that prediction and export use (`choose_weights`), evaluates them when it did
+  not train, writes what they predict on the evaluation splits and, with `do_predict`, on the
+  prediction splits, and with `export_dir` saves the task's serving module as a SavedModel.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Callable
+
+import numpy as np
+
+from engine.best_checkpoint import BestCheckpoint
+from engine.build import RunSettings, build_trainer, check_batch_split, model_files, start_run
+from engine.errors import SettingsError
+from engine.results import RESULTS_FILE, format_results, write_eval_results
+from engine.run_config import check_run_config
+from engine.training import is_boundary
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class FinetuneSettings(RunSettings):
+    """What a fine-tuning runner's flags say (beyond the task's own)."""
+
+    max_seq_length: int = 128
+    do_lower_case: bool = True
+    do_train: bool = False
+    do_eval: bool = False
+    do_predict: bool = False
+    export_dir: str | None = None
+    predict_batch_size: int = 8
+    num_train_epochs: float = 3.0
+    warmup_proportion: float = 0.1
+    eval_every_steps: int = 0
+    use_best_checkpoint: bool = True
+    trim_padding: bool = True
+    best_metric: str | None = None  # None: eval_ + the task's main metric
+
+
+class NoTrainedWeightsError(SettingsError):
+    """Evaluation, prediction or export was asked for, but no weights include a trained head."""
+
+
+# ------------------------------------------------------------------------------------ the driver
+def finetune(task, settings: FinetuneSettings) -> None:
+    """Run `task` as `settings` say (see the module docstring)."""
+    from data_gen.tokenization import FullTokenizer, special_token_ids
+    from tasks.base import Setup
+
+    check_settings(settings)
+    task.check(settings)
+    best_metric = settings.best_metric or prefix(task.eval_splits()[0].name,
+                                                 len(task.eval_splits())) + task.main_metric
+    check_best_metric(task, best_metric)
+    config, vocab_file = model_files(settings)
+    if settings.max_seq_length > config.max_position_embeddings:
+        raise SettingsError(f"--max_seq_length={settings.max_seq_length} exceeds the model's "
+                            f"max_position_embeddings={config.max_position_embeddings}")
+    run = start_run(settings, config, vocab_file)
+    trim = settings.trim_padding and not _is_tpu(run.strategy)
+    tokenizer = FullTokenizer(vocab_file, do_lower_case=settings.do_lower_case)
+    try:
+        special_token_ids(tokenizer.vocab, source=vocab_file)
+    except ValueError as e:
+        raise SettingsError(str(e)) from None
+    task.prepare(Setup(config, vocab_file, tokenizer, settings.max_seq_length,
+                       settings.do_lower_case))
+    # What decides the features and the head; an output_dir holds one such run.
+    identity = {**task.identity(), "max_seq_length": settings.max_seq_length,
+                "do_lower_case": settings.do_lower_case}
+    check_run_config(settings.output_dir, identity, None)  # before any file is touched
+    data = SplitReader(task, identity, vocab_file, run.work_dir)
+    train = data(task.train_split()) if settings.do_train else None
+    evals = [data(split) for split in task.eval_splits()] if settings.do_eval else []
+    predicts = [data(split) for split in task.predict_splits()] if settings.do_predict else []
+    replicas = run.strategy.num_replicas_in_sync
+    check_batch_split(settings, replicas)
+    num_train_steps, num_warmup_steps, steps_per_epoch = 1, 0, 0.0
+    if train is not None:
+        examples = task.num_train_examples(train)
+        num_train_steps, num_warmup_steps = schedule(settings, examples)
+        steps_per_epoch = examples / settings.train_batch_size
+        check_run_config(settings.output_dir, identity, {
+            "init_checkpoint": settings.init_checkpoint, "learning_rate": settings.learning_rate,
+            "train_batch_size": settings.train_batch_size, "num_train_steps": num_train_steps,
+            "num_warmup_steps": num_warmup_steps, "random_seed": settings.random_seed})
+    logger.info("%s: %s on %d replica(s); %s", task.title,
+                f"{describe(task, train, 'training ')}, {num_train_steps} steps "
+                f"({num_warmup_steps} warmup)" if train else "no training", replicas,
+                ", ".join(f"{split.name}: {describe(task, split)}" for split in evals)
+                or "no evaluation")
+    every = settings.eval_every_steps or steps_per_epoch or num_train_steps
+    trainer = build_trainer(lambda: task.build_model(config), task, run.strategy, settings,
+                            num_train_steps, num_warmup_steps, callback_every_steps=every,
+                            save_at_callbacks=True, checkpoint_iterator=False)
+
+    def predictions(split, batch_size):
+        outputs = predict(trainer, task, split, batch_size, settings.random_seed, trim)
+        return task.predictions(split, outputs)
+
+    def evaluate() -> dict:
+        results = {}
+        for split in evals:
+            scores = task.score(split, predictions(split, settings.eval_batch_size))
+            results.update({prefix(split.name, len(evals)) + k: v for k, v in scores.items()})
+        return results
+
+    if train is not None:
+        train_and_evaluate(trainer, lambda context: task.dataset(
+            train.features, _per_replica(context, settings.train_batch_size), True,
+            settings.random_seed, context, trim), evaluate if evals else None, every,
+            steps_per_epoch, best_metric)
+    chosen, step = choose_weights(trainer, best_metric, trained=train is not None,
+                                  evaluated=bool(evals), use_best=settings.use_best_checkpoint)
+    logger.info("using %s", chosen)
+    if evals and train is None:
+        results = evaluate_and_record(trainer, evaluate, settings.output_dir, step)
+        logger.info("evaluation of %s: %s", chosen, format_results(results))
+    if not run.chief:
+        return
+    for split in evals:  # what the kept weights predict on the evaluation splits
+        task.write_eval_outputs(split, predictions(split, settings.eval_batch_size),
+                                settings.output_dir)
+    for split in predicts:
+        predicted = predictions(split, settings.predict_batch_size)
+        path = task.write_predictions(split, predicted, settings.output_dir)
+        logger.info("predictions for %s: %s", split.name, path)
+        if split.labelled:
+            logger.info("scores of the predictions: %s",
+                        format_results(task.score(split, predicted)))
+    if settings.export_dir:
+        from engine import export
+
+        export.save(task.serving_module(trainer.model, vocab_file), settings.export_dir,
+                    {"vocab.txt": vocab_file})
+
+
+# ------------------------------------------------------------------------------------ settings
+def check_settings(settings: FinetuneSettings) -> None:
+    """Usage errors of any fine-tuning run, before anything slow happens."""
+    if not settings.output_dir:
+        raise SettingsError("--output_dir is required")
+    if not (settings.do_train or settings.do_eval or settings.do_predict or settings.export_dir):
+        raise SettingsError("nothing to do: set --do_train, --do_eval, --do_predict or "
+                            "--export_dir")
+    if (settings.do_train or not settings.init_checkpoint) and not (
+            settings.init_checkpoint or settings.bert_config_file):
+        raise SettingsError("--bert_config_file or --init_checkpoint is required")
+
+
+def prefix(split_name: str, num_splits: int) -> str:
+    """Evaluation keys: `eval_NAME` for one split, `eval_SPLIT_NAME` for several (MNLI)."""
+    return "eval_" if num_splits == 1 else f"eval_{split_name}_"
+
+
+def check_best_metric(task, metric: str) -> None:
+    """A usage error, before any training, when `metric` is not a key evaluation writes."""
+    names = task.metric_names()
+    splits = task.eval_splits()
+    if names is None:
+        if not metric.startswith("eval_"):
+            raise SettingsError(f"--best_metric={metric}: evaluation keys start with eval_")
+        return
+    keys = sorted(prefix(split.name, len(splits)) + name for split in splits for name in names)
+    if metric not in keys:
+        raise SettingsError(f"--best_metric={metric}: evaluation writes {', '.join(keys)}")
+
+
+def schedule(settings: FinetuneSettings, num_examples: int) -> tuple[int, int]:
+    """The original's step arithmetic: (num_train_steps, num_warmup_steps)."""
+    num_train_steps = settings.num_train_steps or int(
+        num_examples / settings.train_batch_size * settings.num_train_epochs)
+    if num_train_steps < 1:
+        raise SettingsError(f"{num_examples} training examples at batch "
+                            f"{settings.train_batch_size} for {settings.num_train_epochs} epochs "
+                            f"make no training step")
+    num_warmup_steps = (settings.num_warmup_steps if settings.num_warmup_steps is not None
+                        else int(num_train_steps * settings.warmup_proportion))
+    return num_train_steps, num_warmup_steps
+
+
+def describe(task, split, what: str = "") -> str:
+    """'3668 training examples', '120 questions in 161 windows' for the log."""
+    text = f"{len(split.examples)} {what}{task.unit}s"
+    if task.row_unit:
+        text += f" in {split.rows} {task.row_unit}s"
+    return text
+
+
+def _per_replica(context, global_batch: int) -> int:
+    return context.get_per_replica_batch_size(global_batch) if context else global_batch
+
+
+def _is_tpu(strategy) -> bool:
+    """TPUs want one static shape: no trimmed batches there."""
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.TPUStrategy)
+
+
+# ------------------------------------------------------------------------------------ splits
+class SplitReader:
+    """Each split read once and its features converted once (a cached TFRecord file), then held
+    in memory; a split asked for twice (SQuAD evaluates and predicts one file) is read once."""
+
+    def __init__(self, task, identity: dict, vocab_file: str, work_dir: str):
+        self.task = task
+        self.identity = identity
+        self.vocab_file = vocab_file
+        self.work_dir = work_dir
+        self.splits = {}
+
+    def __call__(self, split):
+        from data_gen import feature_cache
+
+        if split.name in self.splits:
+            return self.splits[split.name]
+        split.examples = self.task.read(split)
+        key = feature_cache.fingerprint([*split.files, self.vocab_file], **split.cache_settings,
+                                        **self.identity)
+        path = os.path.join(self.work_dir, f"{split.name}.tf_record")
+        feature_cache.cached_records(path, key, lambda: self.task.records(split),
+                                     what=f"{split.name} features")
+        split.features = self.task.load_features(path)
+        self.splits[split.name] = split
+        return split
+
+
+def predict(trainer, task, split, batch_size: int, seed: int, trim: bool) -> dict:
+    """The task's `predict_step` outputs for every row of `split`, in row order (rows are
+    renumbered for the pass, so that any sharding of the input gives them back in order)."""
+    rows = split.rows
+    features = dict(split.features, example_index=np.arange(rows, dtype=np.int32))
+    outputs = trainer.predict(lambda context: task.dataset(
+        features, _per_replica(context, batch_size), False, seed, context, trim))
+    real = outputs["example_index"] >= 0  # padding rows (several replicas) are -1
+    index = outputs["example_index"][real]
+    order = np.argsort(index, kind="stable")
+    if not np.array_equal(index[order], np.arange(rows)):
+        raise RuntimeError(f"prediction lost or repeated rows of {split.name}")
+    return {name: value[real][order] for name, value in outputs.items()}
+
+
+# ------------------------------------------------------------------------------------ the loop
+def train_and_evaluate(trainer, train_dataset_fn: Callable, evaluate: Callable[[], dict] | None,
+                       every: float, steps_per_epoch: float = 0,
+                       best_metric: str | None = None) -> dict | None:
+    """Train to the last step, evaluating every `every` steps (rounded) and at the last one;
+    returns the last evaluation. `evaluate()` returns the task's metrics for the model as it
+    stands (`eval_` prefixed keys); `best_metric` names the one to keep the best weights by."""
+    best = BestCheckpoint(trainer.work_dir, best_metric) if best_metric else None
+    last = {}
+    num_train_steps = trainer.config.num_train_steps
+
+    def on_loop_end(step, train_metrics):
+        if evaluate is None:
+            return
+        if not is_boundary(step, every) and step < num_train_steps:
+            return
+        results = evaluate_and_record(trainer, evaluate, trainer.config.output_dir)
+        epoch = step / steps_per_epoch if steps_per_epoch else None
+        logger.info("evaluation at step %d%s: %s", step,
+                    f" (epoch {epoch:.2f})" if epoch else "", format_results(results))
+        if best is not None:
+            best.offer(trainer.model, results)
+        last.clear()
+        last.update(results)
+
+    trainer.train(train_dataset_fn, on_loop_end)
+    return last or None
+
+
+def evaluate_and_record(trainer, evaluate: Callable[[], dict], output_dir: str,
+                        step: int | None = None) -> dict:
+    """Run `evaluate()`, add `global_step` (the trainer's, unless `step` says which weights
+    these are), write eval_results.txt and TensorBoard's eval/."""
+    step = trainer.global_step if step is None else step
+    results = dict(evaluate())
+    trainer._summary("eval", results, step)
+    results["global_step"] = step
+    if trainer.is_chief:
+        write_eval_results(os.path.join(output_dir, RESULTS_FILE), results)
+    return results
+
+
+def choose_weights(trainer, best_metric: str, trained: bool, evaluated: bool,
+                   use_best: bool) -> tuple[str, int]:
+    """Load the weights that evaluation, prediction and export should use into the model.
+
+    In order: the best weights (`best/`, when `use_best` and this run evaluated or did not
+    train), the weights just trained, the newest training checkpoint, `--init_checkpoint` if it
+    holds the head too. Returns what was chosen (for the log) and its step.
+    """
+    best = BestCheckpoint(trainer.work_dir, best_metric)
+    if use_best and (evaluated or not trained) and best.restore(trainer.model):
+        step = int(best.results.get("global_step", 0))
+        return f"the best weights ({best_metric} = {best.score:.4f} at step {step})", step
+    if trained:
+        return f"the weights after step {trainer.global_step}", trainer.global_step
+    latest = trainer.restore_latest()
+    if latest:
+        return f"training checkpoint {latest}", trainer.global_step
+    report = trainer.init_report
+    if report is not None and not report.initialised:
+        return f"--init_checkpoint {report.source}", 0
+    raise NoTrainedWeightsError(
+        f"no trained weights: {trainer.config.output_dir} has no checkpoint and "
+        f"--init_checkpoint lacks {', '.join(report.initialised) if report else 'the head'}; "
+        f"train first (--do_train)")

@@ -1,0 +1,75 @@
+"""The pretraining driver: `pretrain(task, settings)` trains and evaluates masked LM + NSP.
+
+The same engine as fine-tuning (`engine.build`, `engine.training.Trainer`): the model with its
+initial weights (`--init_checkpoint` in any format, or a pretraining run's checkpoint: phase 2
+continuing phase 1), the original's optimiser, checkpoints every `save_checkpoints_steps` with the
+input iterator's state, and resuming by itself from the newest one. Training ends by writing the
+model as a Google TF1 checkpoint in `output_dir/tf1/` (bert_config.json, bert_model.ckpt.*, and
+vocab.txt when given), which fine-tuning and the original's tools load. `do_eval` writes the
+original's metrics for at most `max_eval_steps` batches to `eval_results.txt`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+from engine.build import RunSettings, build_trainer, check_batch_split, model_files, start_run
+from engine.errors import SettingsError
+from engine.results import RESULTS_FILE, write_eval_results
+
+logger = logging.getLogger(__name__)
+
+TF1_EXPORT = "tf1"
+
+
+@dataclasses.dataclass
+class PretrainSettings(RunSettings):
+    do_train: bool = False
+    do_eval: bool = False
+    max_eval_steps: int = 100
+
+
+def pretrain(task, settings: PretrainSettings) -> None:
+    from modeling import checkpoints, convert
+
+    if not (settings.do_train or settings.do_eval):
+        raise SettingsError("at least one of --do_train or --do_eval must be set")
+    if settings.train_batch_size % settings.num_accumulation_steps:
+        raise SettingsError(f"--train_batch_size={settings.train_batch_size} is not a multiple "
+                            f"of --num_accumulation_steps={settings.num_accumulation_steps}")
+    config, vocab_file = model_files(settings, vocab_required=False)
+    task.prepare(config, vocab_file)
+    run = start_run(settings, config, vocab_file)
+    replicas = run.strategy.num_replicas_in_sync
+    check_batch_split(settings, replicas)
+    logger.info("%s, %s on %d replica(s), dtype %s", task.describe(),
+                settings.distribution_strategy, replicas, settings.dtype)
+    trainer = build_trainer(lambda: task.build_model(config), task, run.strategy, settings,
+                            settings.num_train_steps, settings.num_warmup_steps)
+
+    def dataset_fn(batch_size: int, is_training: bool):
+        return lambda context: task.dataset(
+            context.get_per_replica_batch_size(batch_size) if context else batch_size,
+            is_training, settings.random_seed, context)
+
+    if settings.do_train:
+        # Each dataset element holds the micro-batches of one update.
+        trainer.train(dataset_fn(settings.train_batch_size, True))
+        export = os.path.join(settings.output_dir, TF1_EXPORT)
+        convert.save_any(trainer.model, export, "tf1", global_step=trainer.global_step)
+        if vocab_file:
+            checkpoints.copy_vocab(vocab_file, export)
+        logger.info("TF1 checkpoint of the trained model: %s", export)
+    elif not trainer.restore_latest() and not settings.init_checkpoint:
+        raise SettingsError(f"--do_eval without --do_train: no checkpoint in "
+                            f"{settings.output_dir} and no --init_checkpoint")
+
+    if settings.do_eval:
+        results = trainer.evaluate(dataset_fn(settings.eval_batch_size, False),
+                                   max_steps=settings.max_eval_steps)
+        results["global_step"] = trainer.global_step
+        path = os.path.join(settings.output_dir, RESULTS_FILE)
+        write_eval_results(path, results)
+        logger.info("eval results (%s): %s", path,
+                    ", ".join(f"{k} = {v:.4g}" for k, v in sorted(results.items())))

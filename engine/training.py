@@ -1,0 +1,315 @@
+"""The training and evaluation loop every runner shares.
+
+A `Trainer` runs a task's loss on batches from a `tf.data` dataset under a `tf.distribute` strategy:
+`steps_per_loop` updates inside one `tf.function` (the original's `iterations_per_loop`), optional
+gradient accumulation (k micro-batches, one averaged update, so the schedule advances once per real
+update), optional XLA (`jit_compile`) for the forward/backward pass, loss scaling under
+mixed_float16. Every `save_checkpoints_steps` it writes a checkpoint of the model, the optimiser
+(with its step) and, on one replica, the input iterator's state, keeping the newest
+`keep_checkpoint_max`; a new Trainer on the same `output_dir` resumes from the newest one in the
+same data order (several replicas, or `checkpoint_iterator=False`: the seeded input pipeline is
+rebuilt and the batches already consumed are skipped, since TensorFlow cannot checkpoint a
+distributed iterator). A non-finite loss stops the run before anything is saved, naming the step
+and the last good checkpoint. Loops can also end at chosen steps (`callback_every_steps`, e.g.
+each epoch's end), where `on_loop_end` evaluates, and `predict` collects a task's outputs.
+
+A task supplies `loss_and_metrics(model, batch, training) -> (loss, {name: (sum, count)})`: the
+metrics are ratios of sums, added across replicas and steps, so they are exact over any number of
+batches and devices. For `predict` it supplies `predict_step(model, batch) -> {name: tensor}`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+from typing import Callable, Protocol
+
+import tensorflow as tf
+import keras
+
+logger = logging.getLogger(__name__)
+
+
+class Task(Protocol):
+    def loss_and_metrics(self, model, batch, training: bool): ...
+
+    # Optional, for `Trainer.predict`: the outputs to collect from one batch, a dict of tensors.
+    def predict_step(self, model, batch): ...
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite; the run stopped without saving."""
+
+
+@dataclasses.dataclass
+class TrainerConfig:
+    output_dir: str
+    num_train_steps: int
+    steps_per_loop: int = 100
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 5
+    num_accumulation_steps: int = 1
+    jit_compile: bool = False
+    examples_per_step: int = 0  # global batch of one update, for examples/s; 0 = unknown
+    # Loops also end at the steps round(k * callback_every_steps), k = 1, 2, ..., so that
+    # `on_loop_end` can act there (evaluate at each epoch's end: examples / batch, a fraction).
+    callback_every_steps: float = 0
+    save_at_callbacks: bool = False  # also checkpoint there (short fine-tuning runs)
+    # Save the input iterator's state in checkpoints (one replica). False: on resume, rebuild the
+    # (seeded, deterministic) pipeline and skip the batches already used, as several replicas do.
+    checkpoint_iterator: bool = True
+
+
+def _metric_sums(loss, metrics: dict) -> dict:
+    """A task's loss and (sum, count) metrics as float32 [sum, count] pairs, ready to be added
+    across micro-batches, replicas and steps; the loss counts as one per batch."""
+    metrics = {"loss": (loss, tf.constant(1.0)), **metrics}
+    return {k: tf.stack([tf.cast(s, tf.float32), tf.cast(c, tf.float32)])
+            for k, (s, c) in metrics.items()}
+
+
+def _ratio(metrics: dict) -> dict:
+    return {name: (float(s) / float(c) if float(c) else float("nan"))
+            for name, (s, c) in metrics.items()}
+
+
+class Trainer:
+    """Trains `model` with `optimizer` on `task`; both must be created under `strategy.scope()`."""
+
+    def __init__(self, model, optimizer, task: Task, strategy, config: TrainerConfig):
+        if config.num_accumulation_steps < 1:
+            raise ValueError("num_accumulation_steps must be at least 1")
+        self.model = model
+        self.optimizer = optimizer
+        self.task = task
+        self.strategy = strategy
+        self.config = config
+        self._grads = tf.function(self._replica_gradients, jit_compile=config.jit_compile,
+                                  reduce_retracing=True)
+        self._writers = {}
+        self.is_chief = is_chief(strategy)
+        # The optimiser's slots are made now, under the strategy: made lazily inside the first
+        # training step, several local replicas (MirroredStrategy) fail ("You must feed a value
+        # for placeholder tensor ...").
+        if not optimizer.built:
+            with strategy.scope():
+                optimizer.build(model.trainable_variables)
+        # Every worker takes part in saving a checkpoint (it is a collective operation); only the
+        # chief's copy lands in output_dir, the others write to a scratch folder of their own.
+        self.work_dir = worker_dir(strategy, config.output_dir)
+
+    # ------------------------------------------------------------------------- replica math
+    def _replica_gradients(self, batch):
+        """Gradients of the task loss on one (micro-)batch of this replica, and its metrics."""
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss, metrics = self.task.loss_and_metrics(self.model, batch, training=True)
+            # The optimiser sums gradients over replicas: scale so the sum is the mean.
+            scaled = loss / self.strategy.num_replicas_in_sync
+            if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+                scaled = self.optimizer.scale_loss(scaled)
+        grads = tape.gradient(scaled, variables)
+        if self.config.num_accumulation_steps > 1:  # embedding gathers give IndexedSlices
+            grads = [tf.convert_to_tensor(g) for g in grads]
+        return grads, _metric_sums(loss, metrics)
+
+    def _replica_update(self, batch):
+        k = self.config.num_accumulation_steps
+        if k == 1:
+            grads, metrics = self._grads(batch)
+        else:
+            micro = tf.nest.map_structure(
+                lambda x: tf.reshape(x, tf.concat([[k, -1], tf.shape(x)[1:]], 0)), batch)
+            grads, metrics = self._grads(tf.nest.map_structure(lambda x: x[0], micro))
+            for i in tf.range(1, k):
+                g, m = self._grads(tf.nest.map_structure(lambda x: x[i], micro))
+                grads = [a + b for a, b in zip(grads, g)]
+                metrics = {name: metrics[name] + m[name] for name in metrics}
+            grads = [g / k for g in grads]
+        self.optimizer.apply(grads, self.model.trainable_variables)
+        return metrics
+
+    def _sum_over_replicas(self, per_replica):
+        return {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
+                for k, v in per_replica.items()}
+
+    @tf.function
+    def _train_loop(self, iterator, num_steps):
+        totals = self._sum_over_replicas(self.strategy.run(self._replica_update,
+                                                           args=(next(iterator),)))
+        for _ in tf.range(num_steps - 1):
+            step = self._sum_over_replicas(self.strategy.run(self._replica_update,
+                                                             args=(next(iterator),)))
+            totals = {k: totals[k] + step[k] for k in totals}
+        return totals
+
+    @tf.function(reduce_retracing=True)
+    def _predict_step(self, batch):
+        outputs = self.strategy.run(lambda b: self.task.predict_step(self.model, b), args=(batch,))
+        return {k: self.strategy.gather(v, axis=0) for k, v in outputs.items()}
+
+    @tf.function(reduce_retracing=True)
+    def _eval_step(self, batch):
+        def replica(batch):
+            return _metric_sums(*self.task.loss_and_metrics(self.model, batch, training=False))
+        return self._sum_over_replicas(self.strategy.run(replica, args=(batch,)))
+
+    # ------------------------------------------------------------------------- bookkeeping
+    @property
+    def global_step(self) -> int:
+        return int(self.optimizer.iterations.numpy())
+
+    def _checkpoint(self, iterator=None):
+        # Keras keeps dropout's random state in seed-generator variables that tf.train.Checkpoint
+        # does not reach through the model; without them a resumed run draws other masks.
+        objects = {"model": self.model, "optimizer": self.optimizer,
+                   "random_state": [v.value for v in self.model.non_trainable_variables]}
+        if iterator is not None:
+            objects["train_iterator"] = iterator
+        checkpoint = tf.train.Checkpoint(**objects)
+        manager = tf.train.CheckpointManager(checkpoint, self.work_dir,
+                                             max_to_keep=self.config.keep_checkpoint_max,
+                                             checkpoint_name="ckpt")
+        return checkpoint, manager
+
+    def _summary(self, kind: str, values: dict, step: int) -> None:
+        if not self.is_chief:
+            return
+        if kind not in self._writers:
+            self._writers[kind] = tf.summary.create_file_writer(
+                os.path.join(self.config.output_dir, kind))
+        with self._writers[kind].as_default(step=step):
+            for name, value in values.items():
+                tf.summary.scalar(name, value)
+        self._writers[kind].flush()
+
+    def current_learning_rate(self) -> float:
+        return float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
+
+    # ------------------------------------------------------------------------- public
+    def train(self, dataset_fn: Callable, on_loop_end: Callable | None = None) -> dict:
+        """Train to `num_train_steps` updates from wherever the newest checkpoint left off.
+
+        `dataset_fn(input_context)` returns this input pipeline's dataset, batched per replica
+        with `num_accumulation_steps` micro-batches per element. Returns the last loop's metrics.
+        """
+        cfg = self.config
+        single = (self.strategy.num_replicas_in_sync == 1) and cfg.checkpoint_iterator
+        iterator = iter(dataset_fn(tf.distribute.InputContext())) if single else None
+        checkpoint, manager = self._checkpoint(iterator)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+            logger.info("resumed from %s at step %d", manager.latest_checkpoint, self.global_step)
+        step = self.global_step
+        if not single:
+            iterator = iter(self.strategy.distribute_datasets_from_function(
+                lambda context: dataset_fn(context).skip(step * _elements_per_update(context))))
+        metrics = {}
+        while step < cfg.num_train_steps:
+            n = min(cfg.steps_per_loop, cfg.num_train_steps - step,
+                    cfg.save_checkpoints_steps - step % cfg.save_checkpoints_steps,
+                    next_boundary(step, cfg.callback_every_steps) - step)
+            start = time.time()
+            totals = self._train_loop(iterator, tf.constant(n))
+            metrics = _ratio(totals)
+            elapsed = time.time() - start
+            step = self.global_step
+            if not math.isfinite(metrics["loss"]):
+                raise NonFiniteLossError(
+                    f"loss is {metrics['loss']} in the {n} steps ending at step {step}; stopped "
+                    f"without saving. Last good checkpoint: {manager.latest_checkpoint or 'none'}")
+            lr = self.current_learning_rate()
+            speed = cfg.examples_per_step * n / elapsed if cfg.examples_per_step else 0.0
+            self._summary("train", {**metrics, "learning_rate": lr,
+                                    "examples_per_second": speed}, step)
+            eta = (cfg.num_train_steps - step) * elapsed / n
+            logger.info("step %d/%d | %s | lr %.3g | %.1f examples/s | eta %s", step,
+                        cfg.num_train_steps,
+                        " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), lr, speed,
+                        _duration(eta))
+            if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
+                    or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
+                path = manager.save(checkpoint_number=step)
+                logger.info("saved %s", path)
+            if on_loop_end:
+                on_loop_end(step, metrics)
+        return metrics
+
+    def evaluate(self, dataset_fn: Callable, max_steps: int | None = None) -> dict:
+        """Metrics over a finite dataset (or its first `max_steps` batches), summed exactly."""
+        dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
+        totals = None
+        for i, batch in enumerate(dataset):
+            if max_steps is not None and i >= max_steps:
+                break
+            step = self._eval_step(batch)
+            totals = step if totals is None else {k: totals[k] + step[k] for k in totals}
+        if totals is None:
+            raise ValueError("evaluation dataset is empty")
+        metrics = _ratio(totals)
+        self._summary("eval", metrics, self.global_step)
+        return metrics
+
+    def predict(self, dataset_fn: Callable) -> dict:
+        """The task's `predict_step` outputs over a finite dataset, as NumPy arrays in order."""
+        import numpy as np
+
+        chunks = [self._predict_step(batch) for batch in
+                  self.strategy.distribute_datasets_from_function(dataset_fn)]
+        if not chunks:
+            raise ValueError("prediction dataset is empty")
+        return {k: np.concatenate([c[k].numpy() for c in chunks]) for k in chunks[0]}
+
+    def restore_latest(self) -> str | None:
+        """Restore model and optimiser from the newest checkpoint in output_dir (no iterator)."""
+        checkpoint, manager = self._checkpoint()
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint).expect_partial()
+        return manager.latest_checkpoint
+
+
+def _elements_per_update(context) -> int:
+    """Dataset elements one update takes from each input pipeline: one per local replica."""
+    return max(1, context.num_replicas_in_sync // context.num_input_pipelines)
+
+
+def next_boundary(step: int, every: float) -> float:
+    """The first step after `step` of the form round(k * every), k >= 1 (inf if every <= 0)."""
+    if every <= 0:
+        return math.inf
+    k = math.floor(step / every) + 1
+    while round(k * every) <= step:
+        k += 1
+    return round(k * every)
+
+
+def is_boundary(step: int, every: float) -> bool:
+    """Whether `step` is round(k * every) for some k >= 1."""
+    return every > 0 and next_boundary(step - 1, every) == step
+
+
+def worker_dir(strategy, output_dir: str) -> str:
+    """`output_dir` for the chief; a scratch folder inside it for the other workers, which take
+    part in collective saves but whose copies nobody reads."""
+    if is_chief(strategy):
+        return output_dir
+    return os.path.join(output_dir, f"worker_{strategy.cluster_resolver.task_id}_scratch")
+
+
+def is_chief(strategy) -> bool:
+    """Whether this process writes the outputs: always, but for the non-chief workers of a
+    multi-worker strategy (the chief is task `chief`, or `worker` 0 when there is none)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return resolver.task_type == "chief" or (not has_chief and resolver.task_type == "worker"
+                                              and resolver.task_id == 0)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s"

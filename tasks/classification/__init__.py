@@ -1,0 +1,1 @@
+"""Sentence (pair) classification: GLUE, XNLI and any TSV/CSV (run_classifier.py)."""

@@ -1,0 +1,88 @@
+"""Sentence (pair) examples -> the original's classifier features, as TFRecords and back.
+
+Conversion is the original `convert_single_example`: WordPiece both texts, trim a pair by popping
+from the end of the longer one (B on a tie) to `max_seq_length - 3` tokens, a single text to
+`max_seq_length - 2`, pack `[CLS] A [SEP] B [SEP]` with segment ids 0/1, pad with zeros
+(`data_gen.packing`). Records keep the original's feature names (`input_ids`, `input_mask`,
+`segment_ids`, `label_ids`, `is_real_example`) plus `example_index`, the row of the example in its
+split, so predictions map back to example ids. `label_ids` is int64 for classification and float
+for regression (STS-B). Batches come from `data_gen.datasets.in_memory_dataset`.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from data_gen import records
+from data_gen.datasets import SEQUENCE_FEATURES
+from data_gen.errors import DataError
+from data_gen.packing import pack, truncate_seq_pair
+from tasks.classification.reader import InputExample
+
+
+def convert_example(example: InputExample, index: int, label_map: dict | None,
+                    max_seq_length: int, tokenizer) -> dict:
+    """One example -> feature lists (name -> values), as the original's `convert_single_example`.
+
+    `label_map` maps label strings to ids; None means regression (the label is a float). An
+    unlabelled example (a test row) gets label 0.
+    """
+    tokens_a = tokenizer.tokenize(example.text_a)
+    # As the original: an empty second text (or one with no tokens) makes a single-text example.
+    tokens_b = (tokenizer.tokenize(example.text_b) if example.text_b else None) or None
+    if tokens_b is not None:
+        truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
+    else:
+        del tokens_a[max_seq_length - 2:]
+    return {
+        **pack(tokens_a, tokens_b, max_seq_length, tokenizer),
+        "label_ids": [_label_value(example, label_map)],
+        "is_real_example": [1],
+        "example_index": [index],
+    }
+
+
+def _label_value(example: InputExample, label_map: dict | None):
+    if example.label is None:
+        return 0.0 if label_map is None else 0
+    if label_map is None:
+        try:
+            return float(example.label)
+        except ValueError:
+            raise DataError(f"example {example.guid}: label {example.label!r} is not a number "
+                            f"(the task is a regression)") from None
+    if example.label not in label_map:
+        raise DataError(f"example {example.guid}: label {example.label!r} is not one of "
+                        f"{', '.join(label_map)}")
+    return label_map[example.label]
+
+
+def feature_spec(max_seq_length: int, regression: bool) -> dict:
+    import tensorflow as tf
+
+    spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in SEQUENCE_FEATURES}
+    spec["label_ids"] = tf.io.FixedLenFeature([], tf.float32 if regression else tf.int64)
+    spec["is_real_example"] = tf.io.FixedLenFeature([], tf.int64)
+    spec["example_index"] = tf.io.FixedLenFeature([], tf.int64)
+    return spec
+
+
+def example_records(examples: Sequence[InputExample], labels: Sequence[str],
+                    max_seq_length: int, tokenizer) -> Iterable[bytes]:
+    """Serialised records of `examples` in order (labels empty: regression)."""
+    label_map = {label: i for i, label in enumerate(labels)} if labels else None
+    for index, example in enumerate(examples):
+        yield records.serialize(convert_example(example, index, label_map, max_seq_length,
+                                                tokenizer),
+                                float_features=("label_ids",) if label_map is None else ())
+
+
+def load_features(path: str, max_seq_length: int, regression: bool) -> dict:
+    """Every record of a features file as NumPy arrays (int32 sequences), in file order."""
+    features = records.read_records(path, feature_spec(max_seq_length, regression))
+    for name in (*SEQUENCE_FEATURES, "example_index"):
+        features[name] = features[name].astype(np.int32)
+    if not regression:
+        features["label_ids"] = features["label_ids"].astype(np.int32)
+    return features

@@ -1,0 +1,198 @@
+"""Sentence (pair) classification (GLUE, XNLI, any TSV/CSV) as the fine-tuning driver runs it.
+
+The task's reader is a processor (`reader.get_processor`: the original's CoLA, MNLI, MRPC, XNLI
+plus SST-2, STS-B, QQP, QNLI, RTE, WNLI and `generic`); its labels come from the training data.
+The loss is the original's: mean cross-entropy of the labels, or, for a regression task (one
+output, STS-B), the mean squared error. Evaluation scores each split with its GLUE metrics
+(`metrics.glue_metrics`) and the loss; the main metric (`eval_main`) picks the best weights.
+Files: `eval_predictions.tsv` (what the kept weights predict on dev) and `test_results.tsv`,
+both `id`, `prediction` and one probability per label (regression: the score); tasks with two
+evaluation or test splits (MNLI) write one file per split, suffixed `_matched`, `_mismatched`.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from keras import ops
+
+from data_gen.errors import DataError
+from engine.errors import SettingsError
+from modeling import losses
+from tasks.base import FinetuningTask, Split, model_inputs
+
+
+class ClassificationTask(FinetuningTask):
+    def __init__(self, task_name: str | None = None, data_dir: str | None = None,
+                 processor_options: dict | None = None, regression: bool = False):
+        self.task_name = task_name
+        self.data_dir = data_dir
+        self.processor_options = processor_options or {}
+        self.regression = regression  # until `check` reads it from the processor
+        self.processor = None
+        self.labels = []
+
+    # ------------------------------------------------------------------ driver interface
+    def check(self, settings) -> None:
+        from tasks.classification.reader import get_processor
+
+        for name, value in (("task_name", self.task_name), ("data_dir", self.data_dir)):
+            if not value:
+                raise SettingsError(f"--{name} is required")
+        name = self.task_name.lower()
+        if name == "generic" and (self.processor_options.get("text_a_column") is None or (
+                self.processor_options.get("label_column") is None
+                and (settings.do_train or settings.do_eval))):
+            raise SettingsError("--task_name=generic needs --text_a_column and --label_column")
+        try:
+            self.processor = get_processor(name, **self.processor_options)
+        except ValueError as e:
+            raise SettingsError(f"--task_name={self.task_name}: {e}") from None
+        self.regression = self.processor.is_regression
+
+    @property
+    def title(self) -> str:
+        return self.processor.name
+
+    def prepare(self, setup) -> None:
+        self.setup = setup
+        self.labels = [] if self.regression else list(self.processor.get_labels(self.data_dir))
+
+    def identity(self) -> dict:
+        return {"task": self.processor.name, "processor_options": self.processor_options,
+                "labels": self.labels}
+
+    def metric_names(self) -> list:
+        from tasks.classification.metrics import glue_metrics
+
+        labels = np.array([0.0, 1.0]) if self.regression else np.array([0, 1])
+        return sorted({"loss", *glue_metrics(self.processor.name, labels, labels)})
+
+    def train_split(self) -> Split:
+        return self._split(self.processor.train_split())
+
+    def eval_splits(self) -> list:
+        return [self._split(name) for name in self.processor.eval_splits()]
+
+    def predict_splits(self) -> list:
+        return [self._split(name, labelled=False) for name in self.processor.test_splits()]
+
+    def _split(self, name: str, labelled: bool = True) -> Split:
+        return Split(name, self.processor.split_files(self.data_dir, name), labelled)
+
+    def read(self, split: Split) -> list:
+        missing = [path for path in split.files if not os.path.isfile(path)]
+        if missing:
+            raise DataError(f"{self.processor.name} {split.name}: no {', '.join(missing)}")
+        return self.processor.get_examples(self.data_dir, split.name)
+
+    def records(self, split: Split):
+        from tasks.classification.features import example_records
+
+        return example_records(split.examples, self.labels, self.setup.max_seq_length,
+                               self.setup.tokenizer)
+
+    def load_features(self, path: str) -> dict:
+        from tasks.classification.features import load_features
+
+        return load_features(path, self.setup.max_seq_length, regression=not self.labels)
+
+    def dataset(self, features, batch_size, is_training, seed, input_context, trim):
+        from data_gen.datasets import in_memory_dataset
+
+        return in_memory_dataset(features, batch_size, is_training, seed=seed,
+                                 input_context=input_context, trim=trim)
+
+    def build_model(self, config):
+        from modeling.encoder import BertEncoder
+        from modeling.models import BertClassifier
+
+        return BertClassifier(BertEncoder(config), num_labels=len(self.labels) or 1)
+
+    # ------------------------------------------------------------------ tensors
+    def loss_and_metrics(self, model, batch, training: bool):
+        logits = model(model_inputs(batch), training=training)["logits"]
+        examples = ops.cast(ops.shape(logits)[0], "float32")
+        if self.regression:
+            loss = losses.regression_loss(logits, batch["label_ids"])
+            return loss, {"mean_squared_error": (loss * examples, examples)}
+        labels = ops.cast(batch["label_ids"], "int32")
+        loss = losses.classification_loss(logits, labels)
+        hits = ops.cast(ops.equal(ops.argmax(logits, -1), labels), "float32")
+        return loss, {"accuracy": (ops.sum(hits), examples)}
+
+    def predict_step(self, model, batch) -> dict:
+        logits = ops.cast(model(model_inputs(batch), training=False)["logits"], "float32")
+        return {"logits": logits, "example_index": batch["example_index"]}
+
+    # ------------------------------------------------------------------ results
+    def predictions(self, split: Split, outputs: dict) -> np.ndarray:
+        """The logits (regression: the scores in column 0) of every example, in order."""
+        return outputs["logits"]
+
+    def score(self, split: Split, logits) -> dict:
+        from tasks.classification.metrics import glue_metrics
+
+        labels = split.features["label_ids"]
+        results = glue_metrics(self.processor.name, labels, self.predicted(logits))
+        results["loss"] = self.loss(logits, labels)
+        return results
+
+    def predicted(self, logits: np.ndarray) -> np.ndarray:
+        """Label ids (classification) or scores (regression) from the model's logits."""
+        return logits[:, 0] if self.regression else np.argmax(logits, axis=-1)
+
+    def loss(self, logits: np.ndarray, labels: np.ndarray) -> float:
+        """The training loss over a whole split, from collected logits (float64)."""
+        logits = logits.astype(np.float64)
+        if self.regression:
+            return float(np.mean((logits[:, 0] - labels) ** 2))
+        return float(np.mean(-log_softmax(logits)[np.arange(len(labels)), labels]))
+
+    def write_eval_outputs(self, split: Split, logits, output_dir: str) -> None:
+        write_predictions(self._file(output_dir, "eval_predictions", split,
+                                     self.processor.eval_splits()),
+                          split.examples, logits, self.labels)
+
+    def write_predictions(self, split: Split, logits, output_dir: str) -> str:
+        path = self._file(output_dir, "test_results", split, self.processor.test_splits())
+        write_predictions(path, split.examples, logits, self.labels)
+        return path
+
+    @staticmethod
+    def _file(output_dir: str, kind: str, split: Split, splits: list) -> str:
+        suffix = "" if len(splits) == 1 else "_" + split.name.split("_", 1)[-1]
+        return os.path.join(output_dir, f"{kind}{suffix}.tsv")
+
+    def serving_module(self, model, vocab_file: str):
+        from tasks.classification.serving import ClassifierServing
+
+        return ClassifierServing(model, vocab_file, self.setup.do_lower_case,
+                                 self.setup.max_seq_length, self.labels,
+                                 pair=self.processor.is_pair())
+
+
+def write_predictions(path: str, examples, logits, labels) -> None:
+    """TSV: `id`, `prediction` and, for classification, one probability column per label."""
+    from modeling.atomic_files import write_text
+
+    if len(examples) != len(logits):
+        raise RuntimeError(f"{len(examples)} examples but {len(logits)} predictions")
+    lines = ["\t".join(["id", "prediction", *(f"probability_{label}" for label in labels)])]
+    if labels:
+        for example, probs in zip(examples, probabilities(logits)):
+            lines.append("\t".join([example.example_id, labels[int(probs.argmax())],
+                                    *(f"{p:.6f}" for p in probs)]))
+    else:
+        lines += [f"{example.example_id}\t{score:.6f}" for example, score in
+                  zip(examples, logits[:, 0])]
+    write_text(path, "\n".join(lines) + "\n")
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
+
+
+def probabilities(logits: np.ndarray) -> np.ndarray:
+    return np.exp(log_softmax(logits.astype(np.float64)))

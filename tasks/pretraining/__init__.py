@@ -1,0 +1,1 @@
+"""Masked-LM + next-sentence pretraining (run_pretraining.py)."""

@@ -1,0 +1,105 @@
+"""The pretraining task: masked LM + next sentence on the records of `create_pretraining_data`.
+
+Batches are the pretraining records' features (`input_ids`, `input_mask`, `segment_ids`,
+`masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`, `next_sentence_labels`), read as the
+original's input function reads them (`data_gen.pretraining.dataset`), optionally masked afresh
+at input time (`--dynamic_masking`, `data_gen.pretraining.dynamic_masking`). The loss is the
+original's MLM + NSP sum; metrics are (sum, count) pairs as `engine.training.Trainer` wants them:
+`masked_lm_accuracy` and `masked_lm_loss` weighted by `masked_lm_weights`, as the original's
+`metric_fn` computes them. `engine.pretraining.pretrain` drives it.
+"""
+from __future__ import annotations
+
+import glob
+
+from keras import ops
+
+from engine.errors import SettingsError
+from modeling import losses
+from tasks.base import model_inputs
+
+
+def input_files(pattern: str) -> list:
+    """`--input_file`: comma-separated globs, each matching at least one file."""
+    files = []
+    for part in pattern.split(","):
+        matched = sorted(glob.glob(part.strip()))
+        if not matched:
+            raise SettingsError(f"--input_file: no file matches {part.strip()!r}")
+        files.extend(matched)
+    return files
+
+
+class PretrainingTask:
+    title = "pretraining"
+
+    def __init__(self, input_file: str, max_seq_length: int, max_predictions_per_seq: int,
+                 dynamic_masking: bool = False, masked_lm_prob: float = 0.15):
+        self.input_file = input_file
+        self.max_seq_length = max_seq_length
+        self.max_predictions_per_seq = max_predictions_per_seq
+        self.dynamic_masking = dynamic_masking
+        self.masked_lm_prob = masked_lm_prob
+        self.files = []
+        self.masking = None
+
+    def prepare(self, config, vocab_file: str | None) -> None:
+        """The input files, and for dynamic masking the special tokens' ids."""
+        self.files = input_files(self.input_file)
+        if not self.dynamic_masking:
+            return
+        if not vocab_file:
+            raise SettingsError("--dynamic_masking needs --vocab_file (for the [MASK], [CLS], "
+                                "[SEP] ids)")
+        from data_gen.tokenization import load_vocab, special_token_ids
+
+        try:
+            mask_id, cls_id, sep_id = special_token_ids(
+                load_vocab(vocab_file), ("[MASK]", "[CLS]", "[SEP]"), source=vocab_file)
+        except ValueError as e:
+            raise SettingsError(str(e)) from None
+        self.masking = {"vocab_size": config.vocab_size, "mask_id": mask_id, "cls_id": cls_id,
+                        "sep_id": sep_id, "masked_lm_prob": self.masked_lm_prob}
+
+    def describe(self) -> str:
+        return f"{len(self.files)} input files"
+
+    def dataset(self, batch_size: int, is_training: bool, seed: int, input_context):
+        from data_gen.pretraining.dataset import pretraining_dataset
+        from data_gen.pretraining.dynamic_masking import with_dynamic_masking
+
+        dataset = pretraining_dataset(self.files, batch_size, self.max_seq_length,
+                                      self.max_predictions_per_seq, is_training, seed=seed,
+                                      input_context=input_context)
+        if self.masking:
+            dataset = with_dynamic_masking(dataset, seed, **self.masking)
+        return dataset
+
+    def build_model(self, config):
+        from modeling.encoder import BertEncoder
+        from modeling.models import BertPretrainer
+
+        return BertPretrainer(BertEncoder(config),
+                              max_predictions_per_seq=self.max_predictions_per_seq)
+
+    def loss_and_metrics(self, model, batch, training: bool):
+        outputs = model({**model_inputs(batch),
+                         "masked_lm_positions": batch["masked_lm_positions"]}, training=training)
+        mlm_logits, nsp_logits = outputs["mlm_logits"], outputs["nsp_logits"]
+        ids = ops.cast(batch["masked_lm_ids"], "int32")
+        weights = ops.cast(batch["masked_lm_weights"], "float32")
+        labels = ops.reshape(ops.cast(batch["next_sentence_labels"], "int32"), (-1,))
+        mlm_loss = losses.masked_lm_loss(mlm_logits, ids, weights)
+        nsp_loss = losses.next_sentence_loss(nsp_logits, labels)
+        mlm_nll = losses.token_nll(mlm_logits, ids)
+        nsp_nll = losses.token_nll(nsp_logits, labels)
+        mlm_hits = ops.cast(ops.equal(ops.argmax(mlm_logits, -1), ids), "float32")
+        nsp_hits = ops.cast(ops.equal(ops.argmax(nsp_logits, -1), labels), "float32")
+        examples = ops.cast(ops.shape(labels)[0], "float32")
+        metrics = {
+            "masked_lm_accuracy": (ops.sum(mlm_hits * weights), ops.sum(weights)),
+            "masked_lm_loss": (ops.sum(mlm_nll * weights), ops.sum(weights)),
+            "next_sentence_accuracy": (ops.sum(nsp_hits), examples),
+            "next_sentence_loss": (ops.sum(nsp_nll), examples),
+        }
+        return mlm_loss + nsp_loss, metrics
