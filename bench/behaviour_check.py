@@ -32,6 +32,7 @@ import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent.parent
+RUNS_DONE = False
 DATA = pathlib.Path(os.environ.get("BERT_DATA_DIR", HERE.parent / "shared" / "data"))
 
 # Files fingerprinted wherever a run writes them (paths relative to its output_dir).
@@ -70,10 +71,24 @@ def minilm() -> pathlib.Path:
 
 
 def sha256(path: pathlib.Path) -> str:
+    """The file's SHA-256; for TFRecord files, of its records in canonical form (a
+    `tf.train.Example`'s map order varies from process to process unless it is serialised
+    deterministically, which the code before the task-layer redesign did not), so that equal
+    records hash equally."""
+    if path.name.endswith((".tf_record", ".tfrecord")):
+        import tensorflow as tf
+
+        digest = hashlib.sha256()
+        for record in tf.data.TFRecordDataset(str(path)).as_numpy_iterator():
+            digest.update(tf.train.Example.FromString(record).SerializeToString(
+                deterministic=True))
+        return digest.hexdigest()
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def run(repo: pathlib.Path, args: list, log: pathlib.Path) -> None:
+    if RUNS_DONE:  # --fingerprint_only: the outputs are already in the work folder
+        return
     start = time.time()
     result = subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True)
     log.write_text(result.stdout + result.stderr)
@@ -84,13 +99,21 @@ def run(repo: pathlib.Path, args: list, log: pathlib.Path) -> None:
 
 
 def checkpoint_values(prefix: str) -> dict:
+    """Every variable's bytes, hashed; the input iterator's state (a variant) by name only."""
     import numpy as np
     import tensorflow as tf
 
     reader = tf.train.load_checkpoint(prefix)
-    return {name: hashlib.sha256(np.ascontiguousarray(reader.get_tensor(name)).tobytes())
-            .hexdigest() for name in sorted(reader.get_variable_to_shape_map())
-            if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+    values = {}
+    for name, dtype in sorted(reader.get_variable_to_dtype_map().items()):
+        if name == "_CHECKPOINTABLE_OBJECT_GRAPH":
+            continue
+        if dtype == tf.variant:
+            values[name] = "variant"
+            continue
+        values[name] = hashlib.sha256(np.ascontiguousarray(reader.get_tensor(name)).tobytes()
+                                      ).hexdigest()
+    return values
 
 
 def latest_checkpoint(out: pathlib.Path) -> str | None:
@@ -292,11 +315,15 @@ def main():
     rec.add_argument("--repo", default=str(HERE))
     rec.add_argument("--out", required=True)
     rec.add_argument("--work_dir", default=None)
+    rec.add_argument("--fingerprint_only", action="store_true",
+                     help="fingerprint the outputs already in --work_dir, running nothing")
     cmp_ = commands.add_parser("compare")
     cmp_.add_argument("first")
     cmp_.add_argument("second")
     args = parser.parse_args()
     if args.command == "record":
+        global RUNS_DONE
+        RUNS_DONE = args.fingerprint_only
         work = pathlib.Path(args.work_dir or tempfile.mkdtemp(prefix="behaviour_"))
         work.mkdir(parents=True, exist_ok=True)
         start = time.time()

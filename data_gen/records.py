@@ -5,7 +5,9 @@ Writing (`ShardedRecordWriter`): records go round-robin to the shards, as the or
 sends them. Each shard is written under its hidden temporary name (`modeling.atomic_files`) and
 renamed to its real name only when every shard is complete; on any error the temporary files are
 removed, so a failed run leaves no partial output (a killed process can leave a hidden `.tmp`
-file, never a truncated shard). `serialize` makes the `tf.train.Example` of a feature dict.
+file, never a truncated shard). `serialize` makes the `tf.train.Example` of a feature dict, with
+its features in sorted order: protobuf writes a map in an order that changes from process to
+process otherwise, and the same features must give the same bytes.
 
 Reading (`read_records`): every record of a file parsed by a feature spec, as arrays in file order.
 
@@ -38,7 +40,7 @@ def serialize(features: dict, float_features=()) -> bytes:
 
     return tf.train.Example(features=tf.train.Features(feature={
         name: feature(name, values) for name, values in features.items()
-    })).SerializeToString()
+    })).SerializeToString(deterministic=True)
 
 
 def read_records(path, spec: dict) -> dict:

@@ -1,6 +1,6 @@
 """The fine-tuning driver: one function runs any task from its settings to its result files.
 
-`finetune(task, settings)` does, for every task of `tasks/` (see `tasks.base` for what a task
+`finetune(task, settings)` does, for every task of `tasks/` (see `engine.task` for what a task
 provides):
 - checks the settings and the task's own, and the `--best_metric` name, before anything is read;
 - finds the model's config and vocabulary, seeds, sets precision and the distribution strategy;
@@ -62,7 +62,7 @@ class NoTrainedWeightsError(SettingsError):
 def finetune(task, settings: FinetuneSettings) -> None:
     """Run `task` as `settings` say (see the module docstring)."""
     from data_gen.tokenization import FullTokenizer, special_token_ids
-    from tasks.base import Setup
+    from engine.task import Setup
 
     check_settings(settings)
     task.check(settings)

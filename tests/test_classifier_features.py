@@ -1,11 +1,12 @@
-"""Classifier features: the original's conversion, the TFRecord round trip, and the tf.data input
-(shuffling, sharding, trimming) of `tasks.classification.features`."""
+"""Classifier features: the original's conversion and the TFRecord round trip of
+`tasks.classification.features`, with the pair truncation of `data_gen.packing`."""
 import math
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from data_gen import packing
 from tasks.classification import features as cf
 from data_gen.errors import DataError
 from tasks.classification.reader import InputExample
@@ -55,13 +56,13 @@ def reference_truncate(len_a, len_b, max_length):
 
 def test_truncate_seq_pair_by_hand():
     a, b = list("abcdefg"), list("xyz")            # 7 + 3 into 6: A pops 4 (7->6->5->4->3)
-    cf.truncate_seq_pair(a, b, 6)                  # then 3 + 3 = 6 fits
+    packing.truncate_seq_pair(a, b, 6)                  # then 3 + 3 = 6 fits
     assert a == list("abc") and b == list("xyz")
     a, b = list("abcd"), list("wxyz")              # tie: B first, then A, then B
-    cf.truncate_seq_pair(a, b, 5)
+    packing.truncate_seq_pair(a, b, 5)
     assert a == list("abc") and b == list("wx")
     a, b = list("ab"), list("xy")                  # fits: untouched
-    cf.truncate_seq_pair(a, b, 4)
+    packing.truncate_seq_pair(a, b, 4)
     assert a == list("ab") and b == list("xy")
 
 
@@ -71,7 +72,7 @@ def test_truncate_seq_pair_matches_the_original_and_the_closed_form():
     cases += [tuple(int(v) for v in rng.integers(0, 200, 3)) for _ in range(500)]
     for la, lb, m in cases:
         a, b = [f"a{i}" for i in range(la)], [f"b{i}" for i in range(lb)]
-        cf.truncate_seq_pair(a, b, m)
+        packing.truncate_seq_pair(a, b, m)
         ka, kb = reference_truncate(la, lb, m)
         # Kept lengths as the original, and the kept tokens are the prefixes (pops from the end).
         assert (len(a), len(b)) == (ka, kb), (la, lb, m)
@@ -255,209 +256,3 @@ def test_example_records_reject_an_unknown_label(tokenizer):
     next(records)
     with pytest.raises(DataError, match="'2'"):
         next(records)
-
-
-# ---------------------------------------------------------------------- classifier_dataset
-
-
-def synthetic_features(lengths, max_len, seed=0, vocab=50):
-    """Features like load_features' with real tokens on the first `lengths[i]` positions."""
-    rng = np.random.default_rng(seed)
-    count = len(lengths)
-    mask = (np.arange(max_len)[None, :] < np.array(lengths)[:, None]).astype(np.int32)
-    ids = rng.integers(1, vocab, (count, max_len)).astype(np.int32) * mask
-    segments = ((np.arange(max_len)[None, :] >= (np.array(lengths) // 2)[:, None])
-                .astype(np.int32) * mask)
-    return {"input_ids": ids, "input_mask": mask, "segment_ids": segments,
-            "label_ids": rng.integers(0, 3, count).astype(np.int32),
-            "is_real_example": np.ones(count, np.int32),
-            "example_index": np.arange(count, dtype=np.int32)}
-
-
-def batches(dataset, n=None):
-    dataset = dataset if n is None else dataset.take(n)
-    return list(dataset.as_numpy_iterator())
-
-
-def assert_rows_match(batch, features):
-    """Every row of the batch is its example's features (up to the batch's width)."""
-    rows = batch["example_index"]
-    width = batch["input_ids"].shape[1]
-    for name in ("input_ids", "input_mask", "segment_ids"):
-        np.testing.assert_array_equal(batch[name], features[name][rows, :width])
-        # Nothing real was cut off.
-        assert not features[name][rows, width:].any()
-    for name in ("label_ids", "is_real_example"):
-        np.testing.assert_array_equal(batch[name], features[name][rows])
-
-
-def test_evaluation_reads_each_example_once_in_order():
-    features = synthetic_features(np.random.default_rng(1).integers(3, 30, 23), 30)
-    for trim in (False, True):
-        out = batches(cf.classifier_dataset(features, 4, is_training=False, trim=trim))
-        assert [len(b["example_index"]) for b in out] == [4] * 5 + [3]
-        np.testing.assert_array_equal(np.concatenate([b["example_index"] for b in out]),
-                                      np.arange(23))
-        for b in out:
-            assert_rows_match(b, features)
-            if not trim:
-                assert b["input_ids"].shape[1] == 30
-
-
-def stream(features, batch_size, n_batches, **kwargs):
-    out = batches(cf.classifier_dataset(features, batch_size, is_training=True, **kwargs),
-                  n_batches)
-    assert len(out) == n_batches
-    assert all(len(b["example_index"]) == batch_size for b in out)
-    for b in out:
-        assert_rows_match(b, features)
-    return np.concatenate([b["example_index"] for b in out])
-
-
-@pytest.mark.parametrize("count, batch_size", [(24, 4), (23, 4), (10, 3)])
-def test_training_reads_a_new_permutation_every_epoch(count, batch_size):
-    features = synthetic_features(np.random.default_rng(2).integers(3, 20, count), 20)
-    epochs = 4
-    n_batches = count * epochs // batch_size
-    order = stream(features, batch_size, n_batches, seed=3)
-    per_epoch = [order[e * count:(e + 1) * count] for e in range(len(order) // count)]
-    assert len(per_epoch) >= 3
-    for permutation in per_epoch:  # every example exactly once per epoch
-        np.testing.assert_array_equal(np.sort(permutation), np.arange(count))
-    # Each epoch's batches hold no repeat: the first count // batch * batch of an epoch.
-    for e in range(len(per_epoch)):
-        head = order[e * count:e * count + count // batch_size * batch_size]
-        assert len(set(head.tolist())) == len(head)
-    # Shuffled, and differently in each epoch.
-    assert not np.array_equal(per_epoch[0], np.arange(count))
-    assert len({tuple(p.tolist()) for p in per_epoch}) == len(per_epoch)
-    # The order is a function of the seed: the same seed again, another seed another order.
-    np.testing.assert_array_equal(stream(features, batch_size, n_batches, seed=3), order)
-    assert not np.array_equal(stream(features, batch_size, n_batches, seed=4), order)
-
-
-def test_training_aligned_epochs_are_whole_batches():
-    features = synthetic_features(np.random.default_rng(3).integers(3, 20, 24), 20)
-    out = batches(cf.classifier_dataset(features, 4, is_training=True, seed=0), 12)
-    for e in range(2):  # 6 batches per epoch, together a permutation
-        rows = np.concatenate([b["example_index"] for b in out[e * 6:(e + 1) * 6]])
-        np.testing.assert_array_equal(np.sort(rows), np.arange(24))
-
-
-@pytest.mark.parametrize("count, batch_size", [(24, 4), (25, 4), (30, 3)])
-def test_input_pipelines_share_out_each_epoch(count, batch_size):
-    features = synthetic_features(np.random.default_rng(5).integers(3, 20, count), 20)
-    pipelines = 2
-    steps = 3 * count // (batch_size * pipelines)
-    parts = []
-    for i in range(pipelines):
-        context = tf.distribute.InputContext(num_input_pipelines=pipelines,
-                                             input_pipeline_id=i)
-        parts.append(stream(features, batch_size, steps, seed=11, input_context=context)
-                     .reshape(steps, batch_size))
-    # Within a step the two pipelines' batches are disjoint; over an epoch's steps, they are
-    # disjoint and (when the epoch is a whole number of steps) together cover it.
-    steps_per_epoch = count // (batch_size * pipelines)
-    for e in range(3 * count // (batch_size * pipelines * steps_per_epoch) if
-                   count % (batch_size * pipelines) == 0 else 1):
-        rows = np.concatenate([p[e * steps_per_epoch:(e + 1) * steps_per_epoch].ravel()
-                               for p in parts])
-        assert len(set(rows.tolist())) == len(rows)
-        if count % (batch_size * pipelines) == 0:
-            np.testing.assert_array_equal(np.sort(rows), np.arange(count))
-    # Interleaved back (element k of pipeline i is element k * P + i of one stream), the
-    # pipelines read one permutation per epoch, the same as a single pipeline's stream.
-    merged = np.stack([p.ravel() for p in parts], axis=1).ravel()
-    for e in range(len(merged) // count):
-        np.testing.assert_array_equal(np.sort(merged[e * count:(e + 1) * count]),
-                                      np.arange(count))
-    single = stream(features, batch_size, steps * pipelines, seed=11)
-    np.testing.assert_array_equal(merged, single)
-
-
-def test_evaluation_pipelines_split_the_examples():
-    features = synthetic_features(np.random.default_rng(6).integers(3, 20, 11), 20)
-    seen = []
-    for i in range(2):
-        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=i)
-        out = batches(cf.classifier_dataset(features, 4, False, input_context=context))
-        seen.append(np.concatenate([b["example_index"] for b in out]))
-    np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(11))
-
-
-def test_too_few_training_examples():
-    features = synthetic_features([5, 6, 7], 10)
-    with pytest.raises(DataError, match="fewer than one batch"):
-        cf.classifier_dataset(features, 4, is_training=True)
-    features = synthetic_features([5] * 7, 10)
-    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=0)
-    with pytest.raises(DataError, match="fewer than one batch"):
-        cf.classifier_dataset(features, 4, is_training=True, input_context=context)
-    # Exactly one batch is enough, and evaluation of fewer than a batch is fine.
-    assert len(batches(cf.classifier_dataset(synthetic_features([5] * 4, 10), 4, True), 3)) == 3
-    assert len(batches(cf.classifier_dataset(synthetic_features([5] * 3, 10), 4, False))) == 1
-
-
-def expected_width(lengths, max_len, multiple=8):
-    return min(max_len, math.ceil(max(lengths) / multiple) * multiple)
-
-
-def test_trim_to_the_longest_example_rounded_up_to_8():
-    # max_seq_length 30 is not a multiple of 8: a batch longer than 24 keeps all 30 positions.
-    lengths = [3, 5, 2, 7,    9, 4, 4, 4,    25, 2, 2, 2,    8, 8, 1, 1,    16, 3, 3, 3,
-               17, 3, 2]
-    widths = [8, 16, 30, 8, 16, 24]
-    features = synthetic_features(lengths, 30)
-    out = batches(cf.classifier_dataset(features, 4, is_training=False, trim=True))
-    assert [b["input_ids"].shape[1] for b in out] == widths
-    for b in out:
-        assert_rows_match(b, features)
-        for name in cf.SEQUENCE_FEATURES:
-            assert b[name].shape[1] == b["input_ids"].shape[1]
-
-
-def test_trim_in_training_batches():
-    lengths = np.random.default_rng(7).integers(2, 40, 64)
-    features = synthetic_features(lengths, 40)
-    out = batches(cf.classifier_dataset(features, 8, is_training=True, seed=1, trim=True), 24)
-    widths = set()
-    for b in out:
-        width = b["input_ids"].shape[1]
-        assert width == expected_width(lengths[b["example_index"]], 40)
-        assert width == 40 or width % 8 == 0
-        widths.add(width)
-        assert_rows_match(b, features)
-    assert len(widths) > 1  # the random batches did exercise different widths
-
-
-def test_trimming_changes_no_logit():
-    import keras
-
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertClassifier
-
-    keras.utils.set_random_seed(0)
-    config = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=32,
-                        max_position_embeddings=64)
-    model = BertClassifier(BertEncoder(config), num_labels=3)
-    lengths = [3, 11, 7, 2, 19, 4, 5, 6, 9, 30, 1, 2]
-    features = synthetic_features(lengths, 40, seed=8)
-
-    def logits(trim):
-        out = []
-        for b in cf.classifier_dataset(features, 4, is_training=False, trim=trim):
-            inputs = {"input_word_ids": b["input_ids"], "input_mask": b["input_mask"],
-                      "input_type_ids": b["segment_ids"]}
-            out.append((b["input_ids"].shape[1], model(inputs, training=False)["logits"]))
-        return out
-
-    full, trimmed = logits(False), logits(True)
-    assert [w for w, _ in full] == [40, 40, 40]
-    assert [w for w, _ in trimmed] == [16, 24, 32]
-    for (_, a), (_, b) in zip(full, trimmed):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, rtol=0)
-    # Not trivially equal: the examples give different logits.
-    values = np.concatenate([np.asarray(l) for _, l in full])
-    assert np.ptp(values, axis=0).max() > 1e-3

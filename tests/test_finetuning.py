@@ -1,15 +1,19 @@
-"""The shared fine-tuning loop: resume without the iterator's state, evaluation points, best."""
+"""The engine's fine-tuning loop (`engine.finetuning`, `engine.build`, `engine.best_checkpoint`):
+resume without the iterator's state, evaluation points, the best weights, prediction order."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tasks.classification.features import classifier_dataset
+from data_gen.datasets import in_memory_dataset
 from engine import finetuning
-from tasks.classification.task import ClassificationTask
-from modeling.config import BertConfig
+from engine.build import RunSettings, build_trainer
+from engine.best_checkpoint import BestCheckpoint
 from engine.distribution import get_strategy
+from engine.results import read_eval_results
+from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.models import BertClassifier
+from tasks.classification.task import ClassificationTask
 
 SEQ, VOCAB = 16, 50
 
@@ -30,15 +34,16 @@ def build(output_dir, steps=12, evaluate_every=0, strategy=None):
     keras.utils.set_random_seed(11)
     config = BertConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2,
                         num_attention_heads=2, intermediate_size=32, max_position_embeddings=SEQ)
-    options = finetuning.FinetuneOptions(
-        output_dir=str(output_dir), learning_rate=1e-3, num_train_steps=steps,
-        num_warmup_steps=2, train_batch_size=8, steps_per_epoch=70 / 8,
-        eval_every_steps=evaluate_every, save_checkpoints_steps=4, steps_per_loop=3)
-    trainer = finetuning.build_trainer(lambda: BertClassifier(BertEncoder(config), 3),
-                                       ClassificationTask(), strategy or get_strategy("one_device"),
-                                       options)
+    settings = RunSettings(output_dir=str(output_dir), learning_rate=1e-3, train_batch_size=8,
+                           save_checkpoints_steps=4, steps_per_loop=3)
+    every = evaluate_every or 70 / 8  # an epoch of 70 examples
+    trainer = build_trainer(lambda: BertClassifier(BertEncoder(config), 3), ClassificationTask(),
+                            strategy or get_strategy("one_device"), settings, steps, 2,
+                            callback_every_steps=every, save_at_callbacks=True,
+                            checkpoint_iterator=False)
     data = features()
-    return trainer, options, lambda context: classifier_dataset(
+    options = {"every": every, "steps_per_epoch": 70 / 8}
+    return trainer, options, lambda context: in_memory_dataset(
         data, context.get_per_replica_batch_size(8), True, seed=5, input_context=context)
 
 
@@ -52,7 +57,7 @@ class Interrupted(Exception):
 
 def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
     trainer, options, dataset_fn = build(tmp_path / "straight")
-    finetuning.train_and_evaluate(trainer, dataset_fn, None, options)
+    finetuning.train_and_evaluate(trainer, dataset_fn, None, **options)
     straight = weights(trainer.model)
 
     trainer, options, dataset_fn = build(tmp_path / "resumed")
@@ -64,7 +69,7 @@ def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
         trainer.train(dataset_fn, crash)
     assert trainer.global_step == 7  # loops end at 3, 4 (checkpoint), 7
     trainer, options, dataset_fn = build(tmp_path / "resumed")  # a new process, in effect
-    finetuning.train_and_evaluate(trainer, dataset_fn, None, options)
+    finetuning.train_and_evaluate(trainer, dataset_fn, None, **options)
     assert trainer.global_step == 12
     for a, b in zip(straight, weights(trainer.model)):
         np.testing.assert_allclose(a, b, atol=1e-6)
@@ -78,14 +83,15 @@ def test_evaluates_at_each_epoch_end_and_keeps_the_best(tmp_path):
     def evaluate():
         seen.append(trainer.global_step)
         return {"eval_main": next(scores)}
-    last = finetuning.train_and_evaluate(trainer, dataset_fn, evaluate, options, "eval_main")
+    last = finetuning.train_and_evaluate(trainer, dataset_fn, evaluate, **options,
+                                         best_metric="eval_main")
     assert seen == [9, 18, 20]
     assert last == {"eval_main": 0.6, "global_step": 20}
-    assert finetuning.read_eval_results(str(tmp_path / "eval_results.txt")) == last
-    best = finetuning.BestCheckpoint(str(tmp_path), "eval_main")
+    assert read_eval_results(str(tmp_path / "eval_results.txt")) == last
+    best = BestCheckpoint(str(tmp_path), "eval_main")
     assert best.score == 0.8 and best.results["global_step"] == 18
     # The kept weights are step 18's: restoring them changes the step-20 model's outputs.
-    batch = next(iter(classifier_dataset(features(), 8, False)))
+    batch = next(iter(in_memory_dataset(features(), 8, False)))
     inputs = {"input_word_ids": batch["input_ids"], "input_mask": batch["input_mask"],
               "input_type_ids": batch["segment_ids"]}
     at_20 = trainer.model(inputs)["logits"].numpy()
@@ -94,11 +100,11 @@ def test_evaluates_at_each_epoch_end_and_keeps_the_best(tmp_path):
     # A worse score is not kept; a better one replaces the copy.
     assert not best.offer(trainer.model, {"eval_main": 0.7, "global_step": 21})
     assert best.offer(trainer.model, {"eval_main": 0.9, "global_step": 22})
-    assert finetuning.BestCheckpoint(str(tmp_path), "eval_main").score == 0.9
+    assert BestCheckpoint(str(tmp_path), "eval_main").score == 0.9
     # A run killed between the two renames of the next copy left best/ as best.old<pid>:
     # the next run finds the 0.9 copy again and restores its weights.
     (tmp_path / "best").rename(tmp_path / "best.old99999")
-    recovered = finetuning.BestCheckpoint(str(tmp_path), "eval_main")
+    recovered = BestCheckpoint(str(tmp_path), "eval_main")
     assert recovered.score == 0.9 and recovered.restore(trainer.model)
 
 
@@ -107,14 +113,14 @@ def test_evaluation_every_n_steps(tmp_path):
     seen = []
     finetuning.train_and_evaluate(trainer, dataset_fn,
                                   lambda: seen.append(trainer.global_step) or {"eval_main": 0.0},
-                                  options, "eval_main")
+                                  **options, best_metric="eval_main")
     assert seen == [4, 8, 10]
 
 
 def test_predict_returns_every_example_in_order(tmp_path):
     trainer, _, _ = build(tmp_path)
     data = features(n=21)
-    outputs = trainer.predict(lambda context: classifier_dataset(data, 8, False))
+    outputs = trainer.predict(lambda context: in_memory_dataset(data, 8, False))
     np.testing.assert_array_equal(outputs["example_index"], np.arange(21))
     inputs = {"input_word_ids": tf.constant(data["input_ids"]),
               "input_mask": tf.constant(data["input_mask"]),
@@ -132,7 +138,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 sys.path.insert(0, sys.argv[1])
 from tests import test_finetuning as t
 from engine import finetuning
-from tasks.classification.features import classifier_dataset
+from data_gen.datasets import in_memory_dataset
 
 out = sys.argv[2]
 mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -140,8 +146,8 @@ trainer, options, dataset_fn = t.build(out + "/straight", strategy=mirrored)
 assert trainer.strategy.num_replicas_in_sync == 2
 # 21 examples at 4 per replica: the last global batch is padded; nothing is lost or repeated.
 data = t.features(n=21)
-outputs = trainer.predict(lambda context: classifier_dataset(data, 4, False,
-                                                             input_context=context))
+outputs = trainer.predict(lambda context: in_memory_dataset(data, 4, False,
+                                                            input_context=context))
 real = outputs["example_index"] >= 0
 assert sorted(outputs["example_index"][real].tolist()) == list(range(21)), outputs["example_index"]
 single = trainer.model({"input_word_ids": data["input_ids"], "input_mask": data["input_mask"],
@@ -149,7 +155,7 @@ single = trainer.model({"input_word_ids": data["input_ids"], "input_mask": data[
 order = np.argsort(outputs["example_index"][real])
 np.testing.assert_allclose(outputs["logits"][real][order], single, atol=1e-5)
 
-finetuning.train_and_evaluate(trainer, dataset_fn, None, options)
+finetuning.train_and_evaluate(trainer, dataset_fn, None, **options)
 straight = [v.numpy() for v in trainer.model.weights]
 trainer, options, dataset_fn = t.build(out + "/resumed", strategy=mirrored)
 class Stop(Exception):
@@ -162,7 +168,7 @@ try:
 except Stop:
     pass
 trainer, options, dataset_fn = t.build(out + "/resumed", strategy=mirrored)
-finetuning.train_and_evaluate(trainer, dataset_fn, None, options)
+finetuning.train_and_evaluate(trainer, dataset_fn, None, **options)
 for a, b in zip(straight, [v.numpy() for v in trainer.model.weights]):
     np.testing.assert_allclose(a, b, atol=1e-5)
 print("MIRRORED OK")

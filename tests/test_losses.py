@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from modeling import losses
-from modeling.models import BertPretrainer
+from tasks.pretraining.task import PretrainingTask
 
 
 def log_softmax(x):
@@ -29,13 +29,27 @@ def test_next_sentence_and_pretraining_total():
     labels = np.array([[0], [1]])
     lp = log_softmax(nsp_logits)
     expected_nsp = -(lp[0, 0] + lp[1, 1]) / 2
-    mlm_logits = np.array([[[1.0, 2.0]]], np.float32)
-    out = BertPretrainer.compute_losses({"mlm_logits": mlm_logits, "nsp_logits": nsp_logits},
-                                        np.array([[1]]), np.array([[1.0]]), labels)
-    expected_mlm = -log_softmax(mlm_logits[0, 0])[1] / (1 + 1e-5)
-    assert math.isclose(float(out["next_sentence_loss"]), expected_nsp, rel_tol=1e-6)
-    assert math.isclose(float(out["masked_lm_loss"]), expected_mlm, rel_tol=1e-6)
-    assert math.isclose(float(out["loss"]), expected_nsp + expected_mlm, rel_tol=1e-6)
+    mlm_logits = np.array([[[1.0, 2.0]], [[0.5, 0.0]]], np.float32)
+    batch = {"input_ids": np.zeros((2, 3), np.int32), "input_mask": np.ones((2, 3), np.int32),
+             "segment_ids": np.zeros((2, 3), np.int32),
+             "masked_lm_positions": np.array([[1], [2]], np.int32),
+             "masked_lm_ids": np.array([[1], [0]]),
+             "masked_lm_weights": np.array([[1.0], [0.0]], np.float32),
+             "next_sentence_labels": labels}
+
+    def model(inputs, training):  # the pretrainer's outputs, fixed
+        assert set(inputs) == {"input_word_ids", "input_mask", "input_type_ids",
+                               "masked_lm_positions"}
+        return {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits}
+
+    loss, metrics = PretrainingTask("unused", 3, 1).loss_and_metrics(model, batch, False)
+    expected_mlm = -log_softmax(mlm_logits[0, 0])[1] / (1 + 1e-5)  # the second slot is padding
+    assert math.isclose(float(loss), expected_nsp + expected_mlm, rel_tol=1e-6)
+    nsp_sum, nsp_count = metrics["next_sentence_loss"]
+    assert math.isclose(float(nsp_sum) / float(nsp_count), expected_nsp, rel_tol=1e-6)
+    mlm_sum, mlm_count = metrics["masked_lm_loss"]
+    assert float(mlm_count) == 1.0
+    assert math.isclose(float(mlm_sum), -log_softmax(mlm_logits[0, 0])[1], rel_tol=1e-6)
 
 
 def test_span_classification_and_regression_losses():

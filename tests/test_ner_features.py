@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tasks.ner import features as nf
 from data_gen.errors import DataError
+from data_gen.windows import word_aligned_spans
+from tasks.ner import features as nf
 from tasks.ner.reader import Sentence, read_conll
 from tasks.ner.metrics import evaluate
 
@@ -78,39 +79,7 @@ def test_an_empty_sentence_is_one_window_without_words(tokenizer):
     assert nf.reassemble([features], np.zeros((1, 8), int), 1) == [[]]
 
 
-# ---------------------------------------------------------------------------------- windows
-
-
-def test_windows_by_hand():
-    # Piece counts 1 2 3 1 1 4 1 2 1 3 1 1 (21 pieces); word starts 0 1 3 6 7 8 12 13 15 16
-    # 19 20. Window of 14 pieces, stride 5:
-    # - [0, 14) would cut the word at 13-14: end at the boundary 13 -> (0, 13);
-    # - 0 + 5 = piece 5, inside the word at 3-5: start there -> (3, 3 + 13 = 16 is a boundary);
-    # - 3 + 5 = piece 8, a word start -> (8, 21): the rest fits.
-    lengths = [1, 2, 3, 1, 1, 4, 1, 2, 1, 3, 1, 1]
-    assert nf.windows(lengths, 14, 5) == [(0, 13), (3, 16), (8, 21)]
-    assert nf.windows(lengths, 21, 5) == [(0, 21)]                    # fits: one window
-    # A stride of a window or more: no overlap (starts at word starts 0, 13).
-    assert nf.windows(lengths, 14, 20) == [(0, 13), (13, 21)]
-    # A word longer than any window is cut at the window's end (it is never moved whole into
-    # the next window); a window that would start inside it starts at the next word instead.
-    assert nf.windows([20, 1, 1], 14, 5) == [(0, 14), (20, 22)]
-    # [1, 20, 1]: (0, 14); 0 + 5 is inside the long word -> back to its start 1: (1, 15);
-    # 1 + 5 is inside it again and it starts at 1 -> forward to the next word, 21: (21, 22).
-    assert nf.windows([1, 20, 1], 14, 5) == [(0, 14), (1, 15), (21, 22)]
-
-
-def test_max_context_by_hand():
-    spans = [(0, 13), (3, 16), (8, 21)]
-    # score = min(left, right) + 0.01 * length, all lengths 13 here:
-    # piece 6: (0,13) min(6, 6) = 6, (3,16) min(3, 9) = 3 -> window 0
-    # piece 8: (0,13) min(8, 4) = 4, (3,16) min(5, 7) = 5, (8,21) min(0, 12) = 0 -> window 1
-    # piece 12: (0,13) 0, (3,16) min(9, 3) = 3, (8,21) min(4, 8) = 4 -> window 2
-    assert nf.max_context_windows(spans, [0, 6, 8, 12, 20]) == [0, 0, 1, 2, 2]
-    # Ties: equal context and length -> the earlier window; equal context -> the longer one.
-    assert nf.max_context_windows([(0, 10), (5, 15)], [7]) == [0]    # 2 + .10 vs 2 + .10
-    assert nf.max_context_windows([(0, 10), (5, 13)], [7]) == [0]    # 2 + .10 vs 2 + .08
-    assert nf.max_context_windows([(0, 8), (3, 13)], [5]) == [1]     # 2 + .08 vs 2 + .10
+# ------------------------------------------------------------------- windows of a sentence
 
 
 def test_long_sentence_windows_and_reassembly(tokenizer):
@@ -128,7 +97,7 @@ def test_long_sentence_windows_and_reassembly(tokenizer):
     assert windows[1]["label_ids"][:10] == [-1, 1, -1, -1, 5, 0, 3, -1, -1, -1]
     assert windows[1]["word_ids"][:10] == [-1, 2, 2, 2, 3, 4, 5, 5, 5, 5]
     # ... but each word is read once: words 0-4 from window 0, 5 from 1, 6-11 from 2
-    # (see test_max_context_by_hand), at position piece - window start + 1.
+    # (tests/test_windows.py, the same case), at position piece - window start + 1.
     assert [np.flatnonzero(w["is_max_context"]).tolist() for w in windows] == [
         [1, 2, 4, 7, 8], [6], [5, 6, 8, 9, 12, 13]]
     assert sum(sum(w["is_max_context"]) for w in windows) == len(words)
@@ -150,10 +119,10 @@ def test_random_sentences_get_one_prediction_per_word(tokenizer):
         labels = [rng.choice(LABELS) for _ in words]
         windows = nf.convert_sentence(sentence(words, labels), 0, LABEL_MAP, max_seq_length,
                                       tokenizer, stride)
-        spans = nf.windows(lengths, max_seq_length - 2, stride)
+        spans = word_aligned_spans(lengths, max_seq_length - 2, stride)
         word_starts = np.cumsum([0, *lengths[:-1]]).tolist()
-        for start, end in spans:
-            assert start in word_starts and end - start <= max_seq_length - 2
+        for start, length in spans:
+            assert start in word_starts and length <= max_seq_length - 2
         assert all(a[0] < b[0] for a, b in zip(spans, spans[1:]))
         for w in windows:  # input length within the window, labels only on first pieces
             assert sum(w["input_mask"]) <= max_seq_length

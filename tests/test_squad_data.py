@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tasks.squad import features as squad_data
+from tasks.squad.reader import read_squad_examples
 from tasks.squad.files import load_squad, make_v2, split_articles, write_json
 from data_gen.tokenization import FullTokenizer
 from tasks.squad import postprocess as squad_postprocess
@@ -83,7 +84,7 @@ def run_oracle(tmp_path, input_file, vocab, settings, is_training, version_2=Fal
 
 
 def our_features(input_file, tokenizer, settings, is_training, version_2=False):
-    examples = squad_data.read_squad_examples(str(input_file), is_training, version_2)
+    examples = read_squad_examples(str(input_file), is_training, version_2)
     return examples, list(squad_data.convert_examples(examples, tokenizer, settings,
                                                       is_training))
 
@@ -238,7 +239,7 @@ def test_hard_inputs_do_not_crash(tmp_path, tokenizer):
         {"id": "missing", "question": "q", "answers": [{"text": "France", "answer_start": 1}]}]}
     path = write_squad(tmp_path / "hard.json", [
         {"context": "", "qas": [{"id": "empty", "question": "what?", "answers": []}]}, paris])
-    examples = squad_data.read_squad_examples(path, is_training=False)
+    examples = read_squad_examples(path, is_training=False)
     assert [e.qas_id for e in examples] == ["empty", "long", "missing"]
     assert examples[1].doc_tokens == ["Paris", "is", "the", "capital\u00a0of", "France", "."]
     features = list(squad_data.convert_examples(examples, tokenizer, SMALL, False))
@@ -254,7 +255,7 @@ def test_hard_inputs_do_not_crash(tmp_path, tokenizer):
     assert answers.predictions["empty"] == ""
     assert answers.predictions["long"] == "Paris"
     # Training: the answer "France" at character 1 is inside "Paris", so it is skipped.
-    training = squad_data.read_squad_examples(write_squad(tmp_path / "train.json", [paris]),
+    training = read_squad_examples(write_squad(tmp_path / "train.json", [paris]),
                                               is_training=True)
     assert [e.qas_id for e in training] == ["long"]
 
@@ -264,21 +265,21 @@ def test_bad_files_name_the_file_and_question(tmp_path):
         {"context": "short", "qas": [{"id": "q1", "question": "?",
                                       "answers": [{"text": "shorter", "answer_start": 3}]}]}])
     with pytest.raises(ValueError, match=r"bad.json: question q1: answer_start 3 \+ 7"):
-        squad_data.read_squad_examples(path, is_training=True)
+        read_squad_examples(path, is_training=True)
     path = write_squad(tmp_path / "noanswer.json", [
         {"context": "text", "qas": [{"id": "q2", "question": "?", "answers": []}]}])
     with pytest.raises(ValueError, match="noanswer.json: question q2: no answer to train on"):
-        squad_data.read_squad_examples(path, is_training=True)
+        read_squad_examples(path, is_training=True)
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(ValueError, match="broken.json"):
-        squad_data.read_squad_examples(str(tmp_path / "broken.json"), is_training=False)
+        read_squad_examples(str(tmp_path / "broken.json"), is_training=False)
 
 
 def test_records_round_trip(tmp_path, squad, tokenizer):
     head, _ = split_articles(squad, 1)
     path = tmp_path / "one.json"
     write_json(path, head)
-    examples = squad_data.read_squad_examples(str(path), is_training=True)
+    examples = read_squad_examples(str(path), is_training=True)
     features = list(squad_data.convert_examples(examples, tokenizer, SMALL, True))
     from data_gen.records import ShardedRecordWriter
 

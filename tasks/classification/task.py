@@ -18,8 +18,9 @@ from keras import ops
 
 from data_gen.errors import DataError
 from engine.errors import SettingsError
+from engine.task import FinetuningTask, Split
 from modeling import losses
-from tasks.base import FinetuningTask, Split, model_inputs
+from tasks.tensors import model_inputs
 
 
 class ClassificationTask(FinetuningTask):

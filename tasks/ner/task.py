@@ -21,8 +21,9 @@ import os
 from keras import ops
 
 from engine.errors import SettingsError
+from engine.task import FinetuningTask, Split
 from modeling import losses
-from tasks.base import FinetuningTask, Split, model_inputs, pad_positions
+from tasks.tensors import model_inputs, pad_positions
 
 logger = logging.getLogger(__name__)
 

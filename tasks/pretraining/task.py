@@ -16,7 +16,7 @@ from keras import ops
 
 from engine.errors import SettingsError
 from modeling import losses
-from tasks.base import model_inputs
+from tasks.tensors import model_inputs
 
 
 def input_files(pattern: str) -> list:

@@ -21,8 +21,9 @@ from keras import ops
 
 from data_gen.errors import DataError
 from engine.errors import SettingsError
+from engine.task import FinetuningTask, Split
 from modeling import losses
-from tasks.base import FinetuningTask, Split, model_inputs, pad_positions
+from tasks.tensors import model_inputs, pad_positions
 
 PADDED_LOGIT = -10000.0
 V1_METRICS = ["exact_match", "f1"]

@@ -1,8 +1,8 @@
-"""What a fine-tuning task gives the shared driver (`engine.finetuning.finetune`), and the helpers
-every task's tensors share.
+"""What a fine-tuning task gives the shared driver (`engine.finetuning.finetune`).
 
-A task is one folder of `tasks/` (reader, features, metrics, serving) and one `FinetuningTask`
-subclass that the driver calls in this order:
+The driver owns this contract and knows tasks only through it. A task is one folder of `tasks/`
+(reader, features, metrics, serving) and one `FinetuningTask` subclass that the driver calls in
+this order:
 
 1. `check(settings)`: usage errors that need no file (flag combinations), before anything else;
 2. `prepare(setup)`: the model's config, the tokenizer, `max_seq_length` and casing are known;
@@ -27,8 +27,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 from typing import Any, Iterable
-
-from keras import ops
 
 
 @dataclasses.dataclass
@@ -139,16 +137,3 @@ class FinetuningTask(abc.ABC):
 
     @abc.abstractmethod
     def serving_module(self, model, vocab_file: str): ...
-
-
-def model_inputs(batch) -> dict:
-    """Record feature names (the original's) -> the encoder's input names."""
-    return {"input_word_ids": batch["input_ids"], "input_mask": batch["input_mask"],
-            "input_type_ids": batch["segment_ids"]}
-
-
-def pad_positions(values, length: int, value):
-    """`[batch, width, ...]` -> `[batch, length, ...]`, filling the new positions with `value`:
-    trimmed batches differ in width, and `Trainer.predict` concatenates them."""
-    padding = [[0, 0], [0, length - ops.shape(values)[1]]] + [[0, 0]] * (len(values.shape) - 2)
-    return ops.pad(values, padding, constant_values=value)

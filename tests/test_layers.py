@@ -1,0 +1,115 @@
+"""The architecture as a test: imports only go down, tasks do not import each other, only the
+command-line front doors read flags, and the math loads alone.
+
+Layers, from the ground up (docs/architecture.md):
+  1 modeling   the math and checkpoint I/O
+  2 data_gen   text to tensors
+  3 engine     the training loop and the drivers
+  4 tasks      one folder per task
+  5 runners    run_*.py and runner_flags.py
+A module may import its own layer and the ones below it, never one above.
+"""
+import ast
+import pathlib
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+LAYERS = {"modeling": 1, "data_gen": 2, "engine": 3, "tasks": 4}
+RUNNER_LAYER = 5
+# Command-line front doors besides the runners: they define and read their own flags.
+FRONT_DOORS = {"modeling/convert.py", "data_gen/learn_vocab.py",
+               "data_gen/pretraining/create_pretraining_data.py",
+               "data_gen/pretraining/beam_pipeline.py", "data_gen/pretraining/flags.py"}
+
+
+def project_modules():
+    for path in sorted(REPO.glob("*.py")):
+        if path.name.startswith("run_") or path.name == "runner_flags.py":
+            yield path
+    for package in LAYERS:
+        yield from sorted((REPO / package).rglob("*.py"))
+
+
+def layer_of(module: str) -> int | None:
+    top = module.split(".")[0]
+    if top in LAYERS:
+        return LAYERS[top]
+    if top.startswith("run_") or top == "runner_flags":
+        return RUNNER_LAYER
+    return None  # the standard library and third parties
+
+
+def imported_modules(path: pathlib.Path):
+    """(line, module) of every import in the file, at any depth (lazy imports included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def relative(path: pathlib.Path) -> str:
+    return path.relative_to(REPO).as_posix()
+
+
+def own_layer(path: pathlib.Path) -> int:
+    name = relative(path)
+    return RUNNER_LAYER if "/" not in name else LAYERS[name.split("/")[0]]
+
+
+def test_imports_only_go_down():
+    upward = []
+    for path in project_modules():
+        mine = own_layer(path)
+        for line, module in imported_modules(path):
+            theirs = layer_of(module)
+            if theirs is not None and theirs > mine:
+                upward.append(f"{relative(path)}:{line} imports {module}")
+    assert not upward, "imports that go up a layer:\n" + "\n".join(upward)
+
+
+def test_tasks_do_not_import_each_other():
+    crossing = []
+    for path in (REPO / "tasks").rglob("*.py"):
+        parts = path.relative_to(REPO / "tasks").parts
+        if len(parts) < 2:
+            continue  # tasks/tensors.py, tasks/__init__.py: shared by all tasks
+        for line, module in imported_modules(path):
+            names = module.split(".")
+            if names[0] == "tasks" and len(names) > 1 and names[1] not in (parts[0], "tensors"):
+                crossing.append(f"{relative(path)}:{line} imports {module}")
+    assert not crossing, "a task imports another task:\n" + "\n".join(crossing)
+
+
+def test_only_front_doors_read_flags():
+    readers = []
+    for path in project_modules():
+        name = relative(path)
+        if own_layer(path) == RUNNER_LAYER or name in FRONT_DOORS:
+            continue
+        if any(module.startswith("absl.flags") for _, module in imported_modules(path)):
+            readers.append(name)
+    assert not readers, "modules below the runners that use absl flags: " + ", ".join(readers)
+
+
+def test_the_layer_rule_sees_an_upward_import(tmp_path):
+    """The check above can fail: an import of a task from modeling is an upward import."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from tasks.squad import metrics\n")
+    assert [layer_of(m) for _, m in imported_modules(bad)] == [LAYERS["tasks"]]
+    assert LAYERS["tasks"] > LAYERS["modeling"]
+
+
+def test_the_encoder_loads_without_data_gen_engine_or_tasks():
+    script = ("import sys, modeling.encoder\n"
+              "print(sorted({m.split('.')[0] for m in sys.modules} & "
+              "{'data_gen', 'engine', 'tasks', 'runner_flags'}))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
