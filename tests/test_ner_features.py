@@ -18,24 +18,6 @@ LABEL_MAP = {label: i for i, label in enumerate(LABELS)}
 WORDS_BY_PIECES = {1: "dog", 2: "postman", 3: "Scunthorpe", 4: "Zelezarny", 5: "unbelievably"}
 
 
-@pytest.fixture(scope="module")
-def vocab_file(minilm_dir):
-    return minilm_dir / "vocab.txt"
-
-
-@pytest.fixture(scope="module")
-def vocab_ids(vocab_file):
-    lines = vocab_file.read_text(encoding="utf-8").split("\n")
-    return {token: i for i, token in reversed(list(enumerate(lines)))}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(vocab_file):
-    from data_gen.tokenization import FullTokenizer
-
-    return FullTokenizer(str(vocab_file), do_lower_case=True)
-
-
 def sentence(words, labels=None, line=1, path="test.txt"):
     return Sentence(list(words), None if labels is None else list(labels), line, 0, path)
 

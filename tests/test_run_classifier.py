@@ -8,7 +8,6 @@ only tensorflow and tensorflow_text must use to give the runner's dev prediction
 import csv
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import read_results, run_script
 
 
 def glue_slice(shared_data, task, destination, rows):
@@ -31,11 +30,7 @@ def glue_slice(shared_data, task, destination, rows):
 
 
 def run_classifier(*flags, check=True):
-    result = subprocess.run([sys.executable, str(REPO / "run_classifier.py"), *flags],
-                            capture_output=True, text=True, cwd=REPO)
-    if check and result.returncode:
-        raise AssertionError(f"run_classifier failed:\n{result.stderr[-4000:]}")
-    return result
+    return run_script("run_classifier.py", *flags, check=check)
 
 
 def read_tsv(path):
@@ -43,9 +38,7 @@ def read_tsv(path):
         return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
-def results(path):
-    return {k: float(v) for k, _, v in
-            (line.partition(" = ") for line in pathlib.Path(path).read_text().splitlines())}
+results = read_results
 
 
 @pytest.fixture(scope="module")

@@ -15,20 +15,14 @@ import pytest
 
 from tasks.ner.reader import read_conll
 from tasks.ner import metrics as conlleval
-from tests.conftest import REPO
+from tests.conftest import read_results, run_script
 
 
 def run_ner(*flags, check=True):
-    result = subprocess.run([sys.executable, str(REPO / "run_ner.py"), *flags],
-                            capture_output=True, text=True, cwd=REPO)
-    if check and result.returncode:
-        raise AssertionError(f"run_ner failed:\n{result.stderr[-4000:]}")
-    return result
+    return run_script("run_ner.py", *flags, check=check)
 
 
-def results(path):
-    return {k: float(v) for k, _, v in
-            (line.partition(" = ") for line in pathlib.Path(path).read_text().splitlines())}
+results = read_results
 
 
 def conll_slice(shared_data, destination: pathlib.Path, lines: dict) -> pathlib.Path:

@@ -6,28 +6,19 @@ SQuAD 2.0, null_odds.json -> a SavedModel answering raw questions about raw cont
 model learns little; what is checked is that every piece agrees with every other one.
 """
 import json
-import pathlib
-import subprocess
-import sys
 
 import pytest
 
 from tasks.squad.files import load_squad, make_v2, write_json
 from tasks.squad import metrics as squad_metrics
-from tests.conftest import REPO
+from tests.conftest import read_results, run_script
 
 
 def run_squad(*flags, check=True):
-    result = subprocess.run([sys.executable, str(REPO / "run_squad.py"), *flags],
-                            capture_output=True, text=True, cwd=REPO)
-    if check and result.returncode:
-        raise AssertionError(f"run_squad failed:\n{result.stderr[-4000:]}")
-    return result
+    return run_script("run_squad.py", *flags, check=check)
 
 
-def results(path):
-    return {k: float(v) for k, _, v in
-            (line.partition(" = ") for line in pathlib.Path(path).read_text().splitlines())}
+results = read_results
 
 
 def paragraphs(squad: dict, article: int, count: int) -> dict:

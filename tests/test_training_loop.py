@@ -12,7 +12,7 @@ from engine.distribution import get_strategy
 from modeling.encoder import BertEncoder
 from modeling.models import BertPretrainer
 from modeling.optimization import create_optimizer
-from tasks.pretraining.task import PretrainingTask, model_inputs
+from tasks.pretraining.task import PretrainingTask, pretrainer_inputs
 from engine.training import NonFiniteLossError, Trainer, TrainerConfig
 
 VOCAB, LENGTH, PREDICTIONS = 60, 16, 3
@@ -119,7 +119,7 @@ def test_evaluation_metrics_are_exact_ratios(tmp_path):
     data = records(n=20, seed=5)
     data["masked_lm_weights"][:, 2] = 0.0  # unused slots must not count
     results = loop.evaluate(lambda context: tf.data.Dataset.from_tensor_slices(data).batch(6))
-    out = {k: v.numpy() for k, v in loop.model(model_inputs(data)).items()}
+    out = {k: v.numpy() for k, v in loop.model(pretrainer_inputs(data)).items()}
     mlm_pred = np.argmax(out["mlm_logits"], -1)
     w = data["masked_lm_weights"]
     assert results["masked_lm_accuracy"] == pytest.approx(
@@ -162,6 +162,6 @@ def test_mixed_float16_trains_with_loss_scaling(tmp_path):
     finally:
         keras.config.set_dtype_policy("float32")
     assert {v.dtype for v in model.trainable_variables} == {"float32"}
-    assert model(model_inputs({k: v[:2] for k, v in records().items()}))["mlm_logits"].dtype \
+    assert model(pretrainer_inputs({k: v[:2] for k, v in records().items()}))["mlm_logits"].dtype \
         == "float16"
     assert all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.2, losses

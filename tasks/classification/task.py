@@ -11,6 +11,7 @@ evaluation or test splits (MNLI) write one file per split, suffixed `_matched`, 
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -23,13 +24,14 @@ from modeling import losses
 from tasks.tensors import model_inputs
 
 
+@dataclasses.dataclass
 class ClassificationTask(FinetuningTask):
-    def __init__(self, task_name: str | None = None, data_dir: str | None = None,
-                 processor_options: dict | None = None, regression: bool = False):
-        self.task_name = task_name
-        self.data_dir = data_dir
-        self.processor_options = processor_options or {}
-        self.regression = regression  # until `check` reads it from the processor
+    task_name: str | None = None  # a GLUE task, xnli or generic (`reader.get_processor`)
+    data_dir: str | None = None
+    processor_options: dict = dataclasses.field(default_factory=dict)
+    regression: bool = False  # until `check` reads it from the processor
+
+    def __post_init__(self):
         self.processor = None
         self.labels = []
 

@@ -28,30 +28,34 @@ from tasks.tensors import model_inputs, pad_positions
 logger = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass
 class NerTask(FinetuningTask):
+    data_dir: str | None = None  # train.txt, valid.txt (or dev.txt), test.txt, unless named below
+    train_file: str | None = None
+    eval_file: str | None = None
+    predict_file: str | None = None
+    input_format: str = "conll"  # or "slash"
+    label_column: int = -1
+    given_labels: list | None = None  # the tag set (default: the tags of the training data)
+    doc_stride: int = 64
+    mode: str = "fine_tune"  # or "feature_based"
+    feature_layers: int = 4
+    lstm_layers: int = 2
+    lstm_units: int = 0
+
     unit = "sentence"
     row_unit = "window"
     main_metric = "f1"
 
-    def __init__(self, data_dir: str | None = None, train_file: str | None = None,
-                 eval_file: str | None = None, predict_file: str | None = None,
-                 input_format: str = "conll", label_column: int = -1, labels=None,
-                 doc_stride: int = 64, mode: str = "fine_tune", feature_layers: int = 4,
-                 lstm_layers: int = 2, lstm_units: int = 0):
-        self.train_file = _data_file(train_file, data_dir, ("train.txt",))
-        self.eval_file = _data_file(eval_file, data_dir, ("valid.txt", "dev.txt"))
-        self.predict_file = _data_file(predict_file, data_dir, ("test.txt",))
-        self.input_format = input_format
-        self.label_column = label_column
-        self.given_labels = list(labels) if labels else None
-        self.doc_stride = doc_stride
-        self.mode = mode
-        self.feature_layers = feature_layers
-        self.lstm_layers = lstm_layers
-        self.lstm_units = lstm_units
+    def __post_init__(self):
+        self.train_file = _data_file(self.train_file, self.data_dir, ("train.txt",))
+        self.eval_file = _data_file(self.eval_file, self.data_dir, ("valid.txt", "dev.txt"))
+        self.predict_file = _data_file(self.predict_file, self.data_dir, ("test.txt",))
+        self.given_labels = list(self.given_labels) if self.given_labels else None
         self.labels = []
         self.scheme = "no"
         self.train_sentences = None
+        self.training = False
 
     @property
     def title(self) -> str:

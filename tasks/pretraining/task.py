@@ -10,6 +10,7 @@ original's MLM + NSP sum; metrics are (sum, count) pairs as `engine.training.Tra
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 
 from keras import ops
@@ -17,6 +18,11 @@ from keras import ops
 from engine.errors import SettingsError
 from modeling import losses
 from tasks.tensors import model_inputs
+
+
+def pretrainer_inputs(batch) -> dict:
+    """Record feature names -> the pretrainer's inputs: the encoder's and the masked positions."""
+    return {**model_inputs(batch), "masked_lm_positions": batch["masked_lm_positions"]}
 
 
 def input_files(pattern: str) -> list:
@@ -30,18 +36,15 @@ def input_files(pattern: str) -> list:
     return files
 
 
+@dataclasses.dataclass
 class PretrainingTask:
-    title = "pretraining"
-
-    def __init__(self, input_file: str, max_seq_length: int, max_predictions_per_seq: int,
-                 dynamic_masking: bool = False, masked_lm_prob: float = 0.15):
-        self.input_file = input_file
-        self.max_seq_length = max_seq_length
-        self.max_predictions_per_seq = max_predictions_per_seq
-        self.dynamic_masking = dynamic_masking
-        self.masked_lm_prob = masked_lm_prob
-        self.files = []
-        self.masking = None
+    input_file: str = ""  # comma-separated globs of record files
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    dynamic_masking: bool = False
+    masked_lm_prob: float = 0.15
+    files: list = dataclasses.field(default_factory=list, init=False)
+    masking: dict | None = dataclasses.field(default=None, init=False)
 
     def prepare(self, config, vocab_file: str | None) -> None:
         """The input files, and for dynamic masking the special tokens' ids."""
@@ -83,8 +86,7 @@ class PretrainingTask:
                               max_predictions_per_seq=self.max_predictions_per_seq)
 
     def loss_and_metrics(self, model, batch, training: bool):
-        outputs = model({**model_inputs(batch),
-                         "masked_lm_positions": batch["masked_lm_positions"]}, training=training)
+        outputs = model(pretrainer_inputs(batch), training=training)
         mlm_logits, nsp_logits = outputs["mlm_logits"], outputs["nsp_logits"]
         ids = ops.cast(batch["masked_lm_ids"], "int32")
         weights = ops.cast(batch["masked_lm_weights"], "float32")

@@ -14,6 +14,7 @@ prediction split; an epoch counts questions, not windows, as the original's step
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -31,28 +32,28 @@ V2_METRICS = ["exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_
               "best_exact", "best_f1"]
 
 
+@dataclasses.dataclass
 class SquadTask(FinetuningTask):
+    train_file: str | None = None
+    predict_file: str | None = None  # evaluated and predicted
+    version_2_with_negative: bool = False
+    doc_stride: int = 128
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    null_score_diff_threshold: float = 0.0
+
     unit = "question"
     row_unit = "window"
     main_metric = "f1"
 
-    def __init__(self, train_file: str | None = None, predict_file: str | None = None,
-                 version_2_with_negative: bool = False, doc_stride: int = 128, max_query_length: int = 64, n_best_size: int = 20,
-                 max_answer_length: int = 30, null_score_diff_threshold: float = 0.0):
-        self.train_file = train_file
-        self.predict_file = predict_file
-        self.version_2 = version_2_with_negative
-        self.doc_stride = doc_stride
-        self.max_query_length = max_query_length
-        self.n_best_size = n_best_size
-        self.max_answer_length = max_answer_length
-        self.null_score_diff_threshold = null_score_diff_threshold
+    def __post_init__(self):
         self.gold = {}  # split name -> the SQuAD file's `data`, for scoring
         self.evaluating = False
 
     @property
     def title(self) -> str:
-        return "SQuAD 2.0" if self.version_2 else "SQuAD 1.1"
+        return "SQuAD 2.0" if self.version_2_with_negative else "SQuAD 1.1"
 
     # ------------------------------------------------------------------ driver interface
     def check(self, settings) -> None:
@@ -72,11 +73,11 @@ class SquadTask(FinetuningTask):
         self.inv_vocab = {i: token for token, i in setup.tokenizer.vocab.items()}
 
     def identity(self) -> dict:
-        return {"task": "squad", "version_2_with_negative": self.version_2,
+        return {"task": "squad", "version_2_with_negative": self.version_2_with_negative,
                 "doc_stride": self.doc_stride, "max_query_length": self.max_query_length}
 
     def metric_names(self) -> list:
-        return V2_METRICS if self.version_2 else V1_METRICS
+        return V2_METRICS if self.version_2_with_negative else V1_METRICS
 
     def train_split(self) -> Split:
         return Split("train", [self.train_file], cache_settings={"is_training": True})
@@ -95,7 +96,7 @@ class SquadTask(FinetuningTask):
         is_training = split.cache_settings["is_training"]
         if not os.path.isfile(path):
             raise DataError(f"{path}: no such file")
-        examples = read_squad_examples(path, is_training, self.version_2)
+        examples = read_squad_examples(path, is_training, self.version_2_with_negative)
         if not examples:
             raise DataError(f"{path}: no questions{' to train on' * is_training}")
         if not is_training:
@@ -159,7 +160,7 @@ class SquadTask(FinetuningTask):
         from tasks.squad.postprocess import DecodeSettings, predict_answers
 
         settings = DecodeSettings(self.n_best_size, self.max_answer_length,
-                                  self.setup.do_lower_case, self.version_2,
+                                  self.setup.do_lower_case, self.version_2_with_negative,
                                   self.null_score_diff_threshold)
         return predict_answers(split.examples, split.features, outputs["start_logits"],
                                outputs["end_logits"], self.inv_vocab, settings)
@@ -168,7 +169,7 @@ class SquadTask(FinetuningTask):
         from tasks.squad import metrics
 
         gold = self.gold[split.name]
-        if self.version_2:
+        if self.version_2_with_negative:
             return metrics.squad_v2_scores(gold, answers.predictions, answers.null_odds)
         return metrics.squad_v1_scores(gold, answers.predictions)
 
@@ -177,7 +178,7 @@ class SquadTask(FinetuningTask):
 
         files = {"predictions.json": answers.predictions,
                  "nbest_predictions.json": answers.nbest}
-        if self.version_2:
+        if self.version_2_with_negative:
             files["null_odds.json"] = answers.null_odds
         for name, content in files.items():
             write_text(os.path.join(output_dir, name), json.dumps(content, indent=4) + "\n")
@@ -188,7 +189,7 @@ class SquadTask(FinetuningTask):
 
         return SquadServing(model, vocab_file, self.setup.do_lower_case, self.max_seq_length,
                             self.doc_stride, self.max_query_length, self.n_best_size,
-                            self.max_answer_length, self.version_2,
+                            self.max_answer_length, self.version_2_with_negative,
                             self.null_score_diff_threshold)
 
 

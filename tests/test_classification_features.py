@@ -16,25 +16,6 @@ MAX_LEN = 32
 LABELS = ["0", "1"]
 
 
-@pytest.fixture(scope="module")
-def vocab_file(minilm_dir):
-    return minilm_dir / "vocab.txt"
-
-
-@pytest.fixture(scope="module")
-def vocab_ids(vocab_file):
-    """token -> id read straight from the vocabulary file (its line number)."""
-    lines = vocab_file.read_text(encoding="utf-8").split("\n")
-    return {token: i for i, token in reversed(list(enumerate(lines)))}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(vocab_file):
-    from data_gen.tokenization import FullTokenizer
-
-    return FullTokenizer(str(vocab_file), do_lower_case=True)
-
-
 def example(text_a, text_b=None, label="1", guid="train-7"):
     return InputExample(guid, text_a, text_b, label, "7")
 
