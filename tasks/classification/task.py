@@ -26,6 +26,8 @@ from tasks.tensors import model_inputs
 
 @dataclasses.dataclass
 class ClassificationTask(FinetuningTask):
+    """A GLUE-style task read by a processor; the runner's flags are its fields."""
+
     task_name: str | None = None  # a GLUE task, xnli or generic (`reader.get_processor`)
     data_dir: str | None = None
     processor_options: dict = dataclasses.field(default_factory=dict)

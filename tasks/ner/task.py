@@ -30,22 +30,24 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class NerTask(FinetuningTask):
-    data_dir: str | None = None  # train.txt, valid.txt (or dev.txt), test.txt, unless named below
-    train_file: str | None = None
-    eval_file: str | None = None
-    predict_file: str | None = None
-    input_format: str = "conll"  # or "slash"
-    label_column: int = -1
-    given_labels: list | None = None  # the tag set (default: the tags of the training data)
-    doc_stride: int = 64
-    mode: str = "fine_tune"  # or "feature_based"
-    feature_layers: int = 4
-    lstm_layers: int = 2
-    lstm_units: int = 0
+    """NER from CoNLL columns or slash-tagged lines; the runner's flags are its fields."""
 
     unit = "sentence"
     row_unit = "window"
     main_metric = "f1"
+
+    data_dir: str | None = None  # train.txt, valid.txt (or dev.txt), test.txt, unless named below
+    train_file: str | None = None
+    eval_file: str | None = None  # scored during and after training
+    predict_file: str | None = None  # tagged by do_predict; scored when it has tags
+    input_format: str = "conll"  # or "slash": word/TAG tokens, a sentence per line
+    label_column: int = -1  # conll: the tag's column, negative from the end
+    given_labels: list | None = None  # the tag set (default: the tags of the training data)
+    doc_stride: int = 64  # pieces between the starts of a long sentence's windows
+    mode: str = "fine_tune"  # or "feature_based": a BiLSTM on the frozen encoder's top layers
+    feature_layers: int = 4  # feature_based: top encoder layers concatenated
+    lstm_layers: int = 2  # feature_based: BiLSTM depth
+    lstm_units: int = 0  # feature_based: units per direction (0: hidden_size)
 
     def __post_init__(self):
         self.train_file = _data_file(self.train_file, self.data_dir, ("train.txt",))

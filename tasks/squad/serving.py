@@ -56,6 +56,8 @@ from data_gen.graph_tokenizer import GraphTokenizer
 from data_gen.graph_windows import NEG_INF, Layout, first_max, max_context
 from data_gen.tokenization import special_token_ids
 from engine.export import token_id_spec
+from tasks.squad.features import SquadSettings
+from tasks.squad.postprocess import DecodeSettings
 
 _POS_INF = float("inf")
 
@@ -97,13 +99,10 @@ class SquadServing(tf.Module):
         self.model = model
         self.tokenizer = GraphTokenizer(vocab, do_lower_case=do_lower_case)
         self.cls_id, self.sep_id = special_token_ids(self.tokenizer.vocab)
-        self.max_seq_length = max_seq_length
-        self.doc_stride = doc_stride
-        self.max_query_length = max_query_length
-        self.n_best_size = n_best_size
-        self.max_answer_length = max_answer_length
-        self.version_2 = version_2
-        self.null_score_diff_threshold = null_score_diff_threshold
+        # The runner's two groups of settings, under the names its Python code gives them.
+        self.windowing = SquadSettings(max_seq_length, doc_stride, max_query_length)
+        self.decoding = DecodeSettings(n_best_size, max_answer_length, do_lower_case, version_2,
+                                       null_score_diff_threshold)
 
     # ------------------------------------------------------------------ signatures
     def signatures(self) -> dict:
@@ -129,11 +128,11 @@ class SquadServing(tf.Module):
     # ------------------------------------------------------------------ features
     def windows(self, question, context) -> Windows:
         """`convert_examples_to_features` for string tensors `[batch]`."""
-        query = self.tokenizer(question)[:, :self.max_query_length]
+        query = self.tokenizer(question)[:, :self.windowing.max_query_length]
         doc, token_starts, token_ends = self.tokenizer.tokenize_with_offsets(
             context, unit="UTF8_CHAR")
-        layout = Layout.of(self.max_seq_length - query.row_lengths() - 3, doc.row_lengths(),
-                            self.doc_stride)
+        layout = Layout.of(self.windowing.max_seq_length - query.row_lengths() - 3,
+                           doc.row_lengths(), self.windowing.doc_stride)
         request = tf.repeat(tf.range(tf.size(layout.counts, out_type=tf.int64)), layout.counts)
         index = tf.ragged.range(layout.counts).flat_values  # of each window within its request
         doc_start, length = layout.window(request, index)
@@ -147,7 +146,7 @@ class SquadServing(tf.Module):
         ids = tf.concat([cls, window_query, sep, window_doc, sep], axis=1)
         type_ids = tf.concat([tf.zeros_like(cls), tf.zeros_like(window_query), tf.zeros_like(sep),
                               tf.ones_like(window_doc), tf.ones_like(sep)], axis=1)
-        shape = [None, self.max_seq_length]
+        shape = [None, self.windowing.max_seq_length]
         inputs = {"input_word_ids": ids.to_tensor(0, shape=shape),
                   "input_mask": tf.ones_like(ids).to_tensor(0, shape=shape),
                   "input_type_ids": type_ids.to_tensor(0, shape=shape)}
@@ -165,7 +164,7 @@ class SquadServing(tf.Module):
     # ------------------------------------------------------------------ decoding
     def decode(self, windows: Windows, start_logits, end_logits) -> dict:
         """`write_predictions`' choice for each request, from the logits of every window."""
-        k = min(self.n_best_size, self.max_seq_length)
+        k = min(self.decoding.n_best_size, self.windowing.max_seq_length)
         top_starts = tf.math.top_k(start_logits, k).indices  # ties: lower position first
         top_ends = tf.math.top_k(end_logits, k).indices
         start_logits = tf.cast(start_logits, tf.float64)  # the original sums Python floats
@@ -176,7 +175,7 @@ class SquadServing(tf.Module):
         limit = first + windows.length[:, None, None]
         valid = ((starts >= first) & (starts < limit) & (ends >= first) & (ends < limit)
                  & tf.gather(windows.max_context, top_starts, batch_dims=1)[:, :, None]
-                 & (ends >= starts) & (ends - starts + 1 <= self.max_answer_length))
+                 & (ends >= starts) & (ends - starts + 1 <= self.decoding.max_answer_length))
         scores = (tf.gather(start_logits, top_starts, batch_dims=1)[:, :, None]
                   + tf.gather(end_logits, top_ends, batch_dims=1)[:, None, :])
         scores = tf.where(valid, scores, NEG_INF)
@@ -199,12 +198,12 @@ class SquadServing(tf.Module):
         start_char = _token_offset(windows.token_starts, start + shift, has_span)
         end_char = _token_offset(windows.token_ends, end + shift, has_span)
 
-        if self.version_2:
+        if self.decoding.version_2:
             null_scores = tf.RaggedTensor.from_row_lengths(
                 start_logits[:, 0] + end_logits[:, 0], windows.counts)
             null_score = -first_max(-null_scores.to_tensor(_POS_INF))[1]  # minimum
             null_score_diff = null_score - best
-            is_null = ~has_span | (null_score_diff > self.null_score_diff_threshold)
+            is_null = ~has_span | (null_score_diff > self.decoding.null_score_diff_threshold)
             score = tf.where(is_null, null_score, best)
         else:
             is_null = ~has_span
@@ -218,7 +217,7 @@ class SquadServing(tf.Module):
                    "start_char": tf.cast(start_char, tf.int32),
                    "end_char": tf.cast(end_char, tf.int32),
                    "score": tf.cast(score, tf.float32)}
-        if self.version_2:
+        if self.decoding.version_2:
             outputs["null_score_diff"] = tf.cast(null_score_diff, tf.float32)
         return outputs
 

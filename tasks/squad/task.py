@@ -34,18 +34,20 @@ V2_METRICS = ["exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_
 
 @dataclasses.dataclass
 class SquadTask(FinetuningTask):
-    train_file: str | None = None
-    predict_file: str | None = None  # evaluated and predicted
-    version_2_with_negative: bool = False
-    doc_stride: int = 128
-    max_query_length: int = 64
-    n_best_size: int = 20
-    max_answer_length: int = 30
-    null_score_diff_threshold: float = 0.0
+    """SQuAD v1.1 or v2.0 from the official JSON; the runner's flags are its fields."""
 
     unit = "question"
     row_unit = "window"
     main_metric = "f1"
+
+    train_file: str | None = None
+    predict_file: str | None = None  # evaluated and predicted
+    version_2_with_negative: bool = False  # SQuAD 2.0: questions may have no answer
+    doc_stride: int = 128  # tokens between the starts of a long context's windows
+    max_query_length: int = 64  # question tokens kept
+    n_best_size: int = 20  # candidate starts and ends per window, and n-best entries
+    max_answer_length: int = 30  # longest answer, in WordPiece tokens
+    null_score_diff_threshold: float = 0.0  # v2: null when null - best non-null exceeds it
 
     def __post_init__(self):
         self.gold = {}  # split name -> the SQuAD file's `data`, for scoring
