@@ -154,6 +154,13 @@ single = trainer.model({"input_word_ids": data["input_ids"], "input_mask": data[
                         "input_type_ids": data["segment_ids"]})["logits"].numpy()
 order = np.argsort(outputs["example_index"][real])
 np.testing.assert_allclose(outputs["logits"][real][order], single, atol=1e-5)
+# The driver's prediction pass gives every row back once, in row order.
+from engine.task import Split
+from tasks.classification.task import ClassificationTask
+rows = finetuning.predict(trainer, ClassificationTask(), Split("dev", [], features=data), 4, 0,
+                          True)
+np.testing.assert_array_equal(rows["example_index"], np.arange(21))
+np.testing.assert_allclose(rows["logits"], single, atol=1e-5)
 
 finetuning.train_and_evaluate(trainer, dataset_fn, None, **options)
 straight = [v.numpy() for v in trainer.model.weights]
