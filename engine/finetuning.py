@@ -39,18 +39,18 @@ logger = logging.getLogger(__name__)
 class FinetuneSettings(RunSettings):
     """What a fine-tuning runner's flags say (beyond the task's own)."""
 
-    max_seq_length: int = 128
+    max_seq_length: int = 128  # WordPiece tokens per example (window)
     do_lower_case: bool = True
-    do_train: bool = False
-    do_eval: bool = False
-    do_predict: bool = False
-    export_dir: str | None = None
+    do_train: bool = False  # fine-tune on the training split
+    do_eval: bool = False  # score the evaluation splits, during and after training
+    do_predict: bool = False  # write the prediction splits' result files
+    export_dir: str | None = None  # a SavedModel serving raw strings
     predict_batch_size: int = 8
-    num_train_epochs: float = 3.0
-    warmup_proportion: float = 0.1
-    eval_every_steps: int = 0
-    use_best_checkpoint: bool = True
-    trim_padding: bool = True
+    num_train_epochs: float = 3.0  # num_train_steps = int(examples / batch * epochs)
+    warmup_proportion: float = 0.1  # num_warmup_steps = int(steps * proportion)
+    eval_every_steps: int = 0  # 0: at the end of every epoch
+    use_best_checkpoint: bool = True  # predict and export with best/, not the last weights
+    trim_padding: bool = True  # batches cut to their longest row (not on TPUs)
     best_metric: str | None = None  # None: eval_ + the task's main metric
 
 
