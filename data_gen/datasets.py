@@ -26,13 +26,14 @@ SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
 
 def trim_to_longest(batch: dict, sequence_features=SEQUENCE_FEATURES,
                     multiple: int = LENGTH_MULTIPLE) -> dict:
-    """Cut the per-position features of a batch to its longest row, rounded up to `multiple`."""
+    """Cut the per-position features of a batch (their last axis: `[batch, length]`, or
+    `[batch, choices, length]` for multiple choice) to its longest row, rounded up to `multiple`."""
     import tensorflow as tf
 
-    full = tf.shape(batch["input_mask"])[1]
-    longest = tf.reduce_max(tf.reduce_sum(batch["input_mask"], axis=1))
+    full = tf.shape(batch["input_mask"])[-1]
+    longest = tf.reduce_max(tf.reduce_sum(batch["input_mask"], axis=-1))
     width = tf.minimum(full, (longest + multiple - 1) // multiple * multiple)
-    return {name: value[:, :width] if name in sequence_features else value
+    return {name: value[..., :width] if name in sequence_features else value
             for name, value in batch.items()}
 
 

@@ -284,7 +284,7 @@ def load_initial_weights(model, path: str | os.PathLike, allow_new_heads: bool =
         return load_checkpoint(model, path, allow_new_heads=allow_new_heads)
     head = [v.path for v in model.weights if not any(v is w for w in model.encoder.weights)]
     try:
-        tf.train.Checkpoint(model=model).restore(prefix).expect_partial() \
+        tf.train.Checkpoint(model=model).read(prefix).expect_partial() \
             .assert_existing_objects_matched()
         logger.info("restored the model weights from training checkpoint %s", prefix)
         return LoadReport(prefix, [v.path for v in model.weights], [], [])
@@ -293,7 +293,7 @@ def load_initial_weights(model, path: str | os.PathLike, allow_new_heads: bool =
             raise CheckpointError(
                 f"{prefix}: a training checkpoint of a different model ({str(e)[:300]}...)") \
                 from None
-    status = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).restore(prefix)
+    status = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).read(prefix)
     try:
         status.expect_partial().assert_existing_objects_matched()
     except AssertionError as e:
