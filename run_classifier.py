@@ -53,11 +53,10 @@ def processor_options() -> dict:
 
 def main(argv):
     del argv
-    from engine.finetuning import finetune
     from tasks.classification.task import ClassificationTask
 
     task = ClassificationTask(FLAGS.task_name, FLAGS.data_dir, processor_options())
-    runner_flags.run(finetune, task, runner_flags.finetune_settings(FLAGS.best_metric))
+    runner_flags.finetune(task, FLAGS.best_metric)
 
 
 def console_main():

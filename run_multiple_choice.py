@@ -42,12 +42,11 @@ flags.DEFINE_string("best_metric", "eval_accuracy", "Keep the best checkpoint by
 
 def main(argv):
     del argv
-    from engine.finetuning import finetune
     from tasks.multiple_choice.task import MultipleChoiceTask
 
     task = MultipleChoiceTask(FLAGS.task_name, FLAGS.data_dir, FLAGS.train_file, FLAGS.eval_file,
                               FLAGS.predict_file, FLAGS.num_choices)
-    runner_flags.run(finetune, task, runner_flags.finetune_settings(FLAGS.best_metric))
+    runner_flags.finetune(task, FLAGS.best_metric)
 
 
 def console_main():

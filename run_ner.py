@@ -51,13 +51,12 @@ flags.DEFINE_string("best_metric", "eval_f1", "Keep the best checkpoint by this 
 
 def main(argv):
     del argv
-    from engine.finetuning import finetune
     from tasks.ner.task import NerTask
 
     task = NerTask(FLAGS.data_dir, FLAGS.train_file, FLAGS.eval_file, FLAGS.predict_file,
                    FLAGS.input_format, FLAGS.label_column, FLAGS.labels, FLAGS.doc_stride,
                    FLAGS.mode, FLAGS.feature_layers, FLAGS.lstm_layers, FLAGS.lstm_units)
-    runner_flags.run(finetune, task, runner_flags.finetune_settings(FLAGS.best_metric))
+    runner_flags.finetune(task, FLAGS.best_metric)
 
 
 def console_main():

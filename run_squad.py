@@ -46,7 +46,6 @@ flags.DEFINE_string("best_metric", "eval_f1", "Keep the best checkpoint by this 
 
 def main(argv):
     del argv
-    from engine.finetuning import finetune
     from tasks.squad.task import SquadTask
 
     if FLAGS.verbose_logging:
@@ -54,7 +53,7 @@ def main(argv):
     task = SquadTask(FLAGS.train_file, FLAGS.predict_file, FLAGS.version_2_with_negative,
                      FLAGS.doc_stride, FLAGS.max_query_length, FLAGS.n_best_size,
                      FLAGS.max_answer_length, FLAGS.null_score_diff_threshold)
-    runner_flags.run(finetune, task, runner_flags.finetune_settings(FLAGS.best_metric))
+    runner_flags.finetune(task, FLAGS.best_metric)
 
 
 def console_main():

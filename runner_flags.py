@@ -5,7 +5,7 @@ compatibility, precision, XLA, accumulation, optimizer, steps per loop) mean the
 runner; the fine-tuning flags (the original run_classifier's and run_squad's) the same in every
 fine-tuning runner. `finetune_settings()` and `pretrain_settings()` turn the parsed flags into the
 engine's settings; `run(driver, task, settings)` calls the driver and turns its `SettingsError`
-into absl's usage error.
+into absl's usage error (`finetune(task)`: the fine-tuning driver with the flags' settings).
 """
 from __future__ import annotations
 
@@ -117,6 +117,13 @@ def pretrain_settings():
 
     return PretrainSettings(**_engine_values(), do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
                             max_eval_steps=FLAGS.max_eval_steps)
+
+
+def finetune(task, best_metric: str | None = None) -> None:
+    """Run the fine-tuning driver on `task` with the fine-tuning flags' settings."""
+    from engine.finetuning import finetune as driver
+
+    run(driver, task, finetune_settings(best_metric))
 
 
 def run(driver, task, settings) -> None:
