@@ -5,11 +5,15 @@ compatibility, precision, XLA, accumulation, optimizer, steps per loop) mean the
 runner; the fine-tuning flags (the original run_classifier's and run_squad's) the same in every
 fine-tuning runner. `finetune_settings()` and `pretrain_settings()` turn the parsed flags into the
 engine's settings; `run(driver, task, settings)` calls the driver and turns its `SettingsError`
-into absl's usage error (`finetune(task)`: the fine-tuning driver with the flags' settings).
+into absl's usage error, and bad input data (`DataError`) into one line, `PROGRAM: error: FILE:LINE:
+...`, with exit status 1 (the traceback too when `BERT_TRACEBACK` is set); `finetune(task)` is the
+fine-tuning driver with the flags' settings.
 """
 from __future__ import annotations
 
 import logging
+import os
+import sys
 
 from absl import app, flags
 
@@ -128,6 +132,7 @@ def finetune(task, best_metric: str | None = None) -> None:
 
 def run(driver, task, settings) -> None:
     """`driver(task, settings)`, with settings it refuses reported as absl usage errors."""
+    from data_gen.errors import DataError
     from engine.errors import SettingsError
 
     setup_logging()
@@ -135,6 +140,11 @@ def run(driver, task, settings) -> None:
         driver(task, settings)
     except SettingsError as e:
         raise app.UsageError(str(e)) from None
+    except DataError as e:  # bad input data: one line naming the file and line, no traceback
+        if os.environ.get("BERT_TRACEBACK"):
+            raise
+        sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {e}\n")
+        sys.exit(1)
 
 
 def setup_logging() -> None:
