@@ -27,13 +27,8 @@ runner_flags.define_finetuning_flags(max_seq_length=128, learning_rate=2e-5,
                                      num_train_epochs=3.0, predict_batch_size=8)
 flags.DEFINE_string("task_name", None, "swag (the original SWAG CSV layout) or generic (JSON "
                     "lines with any number of choices).")
-flags.DEFINE_string("data_dir", None, "Folder of train/val/test .csv (swag) or .jsonl (generic); "
-                    "each file can also be given on its own.")
-flags.DEFINE_string("train_file", None, "Training data (default: DATA_DIR/train.csv|jsonl).")
-flags.DEFINE_string("eval_file", None, "Data scored during and after training (default: "
-                    "DATA_DIR/val.csv|jsonl, or dev.jsonl).")
-flags.DEFINE_string("predict_file", None, "Data to predict with --do_predict (default: "
-                    "DATA_DIR/test.csv|jsonl); scored when it has labels.")
+runner_flags.define_data_file_flags("train.csv|jsonl", "val.csv|jsonl (or dev.jsonl)",
+                                    "test.csv|jsonl")
 flags.DEFINE_integer("num_choices", 0, "Choices the model scores (0: 4 for swag, else the most "
                      "of any training example).")
 flags.DEFINE_string("best_metric", "eval_accuracy", "Keep the best checkpoint by this "

@@ -25,13 +25,7 @@ FLAGS = flags.FLAGS
 
 runner_flags.define_finetuning_flags(max_seq_length=128, learning_rate=5e-5,
                                      num_train_epochs=3.0, predict_batch_size=32)
-flags.DEFINE_string("data_dir", None, "Folder of train.txt, valid.txt (or dev.txt) and test.txt; "
-                    "each file can also be given on its own.")
-flags.DEFINE_string("train_file", None, "Training data (default: DATA_DIR/train.txt).")
-flags.DEFINE_string("eval_file", None, "Data scored during and after training (default: "
-                    "DATA_DIR/valid.txt, else DATA_DIR/dev.txt).")
-flags.DEFINE_string("predict_file", None, "Data to tag with --do_predict (default: "
-                    "DATA_DIR/test.txt); tags, if present, are scored.")
+runner_flags.define_data_file_flags("train.txt", "valid.txt (else dev.txt)", "test.txt")
 flags.DEFINE_enum("input_format", "conll", ["conll", "slash"], "conll: a word per line, columns "
                   "separated by whitespace, blank lines between sentences, -DOCSTART- lines "
                   "ignored; slash: a sentence per line of word/TAG tokens.")

@@ -86,6 +86,18 @@ def define_finetuning_flags(max_seq_length: int = 128, learning_rate: float = 5e
                          "the order of training examples.")
 
 
+def define_data_file_flags(train: str, evaluation: str, prediction: str) -> None:
+    """`--data_dir` and the three files it holds by default, each of which can be given alone;
+    the arguments name those defaults for the help text."""
+    flags.DEFINE_string("data_dir", None, f"Folder of {train}, {evaluation} and {prediction}; "
+                        f"each file can also be given on its own.")
+    flags.DEFINE_string("train_file", None, f"Training data (default: DATA_DIR/{train}).")
+    flags.DEFINE_string("eval_file", None, f"Data scored during and after training (default: "
+                        f"DATA_DIR/{evaluation}).")
+    flags.DEFINE_string("predict_file", None, f"Data for --do_predict (default: "
+                        f"DATA_DIR/{prediction}); scored when it has labels.")
+
+
 def _engine_values() -> dict:
     return {"output_dir": FLAGS.output_dir, "bert_config_file": FLAGS.bert_config_file,
             "init_checkpoint": FLAGS.init_checkpoint, "vocab_file": FLAGS.vocab_file,
