@@ -16,7 +16,7 @@ choice); `--export_dir` writes a SavedModel that takes raw strings. The task liv
 """
 from __future__ import annotations
 
-from absl import app, flags
+from absl import flags
 
 import runner_flags
 from modeling import environment  # noqa: F401  (before TensorFlow)
@@ -45,7 +45,7 @@ def main(argv):
 
 
 def console_main():
-    app.run(main)
+    runner_flags.main(main)
 
 
 if __name__ == "__main__":

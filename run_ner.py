@@ -16,7 +16,7 @@ its top four layers are concatenated per token, and a two-layer BiLSTM tags them
 """
 from __future__ import annotations
 
-from absl import app, flags
+from absl import flags
 
 import runner_flags
 from modeling import environment  # noqa: F401  (before TensorFlow)
@@ -54,7 +54,7 @@ def main(argv):
 
 
 def console_main():
-    app.run(main)
+    runner_flags.main(main)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def main(argv):
 
 
 def console_main():
-    app.run(main)
+    runner_flags.main(main)
 
 
 if __name__ == "__main__":

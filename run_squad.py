@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from absl import app, flags
+from absl import flags
 
 import runner_flags
 from modeling import environment  # noqa: F401  (before TensorFlow)
@@ -57,7 +57,7 @@ def main(argv):
 
 
 def console_main():
-    app.run(main)
+    runner_flags.main(main)
 
 
 if __name__ == "__main__":

@@ -4,18 +4,16 @@ Runners are the only modules that define or read flags. The engine's flags (devi
 compatibility, precision, XLA, accumulation, optimizer, steps per loop) mean the same in every
 runner; the fine-tuning flags (the original run_classifier's and run_squad's) the same in every
 fine-tuning runner. `finetune_settings()` and `pretrain_settings()` turn the parsed flags into the
-engine's settings; `run(driver, task, settings)` calls the driver and turns its `SettingsError`
-into absl's usage error, and bad input data (`DataError`) into one line, `PROGRAM: error: FILE:LINE:
-...`, with exit status 1 (the traceback too when `BERT_TRACEBACK` is set); `finetune(task)` is the
-fine-tuning driver with the flags' settings.
+engine's settings; `run(driver, task, settings)` calls the driver; `finetune(task)` is the
+fine-tuning driver with the flags' settings. `main(program_main)` starts a runner: a user error
+(bad data, config, checkpoint or setting) or a bad flag is one line, `PROGRAM: error: FILE:LINE:
+...`, with exit status 1 (2 for flags and settings), the traceback too when `BERT_TRACEBACK` is set.
 """
 from __future__ import annotations
 
 import logging
-import os
-import sys
 
-from absl import app, flags
+from absl import flags
 
 FLAGS = flags.FLAGS
 
@@ -143,20 +141,17 @@ def finetune(task, best_metric: str | None = None) -> None:
 
 
 def run(driver, task, settings) -> None:
-    """`driver(task, settings)`, with settings it refuses reported as absl usage errors."""
-    from data_gen.errors import DataError
-    from engine.errors import SettingsError
-
+    """`driver(task, settings)` with the runners' logging; its user errors (`SettingsError`,
+    `DataError`, ...) reach `main()`, which prints them as one line (`modeling.errors`)."""
     setup_logging()
-    try:
-        driver(task, settings)
-    except SettingsError as e:
-        raise app.UsageError(str(e)) from None
-    except DataError as e:  # bad input data: one line naming the file and line, no traceback
-        if os.environ.get("BERT_TRACEBACK"):
-            raise
-        sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {e}\n")
-        sys.exit(1)
+    driver(task, settings)
+
+
+def main(program_main) -> None:
+    """A runner's entry point: absl's `app.run` with one-line user and flag errors."""
+    from modeling.errors import run_main
+
+    run_main(program_main)
 
 
 def setup_logging() -> None:

@@ -17,7 +17,7 @@ setup(
                                     "tasks.*"]),
     # runner_flags: the flags every runner shares. Runners are the only modules that define or
     # read flags, so it sits beside them.
-    py_modules=RUNNERS + ["runner_flags"],
+    py_modules=RUNNERS + ["runner_flags", "create_pretraining_data"],
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "tensorflow-text>=2.21,<2.22",

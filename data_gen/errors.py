@@ -4,7 +4,21 @@ Every reader of task files (GLUE TSV, SQuAD JSON, CoNLL columns, features files)
 message starts with 'PATH:LINE: ' (or 'PATH: ' for whole-file problems) so that users can find the
 fault, and the runners print it as one line.
 """
+from modeling.errors import UserError
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """Bad task input; the message starts with 'PATH:LINE: ' ('PATH: ' for whole-file problems)."""
+
+
+def not_utf8(path: str) -> DataError:
+    """A `DataError` naming the first line of `path` that is not UTF-8 (a decoder reading the
+    file as text only knows a byte offset in its buffer)."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return DataError(f"{path}:{number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at "
+                                 f"column {e.start + 1}); save the file as UTF-8")
+    return DataError(f"{path}: not UTF-8 text; save the file as UTF-8")

@@ -20,10 +20,11 @@ import glob
 import heapq
 import os
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from data_gen import tokenization
 from modeling.atomic_files import write_text
+from modeling.errors import as_user_error, run_main
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 UNUSED_BEFORE_SPECIALS = 99  # [unused0]..[unused98] sit between [PAD] and [UNK] = 100
@@ -165,8 +166,8 @@ def main(argv) -> None:
         if not counts:
             raise ValueError(f"--input_file={FLAGS.input_file!r}: no words in {len(paths)} files")
         vocab = build_vocab(counts, FLAGS.vocab_size, FLAGS.num_unused_tokens, FLAGS.min_frequency)
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"learn_vocab: error: {error}") from None
+    except (OSError, ValueError) as error:  # bad flags or input, named in the message
+        raise as_user_error(error) from None
     write_text(FLAGS.output_file, "".join(token + "\n" for token in vocab))
     logging.info("wrote %d entries to %s", len(vocab), FLAGS.output_file)
 
@@ -188,7 +189,7 @@ def define_flags() -> None:
 def console_main():
     define_flags()
     flags.mark_flags_as_required(["input_file", "output_file", "vocab_size"])
-    app.run(main)
+    run_main(main)
 
 
 if __name__ == "__main__":

@@ -234,12 +234,15 @@ def load_vocab_tokens(vocab_file) -> list:
 
 def special_token_ids(vocab, tokens=("[CLS]", "[SEP]"), source: str = "the vocabulary") -> list:
     """The ids of `tokens` in `vocab` (a token -> id mapping, or the tokens by id, where a repeated
-    token keeps its last line as `load_vocab` does); a ValueError names the ones it lacks."""
+    token keeps its last line as `load_vocab` does); a `DataError` names the vocabulary (`source`)
+    and the tokens it lacks."""
+    from data_gen.errors import DataError
+
     ids = vocab if isinstance(vocab, dict) else {token: i for i, token in enumerate(vocab)}
     missing = [token for token in tokens if token not in ids]
     if missing:
-        raise ValueError(f"{source} has no {' or '.join(missing)} entry (a BERT vocabulary "
-                         f"lists [PAD], [UNK], [CLS], [SEP] and [MASK]); check --vocab_file")
+        raise DataError(f"{source}: has no {' or '.join(missing)} entry (a BERT vocabulary "
+                        f"lists [PAD], [UNK], [CLS], [SEP] and [MASK]); check --vocab_file")
     return [ids[token] for token in tokens]
 
 

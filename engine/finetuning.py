@@ -4,9 +4,10 @@
 provides):
 - checks the settings and the task's own, and the `--best_metric` name, before anything is read;
 - finds the model's config and vocabulary, seeds, sets precision and the distribution strategy;
-- refuses an `output_dir` that holds another run (`run_config`), before touching its files;
-- reads each split the run needs and converts it once into `OUTPUT_DIR/NAME.tf_record`
-  (`data_gen.feature_cache`: reused while the data, vocabulary and settings are unchanged);
+- reads each split the run needs, refuses an `output_dir` that holds another run (`run_config`)
+  and loads the initial weights, all before any file in `output_dir` is written;
+- converts each split once into `OUTPUT_DIR/NAME.tf_record` (`data_gen.feature_cache`: reused
+  while the data, vocabulary and settings are unchanged);
 - trains with the original's step arithmetic (`num_train_steps = int(examples / batch * epochs)`,
   `num_warmup_steps = int(steps * warmup_proportion)`, unless given), evaluating at every epoch's
   end (or every `eval_every_steps`) and at the last step: `eval_results.txt` (the original's
@@ -28,8 +29,8 @@ import numpy as np
 from engine.best_checkpoint import BestCheckpoint
 from engine.build import RunSettings, build_trainer, check_batch_split, model_files, start_run
 from engine.errors import SettingsError
-from engine.results import RESULTS_FILE, format_results, write_eval_results
-from engine.run_config import check_run_config
+from engine.results import RESULTS_FILE, format_results, log_results, write_eval_results
+from engine.run_config import check_run_config, record_run_config
 from engine.training import is_boundary
 
 logger = logging.getLogger(__name__)
@@ -76,40 +77,47 @@ def finetune(task, settings: FinetuneSettings) -> None:
     run = start_run(settings, config, vocab_file)
     trim = settings.trim_padding and not _is_tpu(run.strategy)
     tokenizer = FullTokenizer(vocab_file, do_lower_case=settings.do_lower_case)
-    try:
-        special_token_ids(tokenizer.vocab, source=vocab_file)
-    except ValueError as e:
-        raise SettingsError(str(e)) from None
+    special_token_ids(tokenizer.vocab, source=vocab_file)  # a DataError naming the file
     task.prepare(Setup(config, vocab_file, tokenizer, settings.max_seq_length,
                        settings.do_lower_case))
     # What decides the features and the head; an output_dir holds one such run.
     identity = {**task.identity(), "max_seq_length": settings.max_seq_length,
                 "do_lower_case": settings.do_lower_case}
-    check_run_config(settings.output_dir, identity, None)  # before any file is touched
+    check_run_config(settings.output_dir, identity, None)
+    # Everything that can refuse the run does so before a file in output_dir is written: the
+    # data is read (not yet converted), the settings checked, the initial weights loaded.
     data = SplitReader(task, identity, vocab_file, run.work_dir)
-    train = data(task.train_split()) if settings.do_train else None
-    evals = [data(split) for split in task.eval_splits()] if settings.do_eval else []
-    predicts = [data(split) for split in task.predict_splits()] if settings.do_predict else []
+    train = data.read(task.train_split()) if settings.do_train else None
+    evals = [data.read(split) for split in task.eval_splits()] if settings.do_eval else []
+    predicts = ([data.read(split) for split in task.predict_splits()] if settings.do_predict
+                else [])
     replicas = run.strategy.num_replicas_in_sync
     check_batch_split(settings, replicas)
-    num_train_steps, num_warmup_steps, steps_per_epoch = 1, 0, 0.0
+    num_train_steps, num_warmup_steps, steps_per_epoch, training = 1, 0, 0.0, None
     if train is not None:
         examples = task.num_train_examples(train)
         num_train_steps, num_warmup_steps = schedule(settings, examples)
         steps_per_epoch = examples / settings.train_batch_size
-        check_run_config(settings.output_dir, identity, {
-            "init_checkpoint": settings.init_checkpoint, "learning_rate": settings.learning_rate,
-            "train_batch_size": settings.train_batch_size, "num_train_steps": num_train_steps,
-            "num_warmup_steps": num_warmup_steps, "random_seed": settings.random_seed})
+        training = {"init_checkpoint": settings.init_checkpoint,
+                    "learning_rate": settings.learning_rate,
+                    "train_batch_size": settings.train_batch_size,
+                    "num_train_steps": num_train_steps, "num_warmup_steps": num_warmup_steps,
+                    "random_seed": settings.random_seed}
+        check_run_config(settings.output_dir, identity, training)
+    every = settings.eval_every_steps or steps_per_epoch or num_train_steps
+    trainer = build_trainer(lambda: task.build_model(config), task, run.strategy, settings,
+                            num_train_steps, num_warmup_steps, callback_every_steps=every,
+                            save_at_callbacks=True, checkpoint_iterator=False)
+    if run.chief:
+        record_run_config(settings.output_dir, identity, training)
+    for split in [train, *evals, *predicts]:
+        if split is not None:
+            data.convert(split)
     logger.info("%s: %s on %d replica(s); %s", task.title,
                 f"{describe(task, train, 'training ')}, {num_train_steps} steps "
                 f"({num_warmup_steps} warmup)" if train else "no training", replicas,
                 ", ".join(f"{split.name}: {describe(task, split)}" for split in evals)
                 or "no evaluation")
-    every = settings.eval_every_steps or steps_per_epoch or num_train_steps
-    trainer = build_trainer(lambda: task.build_model(config), task, run.strategy, settings,
-                            num_train_steps, num_warmup_steps, callback_every_steps=every,
-                            save_at_callbacks=True, checkpoint_iterator=False)
 
     def predictions(split, batch_size):
         outputs = predict(trainer, task, split, batch_size, settings.random_seed, trim)
@@ -117,9 +125,13 @@ def finetune(task, settings: FinetuneSettings) -> None:
 
     def evaluate() -> dict:
         results = {}
-        for split in evals:
-            scores = task.score(split, predictions(split, settings.eval_batch_size))
+        for i, split in enumerate(evals):
+            predicted = predictions(split, settings.eval_batch_size)
+            scores = task.score(split, predicted)
             results.update({prefix(split.name, len(evals)) + k: v for k, v in scores.items()})
+            losses = task.example_losses(split, predicted) if i == 0 else None
+            if losses is not None:  # the original evaluated one split (MNLI: matched)
+                results["loss"] = batch_mean_loss(losses, settings.eval_batch_size)
         return results
 
     if train is not None:
@@ -142,9 +154,9 @@ def finetune(task, settings: FinetuneSettings) -> None:
         predicted = predictions(split, settings.predict_batch_size)
         path = task.write_predictions(split, predicted, settings.output_dir)
         logger.info("predictions for %s: %s", split.name, path)
-        if split.labelled:
-            logger.info("scores of the predictions: %s",
-                        format_results(task.score(split, predicted)))
+        if split.labelled:  # full precision: a threshold found here is pasted back as a flag
+            log_results(task.score(split, predicted), logger,
+                        f"Scores of the predictions for {split.name}")
     if settings.export_dir:
         from engine import export
 
@@ -196,6 +208,13 @@ def schedule(settings: FinetuneSettings, num_examples: int) -> tuple[int, int]:
     return num_train_steps, num_warmup_steps
 
 
+def batch_mean_loss(losses: np.ndarray, batch_size: int) -> float:
+    """Estimator's `loss` evaluation key: the mean over batches of each batch's mean loss (the
+    last, shorter batch counts as much as the others)."""
+    means = [np.mean(losses[i:i + batch_size]) for i in range(0, len(losses), batch_size)]
+    return float(np.mean(means))
+
+
 def describe(task, split, what: str = "") -> str:
     """'3668 training examples', '120 questions in 161 windows' for the log."""
     text = f"{len(split.examples)} {what}{task.unit}s"
@@ -217,8 +236,9 @@ def _is_tpu(strategy) -> bool:
 
 # ------------------------------------------------------------------------------------ splits
 class SplitReader:
-    """Each split read once and its features converted once (a cached TFRecord file), then held
-    in memory; a split asked for twice (SQuAD evaluates and predicts one file) is read once."""
+    """Each split read once (`read`: its examples, nothing written) and its features converted
+    once (`convert`: a cached TFRecord file in the work folder), then held in memory; a split
+    asked for twice (SQuAD evaluates and predicts one file) is read and converted once."""
 
     def __init__(self, task, identity: dict, vocab_file: str, work_dir: str):
         self.task = task
@@ -227,20 +247,23 @@ class SplitReader:
         self.work_dir = work_dir
         self.splits = {}
 
-    def __call__(self, split):
+    def read(self, split):
+        if split.name not in self.splits:
+            split.examples = self.task.read(split)
+            self.splits[split.name] = split
+        return self.splits[split.name]
+
+    def convert(self, split) -> None:
         from data_gen import feature_cache
 
-        if split.name in self.splits:
-            return self.splits[split.name]
-        split.examples = self.task.read(split)
+        if split.features is not None:
+            return
         key = feature_cache.fingerprint([*split.files, self.vocab_file], **split.cache_settings,
                                         **self.identity)
         path = os.path.join(self.work_dir, f"{split.name}.tf_record")
         feature_cache.cached_records(path, key, lambda: self.task.records(split),
                                      what=f"{split.name} features")
         split.features = self.task.load_features(path)
-        self.splits[split.name] = split
-        return split
 
 
 def predict(trainer, task, split, batch_size: int, seed: int, trim: bool) -> dict:
@@ -297,6 +320,7 @@ def evaluate_and_record(trainer, evaluate: Callable[[], dict], output_dir: str,
     results["global_step"] = step
     if trainer.is_chief:
         write_eval_results(os.path.join(output_dir, RESULTS_FILE), results)
+        log_results(results, logger)
     return results
 
 
@@ -304,23 +328,32 @@ def choose_weights(trainer, best_metric: str, trained: bool, evaluated: bool,
                    use_best: bool) -> tuple[str, int]:
     """Load the weights that evaluation, prediction and export should use into the model.
 
-    In order: the best weights (`best/`, when `use_best` and this run evaluated or did not
-    train), the weights just trained, the newest training checkpoint, `--init_checkpoint` if it
-    holds the head too. Returns what was chosen (for the log) and its step.
+    After training: the best weights (`best/`, when `use_best` and this run evaluated), else the
+    weights just trained. Without training: `--init_checkpoint` when it holds the head too (a
+    fine-tuned checkpoint the user named, as the original's predict step passes
+    `--init_checkpoint=$OUTPUT_DIR/model.ckpt-N`), else the best weights (when `use_best`), else
+    the newest training checkpoint in the output folder. Returns what was chosen (for the log)
+    and its step.
     """
     best = BestCheckpoint(trainer.work_dir, best_metric)
-    if use_best and (evaluated or not trained) and best.restore(trainer.model):
-        step = int(best.results.get("global_step", 0))
-        return f"the best weights ({best_metric} = {best.score:.4f} at step {step})", step
+    report = trainer.init_report
     if trained:
+        if use_best and evaluated and best.restore(trainer.model):
+            return _best_description(best, best_metric)
         return f"the weights after step {trainer.global_step}", trainer.global_step
+    if report is not None and not report.initialised:
+        return f"--init_checkpoint {report.source}", trainer.global_step
+    if use_best and best.restore(trainer.model):
+        return _best_description(best, best_metric)
     latest = trainer.restore_latest()
     if latest:
         return f"training checkpoint {latest}", trainer.global_step
-    report = trainer.init_report
-    if report is not None and not report.initialised:
-        return f"--init_checkpoint {report.source}", 0
     raise NoTrainedWeightsError(
         f"no trained weights: {trainer.config.output_dir} has no checkpoint and "
         f"--init_checkpoint lacks {', '.join(report.initialised) if report else 'the head'}; "
         f"train first (--do_train)")
+
+
+def _best_description(best, best_metric: str) -> tuple[str, int]:
+    step = int(best.results.get("global_step", 0))
+    return f"the best weights ({best_metric} = {best.score:.4f} at step {step})", step

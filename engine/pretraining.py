@@ -16,7 +16,7 @@ import os
 
 from engine.build import RunSettings, build_trainer, check_batch_split, model_files, start_run
 from engine.errors import SettingsError
-from engine.results import RESULTS_FILE, write_eval_results
+from engine.results import RESULTS_FILE, log_results, write_eval_results
 
 logger = logging.getLogger(__name__)
 
@@ -71,5 +71,5 @@ def pretrain(task, settings: PretrainSettings) -> None:
         results["global_step"] = trainer.global_step
         path = os.path.join(settings.output_dir, RESULTS_FILE)
         write_eval_results(path, results)
-        logger.info("eval results (%s): %s", path,
-                    ", ".join(f"{k} = {v:.4g}" for k, v in sorted(results.items())))
+        log_results(results, logger)
+        logger.info("eval results written to %s", path)

@@ -12,6 +12,7 @@ import json
 import os
 
 from engine.errors import SettingsError
+from engine.training import is_training_checkpoint
 from modeling.atomic_files import write_text
 
 RUN_CONFIG = "run_config.json"
@@ -22,9 +23,9 @@ class RunConfigError(SettingsError):
 
 
 def check_run_config(output_dir: str, identity: dict, training: dict | None) -> None:
-    """Refuse to mix runs in one `output_dir`, then record this one (when training)."""
+    """Refuse to mix runs in one `output_dir` (writes nothing)."""
     path = os.path.join(output_dir, RUN_CONFIG)
-    current = json.loads(json.dumps({"identity": identity, "training": training}))
+    current = _canonical(identity, training)
     previous = None
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
@@ -32,7 +33,7 @@ def check_run_config(output_dir: str, identity: dict, training: dict | None) -> 
     if previous:
         groups = ["identity"]
         if training is not None and previous.get("training") is not None and any(
-                name.startswith("ckpt-") for name in os.listdir(output_dir)):
+                is_training_checkpoint(name) for name in os.listdir(output_dir)):
             groups.append("training")
         changed = [f"{key} was {previous[group].get(key)!r}, now {value!r}"
                    for group in groups for key, value in current[group].items()
@@ -40,5 +41,14 @@ def check_run_config(output_dir: str, identity: dict, training: dict | None) -> 
         if changed:
             raise RunConfigError(f"{output_dir} holds a run with other settings "
                                  f"({'; '.join(changed)}): use another --output_dir, or empty it")
+
+
+def record_run_config(output_dir: str, identity: dict, training: dict | None) -> None:
+    """Record this run's settings (when it trains), once `check_run_config` has passed."""
     if training is not None:
-        write_text(path, json.dumps(current, indent=1, sort_keys=True) + "\n")
+        write_text(os.path.join(output_dir, RUN_CONFIG),
+                   json.dumps(_canonical(identity, training), indent=1, sort_keys=True) + "\n")
+
+
+def _canonical(identity: dict, training: dict | None) -> dict:
+    return json.loads(json.dumps({"identity": identity, "training": training}))

@@ -128,6 +128,12 @@ class FinetuningTask(abc.ABC):
     def score(self, split: Split, predictions) -> dict:
         """The task's metrics of `predictions` on `split` (keys without the `eval_` prefix)."""
 
+    def example_losses(self, split: Split, predictions):
+        """The training loss of each example (a NumPy vector), for tasks whose original runner
+        reports Estimator's `loss` key (the mean over evaluation batches of each batch's mean
+        loss); None (the default): no such key."""
+        return None
+
     def write_eval_outputs(self, split: Split, predictions, output_dir: str) -> None:
         """Files showing what the kept weights predict on an evaluation split (default: none)."""
 

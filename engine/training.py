@@ -39,6 +39,34 @@ class Task(Protocol):
     def predict_step(self, model, batch): ...
 
 
+# Training checkpoints are `model.ckpt-N.*`, the original's names, so that the paths users pass
+# (`--init_checkpoint=$OUTPUT_DIR/model.ckpt-N`) resolve. Runs of earlier versions wrote `ckpt-N`;
+# they still resume (the `checkpoint` file names them).
+CHECKPOINT_NAME = "model.ckpt"
+CHECKPOINT_PREFIXES = (CHECKPOINT_NAME + "-", "ckpt-")
+
+
+def is_training_checkpoint(file_name: str) -> bool:
+    """Whether a file in an output folder belongs to a training checkpoint."""
+    return file_name.startswith(CHECKPOINT_PREFIXES)
+
+
+def remove_partial_checkpoints(directory: str) -> list[str]:
+    """Delete the `*_temp` folders a checkpoint write leaves when the process is killed in it
+    (TensorFlow writes the shards there, then moves them); returns what was removed."""
+    import shutil
+
+    removed = []
+    if not os.path.isdir(directory):
+        return removed
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if is_training_checkpoint(name) and name.endswith("_temp") and os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite; the run stopped without saving."""
 
@@ -171,7 +199,7 @@ class Trainer:
         checkpoint = tf.train.Checkpoint(**objects)
         manager = tf.train.CheckpointManager(checkpoint, self.work_dir,
                                              max_to_keep=self.config.keep_checkpoint_max,
-                                             checkpoint_name="ckpt")
+                                             checkpoint_name=CHECKPOINT_NAME)
         return checkpoint, manager
 
     def _summary(self, kind: str, values: dict, step: int) -> None:
@@ -198,6 +226,8 @@ class Trainer:
         cfg = self.config
         single = (self.strategy.num_replicas_in_sync == 1) and cfg.checkpoint_iterator
         iterator = iter(dataset_fn(tf.distribute.InputContext())) if single else None
+        for path in remove_partial_checkpoints(self.work_dir):
+            logger.info("removed %s, a partial checkpoint left by an interrupted run", path)
         checkpoint, manager = self._checkpoint(iterator)
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()

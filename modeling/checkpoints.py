@@ -25,6 +25,7 @@ import numpy as np
 from modeling import atomic_files
 from modeling import checkpoint_names as names
 from modeling.config import BertConfig
+from modeling.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ KERAS_FILE = "model.keras"
 VOCAB = "vocab.txt"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint that does not fit the model; the message names every offending variable."""
 
 
@@ -129,6 +130,9 @@ def resolve_tf1_prefix(path: str | os.PathLike) -> str:
     path = os.fspath(path)
     if os.path.exists(path + ".index"):
         return path
+    folder, name = os.path.split(path)
+    if name.startswith("model.ckpt-") and os.path.exists(os.path.join(folder, name[6:] + ".index")):
+        return os.path.join(folder, name[6:])  # a runner checkpoint of an earlier version: ckpt-N
     if os.path.isdir(path):
         import tensorflow as tf
         latest = tf.train.latest_checkpoint(path)
@@ -149,10 +153,30 @@ def tf1_source(path: str | os.PathLike) -> TensorSource:
     import tensorflow as tf
 
     prefix = resolve_tf1_prefix(path)
-    reader = tf.train.load_checkpoint(prefix)
-    shapes = {n: tuple(s) for n, s in reader.get_variable_to_shape_map().items()
-              if not names.is_ignored_tf1(n)}
-    return TensorSource(f"TF1 checkpoint {prefix}", shapes, reader.get_tensor)
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        shapes = {n: tuple(s) for n, s in reader.get_variable_to_shape_map().items()
+                  if not names.is_ignored_tf1(n)}
+    except (tf.errors.OpError, ValueError, IndexError) as e:
+        raise CheckpointError(f"{prefix}.index: not a readable TF1 checkpoint index "
+                              f"({_first_line(e)}); copy the checkpoint again") from None
+
+    def read(name: str) -> np.ndarray:
+        try:
+            return reader.get_tensor(name)
+        except (tf.errors.OpError, IndexError, ValueError) as e:
+            data = sorted(f for f in os.listdir(os.path.dirname(prefix) or ".")
+                          if f.startswith(os.path.basename(prefix) + ".data-"))
+            where = os.path.join(os.path.dirname(prefix), data[0]) if data else prefix + ".data-*"
+            raise CheckpointError(f"{where}: cannot read {name} ({_first_line(e)}): the file is "
+                                  f"truncated or damaged; copy the checkpoint again") from None
+
+    return TensorSource(f"TF1 checkpoint {prefix}", shapes, read)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
 
 
 def save_tf1_checkpoint(model, prefix: str | os.PathLike, global_step: int = 0) -> str:

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from modeling import activations, atomic_files
+from modeling.errors import UserError
 
 # Hugging Face `config.json` keys that mean something other than the original's, or that the
 # original lacks. `layer_norm_eps` is honoured; the rest are metadata.
@@ -23,7 +24,7 @@ _HF_HIDDEN_ACT = {
 }
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A `bert_config.json` that cannot describe a working model; the message names the field."""
 
 

@@ -16,6 +16,7 @@ from absl import app, flags
 
 from modeling import atomic_files, checkpoints
 from modeling.config import BertConfig
+from modeling.errors import as_user_error, run_main
 from modeling.encoder import BertEncoder
 from modeling.models import BertClassifier, BertPretrainer, BertSpanLabeler
 
@@ -92,8 +93,8 @@ def main(argv):
     try:
         written = convert(FLAGS.input, FLAGS["from"].value, FLAGS.output, FLAGS.to,
                           FLAGS.bert_config_file, FLAGS.global_step)
-    except (ValueError, OSError) as e:  # CheckpointError and ConfigError are ValueErrors
-        raise SystemExit(f"convert: error: {e}") from None
+    except (ValueError, OSError) as error:  # bad files, named in the message
+        raise as_user_error(error) from None
     for path in written:
         print(path)
 
@@ -113,7 +114,7 @@ def define_flags():
 
 def console_main():
     define_flags()
-    app.run(main)
+    run_main(main)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import keras
 from keras import ops
 
 from modeling import activations
+from modeling.errors import UserError
 
 
 def initializer(stddev: float):
@@ -22,7 +23,7 @@ def layer_norm(epsilon: float, name: str, policy):
     return keras.layers.LayerNormalization(axis=-1, epsilon=epsilon, name=name, dtype=policy)
 
 
-class SequenceLengthError(ValueError):
+class SequenceLengthError(UserError):
     """An input longer than the position table (`max_position_embeddings`)."""
 
 

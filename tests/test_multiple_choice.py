@@ -172,8 +172,10 @@ def test_generic_runner_trains_on_two_three_and_five_choices(tmp_path, tiny_chec
     results = dict(line.split(" = ") for line in (out / "eval_results.txt").read_text()
                    .splitlines())
     assert set(results) == {"eval_accuracy", "eval_loss", "global_step"}
-    rows = list(csv.reader(open(out / "test_results.tsv", encoding="utf-8"), delimiter="\t"))
+    rows = list(csv.reader(open(out / "test_predictions.tsv", encoding="utf-8"), delimiter="\t"))
     assert rows[0] == ["id", "prediction", *(f"probability_{i}" for i in range(5))]
+    np.testing.assert_allclose(np.loadtxt(out / "test_results.tsv", delimiter="\t"),
+                               [[float(p) for p in row[2:]] for row in rows[1:]], atol=5e-7)
     assert [row[0] for row in rows[1:]] == [f"q{i}" for i in range(9)]
     for i, row in enumerate(rows[1:]):
         probabilities = [float(p) for p in row[2:]]
@@ -216,7 +218,8 @@ def test_swag_runner_and_its_export_agree_from_raw_strings(tmp_path, shared_data
                              str(tmp_path / "requests.json")], capture_output=True, text=True)
     assert served.returncode == 0, served.stderr[-3000:]
     served = json.loads(served.stdout.strip().splitlines()[-1])
-    rows = list(csv.reader(open(out / "test_results.tsv", encoding="utf-8"), delimiter="\t"))[1:]
+    rows = list(csv.reader(open(out / "test_predictions.tsv", encoding="utf-8"),
+                           delimiter="\t"))[1:]
     assert [int(row[1]) for row in rows] == served["choice"]
     np.testing.assert_allclose([[float(p) for p in row[2:]] for row in rows],
                                served["probabilities"], atol=1e-5)

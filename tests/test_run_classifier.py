@@ -81,10 +81,15 @@ def test_training_evaluates_every_epoch_and_keeps_the_best(mrpc_run):
 
 
 def test_test_results_map_back_to_the_files_ids(mrpc_run):
-    rows = read_tsv(mrpc_run["out"] / "test_results.tsv")
+    rows = read_tsv(mrpc_run["out"] / "test_predictions.tsv")
     test_ids = [row[0] for row in read_tsv(mrpc_run["data"] / "test.tsv")[1:]]
     assert [row[0] for row in rows[1:]] == test_ids
     assert {row[1] for row in rows[1:]} <= {"0", "1"}
+    # test_results.tsv: the same probabilities in the original's layout (numpy.loadtxt reads it).
+    original = np.loadtxt(mrpc_run["out"] / "test_results.tsv", delimiter="\t")
+    ours = np.array([[float(v) for v in row[2:]] for row in rows[1:]])
+    np.testing.assert_allclose(original, ours, atol=5e-7)
+    assert [["0", "1"][i] for i in original.argmax(axis=1)] == [row[1] for row in rows[1:]]
 
 
 def test_features_are_reused_until_an_input_changes(mrpc_run, tmp_path):
@@ -178,8 +183,10 @@ def test_regression_task_trains_and_serves_scores(shared_data, tiny_checkpoint, 
     predicted = np.array([float(row[1]) for row in read_tsv(out / "eval_predictions.tsv")[1:]])
     # eval_loss is the mean squared error of the kept weights' scores (6 decimals in the file).
     assert np.mean((predicted - gold) ** 2) == pytest.approx(final["eval_loss"], abs=1e-4)
-    rows = read_tsv(out / "test_results.tsv")
+    rows = read_tsv(out / "test_predictions.tsv")
     assert rows[0] == ["id", "prediction"] and len(rows) == 9
+    scores = np.loadtxt(out / "test_results.tsv")  # the original's layout: one score per line
+    np.testing.assert_allclose(scores, [float(row[1]) for row in rows[1:]], atol=5e-7)
 
 
 def test_bad_label_fails_naming_file_and_line(shared_data, tiny_checkpoint, tmp_path):
@@ -241,12 +248,18 @@ def test_mnli_scores_matched_and_mismatched(shared_data, tiny_checkpoint, tmp_pa
     assert results(out / "best" / "eval_results.txt")["global_step"] == 2
     for kind, split, ids in [("eval_predictions", "matched", range(100, 108)),
                              ("eval_predictions", "mismatched", range(200, 208)),
-                             ("test_results", "matched", range(300, 304)),
-                             ("test_results", "mismatched", range(400, 404))]:
+                             ("test_predictions", "matched", range(300, 304)),
+                             ("test_predictions", "mismatched", range(400, 404))]:
         rows = read_tsv(out / f"{kind}_{split}.tsv")
         assert rows[0] == ["id", "prediction"] + [f"probability_{x}" for x in labels]
         assert [row[0] for row in rows[1:]] == [str(i) for i in ids]
         assert {row[1] for row in rows[1:]} <= set(labels)
+    # test_results.tsv is the matched split's, as the original wrote it; mismatched is suffixed.
+    for name, split in (("test_results.tsv", "matched"), ("test_results_mismatched.tsv",
+                                                          "mismatched")):
+        rows = read_tsv(out / f"test_predictions_{split}.tsv")[1:]
+        np.testing.assert_allclose(np.loadtxt(out / name, delimiter="\t"),
+                                   [[float(v) for v in row[2:]] for row in rows], atol=5e-7)
     # The file's accuracy is the one reported for the split.
     gold = [labels[i % 3] for i in range(8)]
     predicted = [row[1] for row in read_tsv(out / "eval_predictions_mismatched.tsv")[1:]]

@@ -78,8 +78,16 @@ def test_classification_reads_scores_and_writes_as_the_gold_says(
     # The test split is unlabelled: its predictions file has a row per example.
     test = load(task, task.predict_splits()[0], tmp_path)
     assert not test.labelled and test.name == "test"
-    path = task.write_predictions(test, np.zeros((12, 2), np.float32), str(tmp_path))
-    assert path.endswith("test_results.tsv") and len(read_tsv(path)) == 13
+    logits = np.stack([np.zeros(12), np.linspace(-3, 3, 12)], axis=1).astype(np.float32)
+    path = task.write_predictions(test, logits, str(tmp_path))
+    # The original's layout: probabilities only, no header, one line per example.
+    assert path.endswith("test_results.tsv")
+    probabilities = np.loadtxt(path, delimiter="\t")
+    expected = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(probabilities, expected, rtol=1e-6)
+    rows = read_tsv(tmp_path / "test_predictions.tsv")
+    assert rows[0] == ["id", "prediction", "probability_0", "probability_1"] and len(rows) == 13
+    assert [row[1] for row in rows[1:]] == ["1" if x > 0 else "0" for x in logits[:, 1]]
 
 
 def test_regression_scores_are_the_predicted_values(tmp_path, shared_data, vocab_file,
@@ -174,7 +182,8 @@ def test_the_driver_fine_tunes_evaluates_predicts_and_exports_in_process(
     assert results["global_step"] == 4 and 0.0 <= results["eval_accuracy"] <= 1.0
     assert read_results(out / "best" / "eval_results.txt") == results
     assert len(read_tsv(out / "eval_predictions.tsv")) == 17
-    assert len(read_tsv(out / "test_results.tsv")) == 9
+    assert np.loadtxt(out / "test_results.tsv").shape == (8, 2)
+    assert len(read_tsv(out / "test_predictions.tsv")) == 9
     assert (tmp_path / "export" / "saved_model.pb").is_file()
     run_config = json.loads((out / "run_config.json").read_text())
     assert run_config["identity"]["max_seq_length"] == SEQ

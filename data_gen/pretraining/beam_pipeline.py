@@ -24,7 +24,7 @@ import os
 import tempfile
 
 import apache_beam as beam
-from absl import app, flags, logging
+from absl import flags, logging
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -35,6 +35,7 @@ from data_gen.pretraining.documents import InputOptions
 from data_gen.pretraining.instances import InstanceSettings
 from data_gen.pretraining.records import RecordMaker
 from data_gen.pretraining.stats import PretrainingStats
+from modeling.errors import as_user_error, run_main
 
 FLAGS = flags.FLAGS
 STATS_TAG = "stats"
@@ -162,9 +163,8 @@ def main(argv) -> None:
                 random_seed=FLAGS.random_seed, input_options=pretraining_flags.input_options(),
                 pool_bytes=FLAGS.pool_bytes, num_output_shards=FLAGS.num_output_shards,
                 stats_file=FLAGS.stats_file)
-    except ValueError as error:  # bad flags or input, named in the message
-        logging.error("%s", error)
-        raise SystemExit(1)
+    except (ValueError, OSError) as error:  # bad flags or input, named in the message
+        raise as_user_error(error) from None
 
 
 def _parse_flags(argv: list) -> list:
@@ -183,7 +183,7 @@ def console_main() -> None:
     flags.DEFINE_integer("num_output_shards", 0, "Output shards (0: the runner decides).")
     for name in pretraining_flags.REQUIRED:
         flags.mark_flag_as_required(name)
-    app.run(main, flags_parser=_parse_flags)
+    run_main(main, flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ printed and written as JSON (`stats`).
 """
 import os
 import random
-import sys
 import tempfile
 import time
 
@@ -37,6 +36,7 @@ from data_gen.pretraining.records import RecordMaker
 from data_gen.pretraining.stats import PretrainingStats
 from data_gen.records import ShardedRecordWriter
 from modeling.atomic_files import write_text
+from modeling.errors import as_user_error, run_main
 
 FLAGS = flags.FLAGS
 
@@ -187,9 +187,8 @@ def main(argv) -> None:
             input_options=pretraining_flags.input_options(), num_workers=FLAGS.num_workers,
             pool_bytes=FLAGS.pool_bytes, faithful_in_memory=FLAGS.faithful_in_memory,
             stats_file=FLAGS.stats_file, tmp_dir=FLAGS.tmp_dir)
-    except (ValueError, OSError) as error:  # InputFormatError is a ValueError
-        logging.error("%s", error)
-        sys.exit(1)
+    except (ValueError, OSError) as error:  # bad flags or input, named in the message
+        raise as_user_error(error) from None
 
 
 def define_flags() -> None:
@@ -206,7 +205,7 @@ def console_main() -> None:
     define_flags()
     for name in pretraining_flags.REQUIRED:
         flags.mark_flag_as_required(name)
-    app.run(main)
+    run_main(main)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,10 @@ from typing import Iterable, Iterator, NamedTuple
 
 from absl import logging
 
+from modeling.errors import UserError
 
-class InputFormatError(ValueError):
+
+class InputFormatError(UserError):
     """Input that cannot be read as text; the message names the file and line."""
 
 

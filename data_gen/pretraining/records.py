@@ -10,7 +10,7 @@ from typing import Iterable, Iterator, NamedTuple
 from data_gen.pretraining import schema
 from data_gen.pretraining.instances import DrawCounts, InstanceSettings, create_pool_instances
 from data_gen.pretraining.stats import PretrainingStats
-from data_gen.tokenization import FullTokenizer
+from data_gen.tokenization import FullTokenizer, special_token_ids
 
 REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
 
@@ -26,10 +26,7 @@ class RecordMaker:
     def __init__(self, vocab_file: str, do_lower_case: bool, settings: InstanceSettings):
         self.settings = settings.check()
         self.tokenizer = FullTokenizer(vocab_file, do_lower_case=do_lower_case)
-        missing = [token for token in REQUIRED_TOKENS if token not in self.tokenizer.vocab]
-        if missing:
-            raise ValueError(f"--vocab_file={vocab_file}: lacks {', '.join(missing)}, which "
-                             "pretraining records need")
+        special_token_ids(self.tokenizer.vocab, REQUIRED_TOKENS, source=vocab_file)
         self.vocab_words = list(self.tokenizer.vocab.keys())
         self._vocab = dict(self.tokenizer.vocab)  # a plain dict looks up faster than OrderedDict
 

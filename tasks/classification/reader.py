@@ -34,7 +34,7 @@ import math
 import os
 from typing import NamedTuple
 
-from data_gen.errors import DataError
+from data_gen.errors import DataError, not_utf8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,8 +87,8 @@ def _read_table(path: str, header: bool, task: str, split: str) -> _Table:
                 last_line = reader.line_num
     except csv.Error as e:
         raise DataError(f"{path}:{last_line + 1}: {e}") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text ({e})") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
 
     head = rows.pop(0).fields if header and rows else None
     if not rows:

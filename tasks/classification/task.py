@@ -5,9 +5,12 @@ plus SST-2, STS-B, QQP, QNLI, RTE, WNLI and `generic`); its labels come from the
 The loss is the original's: mean cross-entropy of the labels, or, for a regression task (one
 output, STS-B), the mean squared error. Evaluation scores each split with its GLUE metrics
 (`metrics.glue_metrics`) and the loss; the main metric (`eval_main`) picks the best weights.
-Files: `eval_predictions.tsv` (what the kept weights predict on dev) and `test_results.tsv`,
-both `id`, `prediction` and one probability per label (regression: the score); tasks with two
-evaluation or test splits (MNLI) write one file per split, suffixed `_matched`, `_mismatched`.
+Files (`tasks.prediction_files`): `test_results.tsv`, the original's layout (probabilities only,
+no header; regression: the score), and `test_predictions.tsv` and `eval_predictions.tsv` (what
+the kept weights predict on dev): `id`, `prediction` and one probability per label (regression:
+the score). Tasks with two evaluation or test splits (MNLI) write one file per split, suffixed
+`_matched`, `_mismatched`, except `test_results.tsv`, which stays the matched split's, as the
+original wrote it.
 """
 from __future__ import annotations
 
@@ -88,7 +91,8 @@ class ClassificationTask(FinetuningTask):
     def read(self, split: Split) -> list:
         missing = [path for path in split.files if not os.path.isfile(path)]
         if missing:
-            raise DataError(f"{self.processor.name} {split.name}: no {', '.join(missing)}")
+            raise DataError(f"{missing[0]}: missing file ({self.processor.name} {split.name} "
+                            f"split); check --data_dir")
         return self.processor.get_examples(self.data_dir, split.name)
 
     def records(self, split: Split):
@@ -149,20 +153,47 @@ class ClassificationTask(FinetuningTask):
 
     def loss(self, logits: np.ndarray, labels: np.ndarray) -> float:
         """The training loss over a whole split, from collected logits (float64)."""
+        return float(np.mean(self.losses(logits, labels)))
+
+    def losses(self, logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """Each example's training loss (float64): cross-entropy, or squared error."""
         logits = logits.astype(np.float64)
         if self.regression:
-            return float(np.mean((logits[:, 0] - labels) ** 2))
-        return float(np.mean(-log_softmax(logits)[np.arange(len(labels)), labels]))
+            return (logits[:, 0] - labels) ** 2
+        from tasks.prediction_files import log_softmax
+
+        return -log_softmax(logits)[np.arange(len(labels)), labels]
+
+    def example_losses(self, split: Split, logits) -> np.ndarray:
+        return self.losses(logits, split.features["label_ids"])
 
     def write_eval_outputs(self, split: Split, logits, output_dir: str) -> None:
-        write_predictions(self._file(output_dir, "eval_predictions", split,
-                                     self.processor.eval_splits()),
-                          split.examples, logits, self.labels)
+        self._write_table(self._file(output_dir, "eval_predictions", split,
+                                     self.processor.eval_splits()), split, logits)
 
     def write_predictions(self, split: Split, logits, output_dir: str) -> str:
-        path = self._file(output_dir, "test_results", split, self.processor.test_splits())
-        write_predictions(path, split.examples, logits, self.labels)
+        from tasks.prediction_files import probabilities, write_test_results
+
+        splits = self.processor.test_splits()
+        self._write_table(self._file(output_dir, "test_predictions", split, splits), split, logits)
+        # The original's file; of several test splits (MNLI), the one it predicted keeps its name.
+        path = (os.path.join(output_dir, "test_results.tsv") if split.name == splits[0]
+                else self._file(output_dir, "test_results", split, splits))
+        write_test_results(path, logits[:, :1] if self.regression else probabilities(logits))
         return path
+
+    def _write_table(self, path: str, split: Split, logits) -> None:
+        """Ours: `id`, `prediction` and one probability per label (regression: the score)."""
+        from tasks.prediction_files import probabilities, write_prediction_table
+
+        ids = [example.example_id for example in split.examples]
+        if self.regression:
+            write_prediction_table(path, ids, [f"{score:.6f}" for score in logits[:, 0]], [],
+                                   np.zeros((len(logits), 0)))
+            return
+        probs = probabilities(logits)
+        write_prediction_table(path, ids, [self.labels[int(i)] for i in probs.argmax(-1)],
+                               [f"probability_{label}" for label in self.labels], probs)
 
     @staticmethod
     def _file(output_dir: str, kind: str, split: Split, splits: list) -> str:
@@ -175,29 +206,3 @@ class ClassificationTask(FinetuningTask):
         return ClassifierServing(model, vocab_file, self.setup.do_lower_case,
                                  self.setup.max_seq_length, self.labels,
                                  pair=self.processor.is_pair())
-
-
-def write_predictions(path: str, examples, logits, labels) -> None:
-    """TSV: `id`, `prediction` and, for classification, one probability column per label."""
-    from modeling.atomic_files import write_text
-
-    if len(examples) != len(logits):
-        raise RuntimeError(f"{len(examples)} examples but {len(logits)} predictions")
-    lines = ["\t".join(["id", "prediction", *(f"probability_{label}" for label in labels)])]
-    if labels:
-        for example, probs in zip(examples, probabilities(logits)):
-            lines.append("\t".join([example.example_id, labels[int(probs.argmax())],
-                                    *(f"{p:.6f}" for p in probs)]))
-    else:
-        lines += [f"{example.example_id}\t{score:.6f}" for example, score in
-                  zip(examples, logits[:, 0])]
-    write_text(path, "\n".join(lines) + "\n")
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
-
-
-def probabilities(logits: np.ndarray) -> np.ndarray:
-    return np.exp(log_softmax(logits.astype(np.float64)))

@@ -3,16 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    logits = np.asarray(logits, np.float64)
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
-
-
-def probabilities(logits: np.ndarray) -> np.ndarray:
-    """Softmax over the choices (masked choices carry a logit of -10000: probability 0)."""
-    return np.exp(log_softmax(logits))
+from tasks.prediction_files import log_softmax
 
 
 def choice_metrics(logits: np.ndarray, labels: np.ndarray) -> dict:

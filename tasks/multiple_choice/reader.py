@@ -22,7 +22,7 @@ import dataclasses
 import json
 import os
 
-from data_gen.errors import DataError
+from data_gen.errors import DataError, not_utf8
 
 FORMATS = ("swag", "generic")
 SWAG_ENDINGS = tuple(f"ending{i}" for i in range(4))
@@ -51,7 +51,10 @@ def read_examples(path: str, input_format: str, labelled: bool = True) -> list:
                          f"{', '.join(FORMATS)}")
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file")
-    examples = (read_swag if input_format == "swag" else read_jsonl)(path, labelled)
+    try:
+        examples = (read_swag if input_format == "swag" else read_jsonl)(path, labelled)
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     if not examples:
         raise DataError(f"{path}: empty file (no examples)")
     return examples
@@ -59,7 +62,7 @@ def read_examples(path: str, input_format: str, labelled: bool = True) -> list:
 
 def has_labels(path: str, input_format: str) -> bool:
     """Whether a file carries labels: SWAG's header names `label`; a JSON line has `label`."""
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="", errors="replace") as f:
         if input_format == "swag":
             return "label" in next(csv.reader(f), [])
         for line in f:

@@ -5,8 +5,9 @@ Every (context, choice) pair is encoded, a dense layer scores each pooled output
 an example does not have (fewer than `num_choices`) are masked to a score of -10000, so they are
 never picked. The loss is the mean cross-entropy over the choices; evaluation scores accuracy (the
 main metric) and the loss. Files: `eval_predictions.tsv` (what the kept weights predict on the
-evaluation split) and `test_results.tsv`, both `id`, `prediction` (the chosen index) and one
-probability per choice. `num_choices` is 4 for SWAG; for `generic` data it is `--num_choices`, or
+evaluation split) and `test_predictions.tsv`, both `id`, `prediction` (the chosen index) and one
+probability per choice, and `test_results.tsv` in the original run_classifier's layout (the
+probabilities only, no header). `num_choices` is 4 for SWAG; for `generic` data it is `--num_choices`, or
 the most choices of any training example (of the evaluation or prediction file when not training).
 """
 from __future__ import annotations
@@ -170,12 +171,14 @@ class MultipleChoiceTask(FinetuningTask):
         return choice_metrics(logits, split.features["label_ids"])
 
     def write_eval_outputs(self, split: Split, logits, output_dir: str) -> None:
-        write_predictions(os.path.join(output_dir, "eval_predictions.tsv"), split.examples,
-                          logits)
+        write_table(os.path.join(output_dir, "eval_predictions.tsv"), split.examples, logits)
 
     def write_predictions(self, split: Split, logits, output_dir: str) -> str:
+        from tasks.prediction_files import probabilities, write_test_results
+
+        write_table(os.path.join(output_dir, "test_predictions.tsv"), split.examples, logits)
         path = os.path.join(output_dir, "test_results.tsv")
-        write_predictions(path, split.examples, logits)
+        write_test_results(path, probabilities(logits))
         return path
 
     def serving_module(self, model, vocab_file: str):
@@ -185,16 +188,11 @@ class MultipleChoiceTask(FinetuningTask):
                                      self.setup.max_seq_length, self.num_choices)
 
 
-def write_predictions(path: str, examples, logits) -> None:
-    """TSV: `id`, `prediction` (the chosen index), one probability per choice."""
-    from modeling.atomic_files import write_text
-    from tasks.multiple_choice.metrics import probabilities
+def write_table(path: str, examples, logits) -> None:
+    """Ours: `id`, `prediction` (the chosen index), one probability per choice."""
+    from tasks.prediction_files import probabilities, write_prediction_table
 
-    if len(examples) != len(logits):
-        raise RuntimeError(f"{len(examples)} examples but {len(logits)} predictions")
-    width = logits.shape[-1]
-    lines = ["\t".join(["id", "prediction", *(f"probability_{i}" for i in range(width))])]
-    for example, probs in zip(examples, probabilities(logits)):
-        lines.append("\t".join([example.example_id, str(int(probs.argmax())),
-                                *(f"{p:.6f}" for p in probs)]))
-    write_text(path, "\n".join(lines) + "\n")
+    probs = probabilities(logits)
+    write_prediction_table(path, [example.example_id for example in examples],
+                           [int(i) for i in probs.argmax(-1)],
+                           [f"probability_{i}" for i in range(probs.shape[-1])], probs)

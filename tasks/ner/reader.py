@@ -25,7 +25,7 @@ import dataclasses
 import os
 from typing import Iterable, Sequence
 
-from data_gen.errors import DataError
+from data_gen.errors import DataError, not_utf8
 
 DOCSTART = "-DOCSTART-"
 OUTSIDE = "O"
@@ -51,8 +51,8 @@ def _read_lines(path: str) -> list[str]:
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text ({e})") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     if text.startswith("\ufeff"):
         text = text[1:]
     return text.split("\n")

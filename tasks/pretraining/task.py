@@ -47,7 +47,16 @@ class PretrainingTask:
     masking: dict | None = dataclasses.field(default=None, init=False)
 
     def prepare(self, config, vocab_file: str | None) -> None:
-        """The input files, and for dynamic masking the special tokens' ids."""
+        """The input files, and for dynamic masking the special tokens' ids; the sequence length
+        is checked against the model before any graph is built."""
+        if self.max_seq_length > config.max_position_embeddings:
+            raise SettingsError(f"--max_seq_length={self.max_seq_length} exceeds the model's "
+                                f"max_position_embeddings={config.max_position_embeddings} "
+                                f"(bert_config.json): make the records with a shorter "
+                                f"--max_seq_length, or use a model with more positions")
+        if self.max_predictions_per_seq > self.max_seq_length:
+            raise SettingsError(f"--max_predictions_per_seq={self.max_predictions_per_seq} "
+                                f"exceeds --max_seq_length={self.max_seq_length}")
         self.files = input_files(self.input_file)
         if not self.dynamic_masking:
             return
@@ -56,11 +65,8 @@ class PretrainingTask:
                                 "[SEP] ids)")
         from data_gen.tokenization import load_vocab, special_token_ids
 
-        try:
-            mask_id, cls_id, sep_id = special_token_ids(
-                load_vocab(vocab_file), ("[MASK]", "[CLS]", "[SEP]"), source=vocab_file)
-        except ValueError as e:
-            raise SettingsError(str(e)) from None
+        mask_id, cls_id, sep_id = special_token_ids(
+            load_vocab(vocab_file), ("[MASK]", "[CLS]", "[SEP]"), source=vocab_file)
         self.masking = {"vocab_size": config.vocab_size, "mask_id": mask_id, "cls_id": cls_id,
                         "sep_id": sep_id, "masked_lm_prob": self.masked_lm_prob}
 

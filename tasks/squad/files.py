@@ -17,21 +17,25 @@ import os
 import random
 from typing import Sequence
 
+from data_gen.errors import DataError, not_utf8
 from modeling.atomic_files import write_text
 
 
 def load_squad(path: str | os.PathLike) -> dict:
-    """Read a SQuAD JSON file, raising ValueError (naming the file and the place) if malformed."""
+    """Read a SQuAD JSON file, raising `DataError` (naming the file and the place) if malformed."""
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as f:
             dataset = json.load(f)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from e
+        raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})") \
+            from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
 
     def need(obj, key: str, kind: type, where: str):
         if not isinstance(obj, dict) or not isinstance(obj.get(key), kind):
-            raise ValueError(f"{path}: {where} lacks {key!r} (a {kind.__name__})")
+            raise DataError(f"{path}: {where} lacks {key!r} (a {kind.__name__})")
         return obj[key]
 
     for a, article in enumerate(need(dataset, "data", list, "the top level")):

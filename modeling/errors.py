@@ -1,0 +1,116 @@
+"""User errors, and how every program reports them: one line on stderr, no traceback.
+
+A user error is a mistake the user can fix: bad data, a bad config or checkpoint, a flag that cannot
+work, a missing file. Each layer raises its own kind (`ConfigError`, `CheckpointError`,
+`data_gen.errors.DataError`, `engine.errors.SettingsError`, ...), all `UserError`s whose message
+starts with the file (and line) at fault. Every program's front door (the runners, the data tools,
+the converter) runs its `main` through `run_main`, which prints such an error as
+
+    PROGRAM: error: FILE[:LINE]: what is wrong and what to do
+
+and exits with status 1 (2 for flag and usage errors, as absl does for bad flags). An `OSError`
+naming a file (a path that does not exist) is reported the same way. With the environment
+variable `BERT_TRACEBACK=1` the traceback is shown as well. Anything else is a programming error
+and keeps its traceback.
+
+This module sits in the lowest layer so that every layer's errors and every front door can use it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+TRACEBACK_VARIABLE = "BERT_TRACEBACK"
+USAGE_STATUS = 2
+
+
+class UserError(ValueError):
+    """A mistake the user can fix; the message names the file (and line) or flag at fault."""
+
+    exit_status = 1
+
+
+def as_user_error(error: Exception) -> Exception:
+    """For tools whose every ValueError or OSError comes from their input or flags: `error` as a
+    `UserError` (kept as it is when it already is one, or an OSError naming its file)."""
+    if isinstance(error, UserError) or (isinstance(error, OSError) and error.filename):
+        return error
+    return UserError(str(error))
+
+
+def program_name() -> str:
+    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "bert"
+
+
+def one_line(message: str) -> str:
+    """A message made one line: its lines joined with '; ' (lists of variables, flag errors)."""
+    parts = [part.strip() for part in str(message).strip().splitlines() if part.strip()]
+    return "; ".join(parts)
+
+
+def report(message: str, status: int) -> None:
+    """Print `PROGRAM: error: MESSAGE` to stderr and exit with `status`."""
+    sys.stderr.write(f"{program_name()}: error: {one_line(message)}\n")
+    sys.stderr.flush()
+    sys.exit(status)
+
+
+def user_error_status(error: BaseException) -> int | None:
+    """The exit status for `error` if it is a user error, else None."""
+    from absl import app
+
+    if isinstance(error, app.UsageError):
+        return USAGE_STATUS
+    if isinstance(error, UserError):
+        return error.exit_status
+    if isinstance(error, OSError) and error.filename is not None:
+        return 1
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(error, tf.errors.NotFoundError):
+        return 1
+    return None
+
+
+def message_of(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.filename is not None:
+        return f"{error.filename}: {error.strerror or error}"
+    if not isinstance(error, UserError) and type(error).__module__.startswith("tensorflow"):
+        return getattr(error, "message", str(error))
+    return str(error)
+
+
+def guarded(main: Callable) -> Callable:
+    """`main` with user errors reported as one line (see the module docstring)."""
+
+    def run(argv):
+        try:
+            return main(argv)
+        except Exception as error:  # noqa: BLE001 - sorted into user errors and the rest
+            status = user_error_status(error)
+            if status is None or os.environ.get(TRACEBACK_VARIABLE):
+                raise
+            report(message_of(error), status)
+
+    return run
+
+
+def parse_flags_or_exit(parse: Callable | None = None) -> Callable:
+    """An absl `flags_parser` whose errors are one line and exit status 2 (absl's own prints
+    a multi-line block and exits 1)."""
+    from absl import flags
+
+    def parser(argv):
+        try:
+            return parse(argv) if parse else flags.FLAGS(argv)
+        except flags.Error as error:
+            report(f"{error} (--helpshort lists the flags)", USAGE_STATUS)
+
+    return parser
+
+
+def run_main(main: Callable, flags_parser: Callable | None = None) -> None:
+    """absl's `app.run(main)` with one-line user errors and flag errors."""
+    from absl import app
+
+    app.run(guarded(main), flags_parser=parse_flags_or_exit(flags_parser))
