@@ -103,8 +103,8 @@ def train(args, files: list[str], config: Path, out: Path) -> float:
 
 def checkpoints(out: Path) -> list[tuple[int, Path]]:
     """(step, prefix) of every training checkpoint in `out`, by step."""
-    found = [(int(m.group(1)), out / f"ckpt-{m.group(1)}") for p in out.glob("ckpt-*.index")
-             if (m := re.fullmatch(r"ckpt-(\d+)\.index", p.name))]
+    found = [(int(m.group(2)), out / m.group(1)) for p in out.glob("*ckpt-*.index")
+             if (m := re.fullmatch(r"((?:model\.)?ckpt-(\d+))\.index", p.name))]
     return sorted(found)
 
 

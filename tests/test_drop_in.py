@@ -63,7 +63,10 @@ def test_classifier_eval_results_have_the_original_keys_first(mrpc):
     # The log's block holds the same lines, as the original logs them.
     assert log_block(mrpc["log"]) == values
     # `loss` is Estimator's: the mean over evaluation batches (8, 8 and 4 rows) of batch means,
-    # recomputed here from the probabilities in eval_predictions.tsv (6 decimals).
+    # recomputed here from the probabilities in eval_predictions.tsv (6 decimals), which the
+    # best weights wrote (best/eval_results.txt is their evaluation).
+    best_keys, values = keys_and_values(mrpc["out"] / "best" / "eval_results.txt")
+    assert best_keys == keys
     rows = [line.split("\t") for line in (mrpc["out"] / "eval_predictions.tsv").read_text()
             .splitlines()[1:]]
     gold = [int(line.split("\t")[0]) for line in (mrpc["glue"] / "dev.tsv").read_text(

@@ -52,4 +52,4 @@ def test_two_workers_match_one_process_on_the_same_global_batch(tmp_path):
         np.testing.assert_array_equal(chief[name], other[name])  # the workers agree exactly
     # Only the chief's checkpoints land in output_dir.
     saved = sorted(f for f in os.listdir(tmp_path / "multi") if f.endswith(".index"))
-    assert saved == ["ckpt-3.index", "ckpt-6.index"]
+    assert saved == ["model.ckpt-3.index", "model.ckpt-6.index"]

@@ -85,7 +85,7 @@ def test_sigkill_then_restart_ends_at_the_uninterrupted_weights(corpus, tmp_path
                                                          steps=40)],
                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while not (killed_dir / "ckpt-20.index").exists():
+    while not (killed_dir / "model.ckpt-20.index").exists():
         assert process.poll() is None and time.time() < deadline, "no checkpoint appeared"
         time.sleep(0.2)
     process.send_signal(signal.SIGKILL)

@@ -98,7 +98,41 @@ def test_interrupted_and_resumed_run_ends_at_the_same_weights(tmp_path):
         np.testing.assert_allclose(weights(second.model)[name], value, rtol=0, atol=1e-6,
                                    err_msg=name)
     assert sorted(f for f in os.listdir(tmp_path / "resumed") if f.endswith(".index")) == [
-        "ckpt-10.index", "ckpt-15.index", "ckpt-20.index", "ckpt-5.index"]
+        "model.ckpt-10.index", "model.ckpt-15.index", "model.ckpt-20.index",
+        "model.ckpt-5.index"]
+
+
+def test_resume_from_an_earlier_versions_names_and_remove_a_partial_checkpoint(tmp_path, caplog):
+    """A run killed in a checkpoint write leaves `model.ckpt-N_temp/`; the next run removes it
+    (and says so) and resumes from the last whole checkpoint, here named `ckpt-10` as earlier
+    versions named them, to the uninterrupted run's weights."""
+    import logging
+    import shutil
+
+    from modeling.checkpoints import resolve_tf1_prefix
+
+    straight, data = trainer(tmp_path / "straight", steps=20, batch=8)
+    straight.train(data)
+    run = tmp_path / "resumed"
+    first, data = trainer(run, steps=10, batch=8)
+    first.train(data)
+    for path in run.glob("model.ckpt-10*"):
+        path.rename(run / path.name.replace("model.ckpt-", "ckpt-"))
+    (run / "checkpoint").write_text((run / "checkpoint").read_text().replace("model.ckpt-",
+                                                                            "ckpt-"))
+    assert resolve_tf1_prefix(run / "model.ckpt-10") == str(run / "ckpt-10")  # users' name
+    partial = run / "model.ckpt-15_temp"
+    partial.mkdir()
+    shutil.copy(run / "ckpt-10.index", partial / "part-00000-of-00001.index")
+    second, data = trainer(run, steps=20, batch=8, seed=99)
+    with caplog.at_level(logging.INFO, logger="engine.training"):
+        second.train(data)
+    assert not partial.exists()
+    assert f"removed {partial}, a partial checkpoint left by an interrupted run" in caplog.text
+    assert f"resumed from {run / 'ckpt-10'} at step 10" in caplog.text
+    for name, value in weights(straight.model).items():
+        np.testing.assert_allclose(weights(second.model)[name], value, rtol=0, atol=1e-6,
+                                   err_msg=name)
 
 
 def test_non_finite_loss_stops_without_saving(tmp_path):
