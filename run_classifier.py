@@ -5,8 +5,8 @@ QNLI, RTE, WNLI and a generic reader (`--task_name=generic`). Features are conve
 `output_dir/{split}.tf_record` and reused while the data, vocabulary and settings are unchanged.
 Training evaluates at every epoch's end (or every `--eval_every_steps`) with the task's GLUE
 metrics, keeps the best weights in `output_dir/best/`, and resumes by itself after an
-interruption. `--do_predict` writes `test_results.tsv` (example id, predicted label,
-probabilities); `--export_dir` writes a SavedModel that takes raw strings. The task lives in
+interruption. `--do_predict` writes `test_results.tsv` (the original's layout: probabilities
+only) and `test_predictions.tsv` (example id, predicted label, probabilities); `--export_dir` writes a SavedModel that takes raw strings. The task lives in
 `tasks/classification/`; `engine.finetuning.finetune` runs it.
 
     python run_classifier.py --task_name=MRPC --data_dir=glue/MRPC --output_dir=out/mrpc \
@@ -30,7 +30,7 @@ flags.DEFINE_string("text_a_column", None, "generic: column of the first text (h
                     "0-based index).")
 flags.DEFINE_string("text_b_column", None, "generic: column of the second text, if any.")
 flags.DEFINE_string("label_column", None, "generic: column of the label.")
-flags.DEFINE_string("id_column", None, "generic: column of the example id (test_results.tsv).")
+flags.DEFINE_string("id_column", None, "generic: column of the example id (test_predictions.tsv).")
 flags.DEFINE_list("labels", None, "generic: the label list (default: the labels of train).")
 flags.DEFINE_bool("header", True, "generic: the files start with a header row.")
 flags.DEFINE_bool("regression", False, "generic: the label is a number (one output, MSE loss).")
