@@ -413,7 +413,7 @@ def test_empty_and_missing_files(tmp_path):
 
 def test_not_utf8(tmp_path):
     (tmp_path / "train.tsv").write_bytes(b"sentence\tlabel\ncaf\xe9\t1\n")
-    with pytest.raises(DataError, match=r"train\.tsv: not UTF-8"):
+    with pytest.raises(DataError, match=r"train\.tsv:2: not UTF-8 text \(byte 0xe9 at column 4\)"):
         get_processor("sst-2").get_train_examples(str(tmp_path))
 
 

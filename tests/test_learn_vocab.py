@@ -11,6 +11,7 @@ from absl.testing import flagsaver
 
 from data_gen import learn_vocab, vocab_sanity
 from data_gen.tokenization import BasicTokenizer, FullTokenizer, load_vocab_tokens
+from modeling.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -118,9 +119,9 @@ def test_errors_name_the_flag_and_leave_the_output_alone(poems, tmp_path, parsed
     for change, message in cases:
         values = {"input_file": str(poems), "vocab_size": 2000, "output_file": str(output),
                   **change}
-        with flagsaver.flagsaver(**values), pytest.raises(SystemExit) as exit_info:
+        with flagsaver.flagsaver(**values), pytest.raises(UserError) as error:
             learn_vocab.main([])
-        assert str(exit_info.value) == f"learn_vocab: error: {message}"
+        assert str(error.value) == message
     assert output.read_text() == "previous\n"
     assert sorted(os.listdir(tmp_path)) == ["empty.txt", "vocab.txt"]  # no temporary file left
 
@@ -130,4 +131,4 @@ def test_command_line_error_exits_with_status_1(tmp_path):
                      f"--output_file={tmp_path}/vocab.txt")
     assert result.returncode == 1
     assert result.stderr.endswith(
-        f"learn_vocab: error: --input_file: no file matches '{tmp_path}/missing.txt'\n")
+        f"learn_vocab.py: error: --input_file: no file matches '{tmp_path}/missing.txt'\n")

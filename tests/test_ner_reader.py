@@ -97,7 +97,7 @@ def test_empty_and_missing_files(tmp_path):
         read_conll(str(tmp_path / "nope.txt"))
     latin1 = tmp_path / "latin1.txt"
     latin1.write_bytes("caf\xe9 O\n".encode("latin-1"))
-    with pytest.raises(DataError, match=r"latin1\.txt: not UTF-8 text"):
+    with pytest.raises(DataError, match=r"latin1\.txt:1: not UTF-8 text \(byte 0xe9 at column \d+\)"):
         read_conll(str(latin1))
 
 

@@ -137,4 +137,7 @@ def test_cli_exits_1_with_the_message_and_writes_nothing(tmp_path, vocab_file):
     completed = subprocess.run(
         [sys.executable, "-m", "data_gen.pretraining.create_pretraining_data", "--input_file=x.txt"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 1 and "--output_file" in completed.stderr  # required flags
+    # A required flag left out is a flag error: one line, exit status 2.
+    assert completed.returncode == 2 and "--output_file" in completed.stderr
+    assert completed.stderr.startswith("create_pretraining_data.py: error: ")
+    assert len(completed.stderr.strip().splitlines()) == 1

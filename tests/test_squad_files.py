@@ -88,7 +88,7 @@ def _write(path, obj) -> str:
 def test_load_squad_names_the_fault(tmp_path):
     good = _small()
     assert load_squad(_write(tmp_path / "good.json", good)) == good
-    with pytest.raises(ValueError, match=r"bad\.json: not valid JSON"):
+    with pytest.raises(ValueError, match=r"bad\.json:1: not valid JSON"):
         load_squad(_write(tmp_path / "bad.json", '{"data": ['))
     with pytest.raises(ValueError, match=r"nodata\.json: the top level lacks 'data'"):
         load_squad(_write(tmp_path / "nodata.json", {"version": "1.1"}))
