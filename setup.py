@@ -3,7 +3,8 @@ from setuptools import find_packages, setup
 
 # The runners are top-level modules, as in the original; each is added here when it lands and is
 # then also installed as a console script of the same name (its `console_main`).
-RUNNERS = ["run_pretraining", "run_classifier", "run_squad", "run_ner", "run_multiple_choice"]
+RUNNERS = ["run_pretraining", "run_classifier", "run_squad", "run_ner", "run_multiple_choice",
+           "extract_features"]
 
 setup(
     name="bert-tf2",

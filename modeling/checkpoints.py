@@ -306,7 +306,8 @@ def load_initial_weights(model, path: str | os.PathLike, allow_new_heads: bool =
     prefix = training_checkpoint_prefix(path)
     if prefix is None:
         return load_checkpoint(model, path, allow_new_heads=allow_new_heads)
-    head = [v.path for v in model.weights if not any(v is w for w in model.encoder.weights)]
+    encoder = getattr(model, "encoder", model)  # a bare encoder takes a run's encoder
+    head = [v.path for v in model.weights if not any(v is w for w in encoder.weights)]
     try:
         tf.train.Checkpoint(model=model).read(prefix).expect_partial() \
             .assert_existing_objects_matched()
@@ -317,13 +318,13 @@ def load_initial_weights(model, path: str | os.PathLike, allow_new_heads: bool =
             raise CheckpointError(
                 f"{prefix}: a training checkpoint of a different model ({str(e)[:300]}...)") \
                 from None
-    status = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).read(prefix)
+    status = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=encoder)).read(prefix)
     try:
         status.expect_partial().assert_existing_objects_matched()
     except AssertionError as e:
         raise CheckpointError(f"{prefix}: its encoder does not fit this model ({str(e)[:300]}"
                               f"...)") from None
-    report = LoadReport(prefix, [v.path for v in model.encoder.weights], head, [])
+    report = LoadReport(prefix, [v.path for v in encoder.weights], head, [])
     report.log()
     return report
 

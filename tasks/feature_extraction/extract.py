@@ -1,0 +1,166 @@
+"""The extract_features driver: lines of text in, hidden layers or sentence vectors out.
+
+`extract(settings)` resolves the model's files (config and vocabulary given, or beside
+`--init_checkpoint`), checks the settings before reading anything, loads the encoder's weights
+from a checkpoint in any format the project reads (a fine-tuning or pretraining run's checkpoint
+gives its encoder), and then:
+- with `output_file`: streams the input (`reader`), featurises each line as the original
+  (`features`), runs the model on batches of similar length within a window of lines
+  (`engine.streaming`), and writes each line's output in input order (`output`): the original's
+  JSON lines of `--layers`, or with `pooling` one vector per line (JSON lines, or `.npy`);
+  resumable after a kill, the output renamed into place when complete;
+- with `export_dir`: a SavedModel that embeds raw strings (`serving`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+from engine.errors import SettingsError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class ExtractSettings:
+    input_file: str | None = None
+    output_file: str | None = None
+    bert_config_file: str | None = None
+    init_checkpoint: str | None = None
+    vocab_file: str | None = None
+    do_lower_case: bool = True
+    layers: tuple = (-1, -2, -3, -4)
+    max_seq_length: int = 128
+    batch_size: int = 32
+    pooling: str | None = None  # None: the original's layers per token; cls or mean: a vector
+    normalize: bool = False  # L2-normalise pooled vectors
+    export_dir: str | None = None  # an embedding SavedModel (pooling, or mean)
+    lines_per_shard: int = 1000  # resume granularity
+    window_batches: int = 32  # lines sorted by length together: window_batches * batch_size
+
+
+def check(settings: ExtractSettings) -> None:
+    from tasks.feature_extraction.model import POOLINGS
+
+    if not (settings.output_file or settings.export_dir):
+        raise SettingsError("nothing to do: set --input_file and --output_file, or --export_dir")
+    if settings.output_file and not settings.input_file:
+        raise SettingsError("--output_file needs --input_file")
+    if settings.input_file and not settings.output_file:
+        raise SettingsError("--input_file needs --output_file")
+    if not settings.init_checkpoint:
+        raise SettingsError("--init_checkpoint is required (the weights to extract with)")
+    if settings.pooling is not None and settings.pooling not in POOLINGS:
+        raise SettingsError(f"--pooling={settings.pooling}: one of {', '.join(POOLINGS)}")
+    if settings.output_file and settings.output_file.endswith(".npy") and not settings.pooling:
+        raise SettingsError("a .npy --output_file holds pooled vectors: set --pooling=mean or cls")
+    if settings.input_file and not os.path.isfile(settings.input_file) \
+            and "://" not in settings.input_file:
+        raise SettingsError(f"--input_file {settings.input_file}: no such file")
+    for name in ("batch_size", "lines_per_shard", "window_batches"):
+        if getattr(settings, name) < 1:
+            raise SettingsError(f"--{name}={getattr(settings, name)} must be at least 1")
+
+
+def load_encoder(settings: ExtractSettings):
+    """(encoder with the checkpoint's weights, vocabulary path)."""
+    from engine.build import RunSettings, model_files
+    from modeling import checkpoints
+    from modeling.encoder import BertEncoder
+
+    config, vocab_file = model_files(RunSettings(
+        output_dir="", bert_config_file=settings.bert_config_file,
+        init_checkpoint=settings.init_checkpoint, vocab_file=settings.vocab_file))
+    if settings.max_seq_length > config.max_position_embeddings:
+        raise SettingsError(f"--max_seq_length={settings.max_seq_length} exceeds the model's "
+                            f"max_position_embeddings={config.max_position_embeddings}")
+    if settings.max_seq_length < 3:
+        raise SettingsError(f"--max_seq_length={settings.max_seq_length}: [CLS] A [SEP] B [SEP] "
+                            f"needs at least 3")
+    if not settings.pooling:
+        from tasks.feature_extraction.model import check_layers
+
+        try:
+            check_layers(list(settings.layers), config.num_hidden_layers)
+        except ValueError as e:
+            raise SettingsError(f"--layers={','.join(map(str, settings.layers))}: {e}") from None
+    encoder = BertEncoder(config)
+    checkpoints.load_initial_weights(encoder, settings.init_checkpoint, allow_new_heads=True)
+    return encoder, vocab_file
+
+
+def extract(settings: ExtractSettings) -> None:
+    """Run the extraction `settings` describe (see the module docstring)."""
+    from data_gen.tokenization import FullTokenizer, special_token_ids
+
+    check(settings)
+    encoder, vocab_file = load_encoder(settings)
+    tokenizer = FullTokenizer(vocab_file, do_lower_case=settings.do_lower_case)
+    special_token_ids(tokenizer.vocab, source=vocab_file)
+    if settings.output_file:
+        run(settings, encoder, tokenizer, vocab_file)
+    if settings.export_dir:
+        from engine import export
+        from tasks.feature_extraction.serving import EmbeddingServing
+
+        export.save(EmbeddingServing(encoder, vocab_file, settings.do_lower_case,
+                                     settings.max_seq_length, settings.pooling or "mean",
+                                     settings.normalize),
+                    settings.export_dir, {"vocab.txt": vocab_file})
+
+
+def fingerprint(settings: ExtractSettings, vocab_file: str) -> dict:
+    """What decides the output: a resumed run must have the same."""
+    stat = os.stat(settings.input_file) if os.path.isfile(settings.input_file) else None
+    return {"input_file": os.path.abspath(settings.input_file),
+            "input_size": stat.st_size if stat else None,
+            "input_mtime_ns": stat.st_mtime_ns if stat else None,
+            **{name: getattr(settings, name) for name in (
+                "init_checkpoint", "bert_config_file", "do_lower_case", "max_seq_length",
+                "pooling", "normalize", "lines_per_shard")},
+            "layers": list(settings.layers), "vocab_file": os.path.abspath(vocab_file)}
+
+
+def run(settings: ExtractSettings, encoder, tokenizer, vocab_file: str) -> None:
+    import tensorflow as tf
+
+    from engine.export import token_id_spec
+    from engine.streaming import Progress, predict_in_order
+    from tasks.feature_extraction.features import featurize
+    from tasks.feature_extraction.model import extraction_model
+    from tasks.feature_extraction.output import ShardedOutput, embedding_line, json_line
+    from tasks.feature_extraction.reader import count_lines, read_lines
+
+    model = extraction_model(encoder, list(settings.layers), settings.pooling, settings.normalize)
+    # One trace for every batch shape: the batcher pads each batch to its own longest row.
+    predict = tf.function(lambda inputs: model(inputs, training=False),
+                          input_signature=[token_id_spec()])
+    out = ShardedOutput(settings.output_file, settings.lines_per_shard,
+                        fingerprint(settings, vocab_file))
+    total = count_lines(settings.input_file)
+    progress = Progress(total, out.done)
+    lines = read_lines(settings.input_file, start=out.done)
+    features = (featurize(line, tokenizer, settings.max_seq_length) for line in lines)
+
+    def inputs(feature):
+        return {"input_word_ids": feature.input_ids, "input_mask": [1] * len(feature.input_ids),
+                "input_type_ids": feature.input_type_ids}
+
+    def run_batch(batch):
+        return {name: value.numpy() for name, value in predict(batch).items()}
+
+    # Windows restart at every shard, so a resumed run computes exactly what a straight one did.
+    for feature, outputs in predict_in_order(features, inputs, run_batch, settings.batch_size,
+                                             settings.batch_size * settings.window_batches,
+                                             restart_every=settings.lines_per_shard):
+        if settings.pooling:
+            vector = outputs["embedding"]
+            out.write(vector if out.npy else embedding_line(feature.line.index, vector))
+        else:
+            out.write(json_line(feature.line.index, feature.tokens, list(settings.layers),
+                                outputs))
+        progress.update()
+    rows = out.finish(width=encoder.config.hidden_size)
+    progress.log()
+    logger.info("wrote %d lines to %s", rows, settings.output_file)
