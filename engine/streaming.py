@@ -3,8 +3,8 @@
 `predict_in_order` takes `window` items at a time (a few dozen batches' worth), sorts them by
 length, cuts batches of `batch_size` rows of similar length, pads each batch only to its own
 longest row, runs `predict` on it, and yields every item with its outputs in the order the items
-came; windows can restart at fixed boundaries (resumable shards), so that the batches, and so the
-float results, do not depend on where a run started. Sorting within a window keeps padding low (short and long lines do not share a batch) while
+came. Batch jobs call it once per shard of lines (`engine.line_shards`), so that a shard's batches,
+and so its float results, do not depend on where a run started or which worker ran it. Sorting within a window keeps padding low (short and long lines do not share a batch) while
 memory holds one window, never the whole input. `Progress` logs lines/s and the time left.
 """
 from __future__ import annotations
@@ -28,22 +28,16 @@ def pad_rows(rows: list, pad: int = 0) -> np.ndarray:
 
 
 def predict_in_order(items: Iterable, inputs: Callable[[object], dict],
-                     predict: Callable[[dict], dict], batch_size: int, window: int,
-                     restart_every: int | None = None) -> Iterator[tuple]:
+                     predict: Callable[[dict], dict], batch_size: int,
+                     window: int) -> Iterator[tuple]:
     """(item, {output name: its row}) for every item, in input order.
 
     `inputs(item)` gives the item's model inputs, each a list of ints of the item's length;
     `predict({name: int32 [batch, length]})` returns NumPy arrays with a leading batch axis.
-    With `restart_every`, windows also end every that many items, so that a run resumed at such
-    a boundary batches (and computes) every later item exactly as an uninterrupted run.
     """
     iterator = iter(items)
-    position = 0
     while True:
-        size = window if not restart_every else min(
-            window, restart_every - position % restart_every)
-        chunk = list(itertools.islice(iterator, size))
-        position += len(chunk)
+        chunk = list(itertools.islice(iterator, window))
         if not chunk:
             return
         features = [inputs(item) for item in chunk]

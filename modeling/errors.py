@@ -109,6 +109,19 @@ def parse_flags_or_exit(parse: Callable | None = None) -> Callable:
     return parser
 
 
+def parse_known_flags(argv: list) -> list:
+    """An absl `flags_parser` for programs that pass flags on (Beam pipelines): absl takes the
+    flags it knows; the rest, and everything after `--`, is returned for `PipelineOptions`."""
+    from absl import flags
+
+    if "--" in argv:
+        split = argv.index("--")
+        ours, others = argv[:split], argv[split + 1:]
+    else:
+        ours, others = argv, []
+    return flags.FLAGS(ours, known_only=True) + others
+
+
 def run_main(main: Callable, flags_parser: Callable | None = None) -> None:
     """absl's `app.run(main)` with one-line user errors and flag errors."""
     from absl import app

@@ -61,9 +61,11 @@ def tokenizer(vocab_file):
 
 
 def run_script(script: str, *flags, check: bool = True) -> subprocess.CompletedProcess:
-    """A runner (`run_classifier.py`, ...) of this checkout as its own process, as users run it."""
-    result = subprocess.run([sys.executable, str(REPO / script), *flags], capture_output=True,
-                            text=True, cwd=REPO)
+    """A runner (`run_classifier.py`, ...; or `-m`, a module) of this checkout as its own
+    process, as users run it."""
+    command = [sys.executable, "-m", *flags] if script == "-m" else [
+        sys.executable, str(REPO / script), *flags]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     if check and result.returncode:
         raise AssertionError(f"{script} failed:\n{result.stderr[-4000:]}")
     return result

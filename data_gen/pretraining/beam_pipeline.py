@@ -35,7 +35,7 @@ from data_gen.pretraining.documents import InputOptions
 from data_gen.pretraining.instances import InstanceSettings
 from data_gen.pretraining.records import RecordMaker
 from data_gen.pretraining.stats import PretrainingStats
-from modeling.errors import as_user_error, run_main
+from modeling.errors import as_user_error, parse_known_flags, run_main
 
 FLAGS = flags.FLAGS
 STATS_TAG = "stats"
@@ -167,23 +167,12 @@ def main(argv) -> None:
         raise as_user_error(error) from None
 
 
-def _parse_flags(argv: list) -> list:
-    """absl takes its flags; the rest (after `--` or unknown to absl) is Beam's."""
-    if "--" in argv:
-        split = argv.index("--")
-        ours, beams = argv[:split], argv[split + 1:]
-    else:
-        ours, beams = argv, []
-    rest = FLAGS(ours, known_only=True)
-    return rest + beams
-
-
 def console_main() -> None:
     pretraining_flags.define_flags()
     flags.DEFINE_integer("num_output_shards", 0, "Output shards (0: the runner decides).")
     for name in pretraining_flags.REQUIRED:
         flags.mark_flag_as_required(name)
-    run_main(main, flags_parser=_parse_flags)
+    run_main(main, flags_parser=parse_known_flags)
 
 
 if __name__ == "__main__":

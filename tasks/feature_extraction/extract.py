@@ -4,11 +4,12 @@
 `--init_checkpoint`), checks the settings before reading anything, loads the encoder's weights
 from a checkpoint in any format the project reads (a fine-tuning or pretraining run's checkpoint
 gives its encoder), and then:
-- with `output_file`: streams the input (`reader`), featurises each line as the original
-  (`features`), runs the model on batches of similar length within a window of lines
-  (`engine.streaming`), and writes each line's output in input order (`output`): the original's
-  JSON lines of `--layers`, or with `pooling` one vector per line (JSON lines, or `.npy`);
-  resumable after a kill, the output renamed into place when complete;
+- with `output_file`: reads the input in shards of lines (`engine.line_shards`); `ShardExtractor`
+  featurises each line as the original (`features`), runs the model on batches of similar length
+  within a window of lines (`engine.streaming`), and gives each line's output in input order
+  (`output`): the original's JSON lines of `--layers`, or with `pooling` one vector per line
+  (JSON lines, or `.npy`); written resumably, the output renamed into place when complete. The
+  Beam pipeline (`beam_pipeline`) runs the same `ShardExtractor` on every shard;
 - with `export_dir`: a SavedModel that embeds raw strings (`serving`).
 """
 from __future__ import annotations
@@ -122,45 +123,88 @@ def fingerprint(settings: ExtractSettings, vocab_file: str) -> dict:
             "layers": list(settings.layers), "vocab_file": os.path.abspath(vocab_file)}
 
 
+class ShardExtractor:
+    """One shard of lines -> its output items in order: JSON lines, or vectors for `.npy`.
+
+    Picklable (it holds the settings): a Beam worker builds the model on its first shard, once.
+    The local run and the Beam pipeline both use it, so a shard is batched, and computed,
+    identically in both."""
+
+    def __init__(self, settings: ExtractSettings, as_vectors: bool = False):
+        self.settings = settings
+        self.as_vectors = as_vectors
+        self.model = None
+
+    def build(self, encoder=None, tokenizer=None) -> None:
+        import tensorflow as tf
+
+        from data_gen.tokenization import FullTokenizer
+        from engine.export import token_id_spec
+        from tasks.feature_extraction.model import extraction_model
+
+        s = self.settings
+        if encoder is None:
+            encoder, vocab_file = load_encoder(s)
+            tokenizer = FullTokenizer(vocab_file, do_lower_case=s.do_lower_case)
+        self.tokenizer = tokenizer
+        self.hidden_size = encoder.config.hidden_size
+        model = extraction_model(encoder, list(s.layers), s.pooling, s.normalize)
+        # One trace for every batch shape: the batcher pads each batch to its own longest row.
+        self.predict = tf.function(lambda inputs: model(inputs, training=False),
+                                   input_signature=[token_id_spec()])
+        self.model = model
+
+    def window(self) -> int:
+        """Lines sorted by length together (fewer when whole layers are kept per token)."""
+        s = self.settings
+        return s.batch_size * (s.window_batches if s.pooling else max(1, s.window_batches // 4))
+
+    def __call__(self, shard):
+        from engine.streaming import predict_in_order
+        from tasks.feature_extraction.features import featurize
+        from tasks.feature_extraction.output import embedding_line, json_line
+        from tasks.feature_extraction.reader import shard_lines
+
+        if self.model is None:
+            self.build()
+        s = self.settings
+        features = (featurize(line, self.tokenizer, s.max_seq_length)
+                    for line in shard_lines(shard))
+
+        def inputs(feature):
+            return {"input_word_ids": feature.input_ids,
+                    "input_mask": [1] * len(feature.input_ids),
+                    "input_type_ids": feature.input_type_ids}
+
+        def run_batch(batch):
+            return {name: value.numpy() for name, value in self.predict(batch).items()}
+
+        for feature, outputs in predict_in_order(features, inputs, run_batch, s.batch_size,
+                                                 self.window()):
+            index = feature.line.index
+            if s.pooling:
+                vector = outputs["embedding"]
+                yield vector if self.as_vectors else embedding_line(index, vector)
+            else:
+                yield json_line(index, feature.tokens, list(s.layers), outputs)
+
+
 def run(settings: ExtractSettings, encoder, tokenizer, vocab_file: str) -> None:
-    import tensorflow as tf
+    """The local run: shard after shard of the one input file, resumable."""
+    from engine.line_shards import count_lines, file_shards
+    from engine.streaming import Progress
+    from tasks.feature_extraction.output import ShardedOutput
 
-    from engine.export import token_id_spec
-    from engine.streaming import Progress, predict_in_order
-    from tasks.feature_extraction.features import featurize
-    from tasks.feature_extraction.model import extraction_model
-    from tasks.feature_extraction.output import ShardedOutput, embedding_line, json_line
-    from tasks.feature_extraction.reader import count_lines, read_lines
-
-    model = extraction_model(encoder, list(settings.layers), settings.pooling, settings.normalize)
-    # One trace for every batch shape: the batcher pads each batch to its own longest row.
-    predict = tf.function(lambda inputs: model(inputs, training=False),
-                          input_signature=[token_id_spec()])
     out = ShardedOutput(settings.output_file, settings.lines_per_shard,
                         fingerprint(settings, vocab_file))
-    total = count_lines(settings.input_file)
-    progress = Progress(total, out.done)
-    lines = read_lines(settings.input_file, start=out.done)
-    features = (featurize(line, tokenizer, settings.max_seq_length) for line in lines)
-
-    def inputs(feature):
-        return {"input_word_ids": feature.input_ids, "input_mask": [1] * len(feature.input_ids),
-                "input_type_ids": feature.input_type_ids}
-
-    def run_batch(batch):
-        return {name: value.numpy() for name, value in predict(batch).items()}
-
-    # Windows restart at every shard, so a resumed run computes exactly what a straight one did.
-    for feature, outputs in predict_in_order(features, inputs, run_batch, settings.batch_size,
-                                             settings.batch_size * settings.window_batches,
-                                             restart_every=settings.lines_per_shard):
-        if settings.pooling:
-            vector = outputs["embedding"]
-            out.write(vector if out.npy else embedding_line(feature.line.index, vector))
-        else:
-            out.write(json_line(feature.line.index, feature.tokens, list(settings.layers),
-                                outputs))
-        progress.update()
-    rows = out.finish(width=encoder.config.hidden_size)
+    extractor = ShardExtractor(settings, as_vectors=out.npy)
+    extractor.build(encoder, tokenizer)
+    progress = Progress(count_lines(settings.input_file), out.done)
+    for shard in file_shards(settings.input_file, 0, settings.lines_per_shard,
+                             skip_shards=out.shards):
+        for item in extractor(shard):
+            out.write(item)
+            progress.update()
+    rows = out.finish(width=extractor.hidden_size)
     progress.log()
     logger.info("wrote %d lines to %s", rows, settings.output_file)

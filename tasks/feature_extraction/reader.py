@@ -4,13 +4,13 @@ As the original's `read_examples`: each line (split at "\n") is stripped of surr
 whitespace; a line matching `^(.*) \|\|\| (.*)$` is a pair, any other line is text A alone. An
 empty line is an example too, with no text (its features are `[CLS] [SEP]`): the original stops
 only at the end of the file. Lines are numbered from 0 (`linex_index`). Unlike the original, the
-file is read line by line, never whole, and a line that is not UTF-8 is an error naming it.
+file is read in shards of lines (`engine.line_shards`), never whole, and a line that is not UTF-8
+is an error naming it.
 """
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterator
 
 from data_gen.errors import DataError
 
@@ -33,32 +33,16 @@ def parse(index: int, text: str) -> Line:
     return Line(index, match.group(1), match.group(2))
 
 
-def read_lines(path: str, start: int = 0) -> Iterator[Line]:
-    """The examples of `path` from line `start` on, streamed."""
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(path, "rb") as f:
-        for index, raw in enumerate(f):
-            if index < start:
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{path}:{index + 1}: not UTF-8 text (byte 0x{raw[e.start]:02x} "
-                                f"at column {e.start + 1}); save the file as UTF-8") from None
-            yield parse(index, text)
+def decode(path: str, line_number: int, raw: bytes) -> str:
+    """A raw line as text; a `DataError` naming the file and line (1-based) if not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}:{line_number + 1}: not UTF-8 text (byte 0x{raw[e.start]:02x} at "
+                        f"column {e.start + 1}); save the file as UTF-8") from None
 
 
-def count_lines(path: str) -> int:
-    """The number of examples in `path` (for the progress line), counted without decoding."""
-    import tensorflow as tf
-
-    count, last = 0, b"\n"
-    with tf.io.gfile.GFile(path, "rb") as f:
-        while True:
-            chunk = f.read(1 << 22)
-            if not chunk:
-                break
-            count += chunk.count(b"\n")
-            last = chunk[-1:]
-    return count + (last != b"\n")
+def shard_lines(shard) -> list:
+    """The `Line`s of an `engine.line_shards.Shard`, numbered by their global index."""
+    return [parse(shard.first_index + i, decode(shard.path, shard.first_line + i, raw))
+            for i, raw in enumerate(shard.lines)]

@@ -1,0 +1,136 @@
+"""Prediction with any exported task SavedModel over text files, locally or on Apache Beam.
+
+Every task's `--export_dir` SavedModel has a raw-string signature (`serving_default`: the
+classifier's `text_a`/`text_b`, SQuAD's `question`/`context`, NER's `text`, multiple choice's
+`context`/`question`/`choices`, the embedder's `text_a`). `SavedModelPredictor` feeds it lines of
+a file, in batches of `batch_size` consecutive lines of a shard (`engine.line_shards`):
+- JSON lines whose keys are the signature's inputs (`{"text_a": "...", "text_b": "..."}`; a list
+  of strings for `choices`, padded with "" to the batch's longest), or
+- TSV (`columns`: the input each column feeds, in order, "" for a column to skip; `header`: each
+  file's first line is skipped),
+and writes one JSON object per line: `{"index": n, OUTPUT: value, ...}`, with every output of the
+signature for that line (strings decoded, numbers as JSON numbers). `predict_file` is the local
+run (one output file, written atomically); `engine.beam_jobs` runs the same predictor per shard on
+Beam, so the lines are equal and only their order differs.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+
+from data_gen.errors import DataError
+from engine.errors import SettingsError
+
+logger = logging.getLogger(__name__)
+
+
+class SavedModelPredictor:
+    """Shards of lines -> output JSON lines; the SavedModel is loaded on first use (once per
+    Beam worker)."""
+
+    def __init__(self, export_dir: str, signature: str = "serving_default", batch_size: int = 32,
+                 columns: list | None = None, header: bool = False):
+        self.export_dir, self.signature_name = export_dir, signature
+        self.batch_size, self.columns, self.header = batch_size, columns, header
+        self.signature = None
+
+    def unloaded(self) -> "SavedModelPredictor":
+        """A copy without the loaded model (picklable: what a Beam worker starts from)."""
+        return SavedModelPredictor(self.export_dir, self.signature_name, self.batch_size,
+                                   self.columns, self.header)
+
+    def load(self):
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (the ops of the in-graph tokenizer)
+
+        model = tf.saved_model.load(self.export_dir)
+        if self.signature_name not in model.signatures:
+            raise SettingsError(f"--signature={self.signature_name}: {self.export_dir} has "
+                                f"{', '.join(sorted(model.signatures))}")
+        self.model = model  # keeps the variables alive
+        self.signature = model.signatures[self.signature_name]
+        self.inputs = sorted(self.signature.structured_input_signature[1])
+        if self.columns and sorted(c for c in self.columns if c) != self.inputs:
+            raise SettingsError(f"--columns={','.join(self.columns)}: the signature takes "
+                                f"{', '.join(self.inputs)}")
+        return self
+
+    def parse(self, shard, i: int) -> dict | None:
+        path, line = shard.path, shard.first_line + i
+        if self.header and line == 0:
+            return None
+        try:
+            text = shard.lines[i].decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path}:{line + 1}: not UTF-8 text (column {e.start + 1})") from None
+        if self.columns:
+            fields = text.split("\t")
+            if len(fields) != len(self.columns):
+                raise DataError(f"{path}:{line + 1}: {len(fields)} fields, --columns names "
+                                f"{len(self.columns)}")
+            return {name: field for name, field in zip(self.columns, fields) if name}
+        try:
+            value = json.loads(text)
+        except ValueError as e:
+            raise DataError(f"{path}:{line + 1}: not a JSON object ({e})") from None
+        missing = [name for name in self.inputs if not isinstance(value, dict) or name not in value]
+        if missing:
+            raise DataError(f"{path}:{line + 1}: no {', '.join(missing)} (the signature takes "
+                            f"{', '.join(self.inputs)})")
+        return {name: value[name] for name in self.inputs}
+
+    def __call__(self, shard):
+        if self.signature is None:
+            self.load()
+        rows = [(shard.first_index + i, self.parse(shard, i)) for i in range(len(shard.lines))]
+        rows = [(index, row) for index, row in rows if row is not None]
+        for start in range(0, len(rows), self.batch_size):
+            batch = rows[start:start + self.batch_size]
+            outputs = self.predict([row for _, row in batch])
+            for j, (index, _) in enumerate(batch):
+                yield json.dumps({"index": index, **{name: _jsonable(value[j]) for name, value
+                                                     in sorted(outputs.items())}})
+
+    def predict(self, rows: list) -> dict:
+        import tensorflow as tf
+
+        feed = {}
+        for name in self.inputs:
+            values = [row[name] for row in rows]
+            if values and isinstance(values[0], list):
+                width = max(len(v) for v in values)
+                values = [list(v) + [""] * (width - len(v)) for v in values]
+            feed[name] = tf.constant(values, tf.string)
+        return {name: value.numpy() for name, value in self.signature(**feed).items()}
+
+
+def _jsonable(value):
+    value = np.asarray(value)
+    if value.dtype.kind in "SO":
+        return np.vectorize(lambda b: b.decode("utf-8") if isinstance(b, bytes) else b,
+                            otypes=[object])(value).tolist() if value.ndim else value.item()\
+            .decode("utf-8")
+    return value.tolist()
+
+
+def predict_file(predictor: SavedModelPredictor, input_file: str, output_file: str,
+                 lines_per_shard: int = 1000) -> int:
+    """The local run: every line of `input_file`, in order, into `output_file` (atomically)."""
+    from engine.line_shards import count_lines, file_shards
+    from engine.streaming import Progress
+    from modeling.atomic_files import atomic_path
+
+    predictor.load()
+    progress = Progress(count_lines(input_file))
+    written = 0
+    with atomic_path(output_file) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        for shard in file_shards(input_file, 0, lines_per_shard):
+            for line in predictor(shard):
+                out.write(line + "\n")
+                written += 1
+            progress.update(len(shard.lines))
+    progress.log()
+    logger.info("wrote %d predictions to %s", written, output_file)
+    return written

@@ -1,0 +1,104 @@
+"""Batch jobs on Apache Beam (DirectRunner, two worker processes) against the local tools: feature
+extraction over several files, and prediction with exported SavedModels (a fine-tuned MRPC
+classifier on GLUE's own test file, the sentence embedder). Every output line equals the local
+tool's; only the order of lines in the shards differs.
+"""
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_script
+from tests.test_run_classifier import glue_slice, read_tsv
+
+BEAM = ["--", "--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+
+pytest.importorskip("apache_beam", reason="apache-beam is not installed (pip install .[beam])")
+
+
+def beam_lines(prefix):
+    files = sorted(prefix.parent.glob(prefix.name + "-*-of-*"))
+    assert files, f"no output shards {prefix}-*"
+    return sorted(line for path in files for line in path.read_text(encoding="utf-8")
+                  .splitlines())
+
+
+def test_extraction_on_beam_equals_the_local_tool(shared_data, tiny_checkpoint, tmp_path):
+    with open(shared_data / "glue" / "STS-B" / "dev.tsv", encoding="utf-8-sig") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f][1:]
+    first = [f"{r[7]} ||| {r[8]}" for r in rows[:100]]
+    second = [r[7] for r in rows[100:160]] + ["", "Café 中文"]
+    (tmp_path / "a.txt").write_text("\n".join(first) + "\n", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("\n".join(second) + "\n", encoding="utf-8")
+    (tmp_path / "all.txt").write_text("\n".join(first + second) + "\n", encoding="utf-8")
+    common = [f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--layers=-1,0",
+              "--max_seq_length=48", "--batch_size=8", "--lines_per_shard=50"]
+    run_script("extract_features.py", *common, f"--input_file={tmp_path / 'all.txt'}",
+               f"--output_file={tmp_path / 'local.jsonl'}")
+    run_script("-m", "tasks.feature_extraction.beam_pipeline", *common,
+               f"--input_file={tmp_path / 'a.txt'},{tmp_path / 'b.txt'}",
+               f"--output_file={tmp_path / 'beam' / 'part'}", "--num_output_shards=3", *BEAM)
+    local = (tmp_path / "local.jsonl").read_text(encoding="utf-8").splitlines()
+    assert beam_lines(tmp_path / "beam" / "part") == sorted(local)
+    assert [json.loads(line)["linex_index"] for line in local] == list(range(162))
+
+
+@pytest.fixture(scope="module")
+def mrpc_export(tmp_path_factory, shared_data, tiny_checkpoint):
+    root = tmp_path_factory.mktemp("mrpc_export")
+    data = glue_slice(shared_data, "MRPC", root / "MRPC", {"train": 32, "test": 40})
+    run_script("run_classifier.py", "--task_name=MRPC", f"--data_dir={data}",
+               f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=64",
+               "--train_batch_size=16", "--num_train_steps=2", "--learning_rate=1e-3",
+               f"--output_dir={root / 'out'}", f"--export_dir={root / 'export'}", "--do_train",
+               "--do_predict")
+    return {"root": root, "data": data}
+
+
+def test_classifier_predictions_on_beam_equal_the_runners(mrpc_export, tmp_path):
+    """GLUE's test.tsv through the exported classifier: the local tool gives the runner's own
+    test predictions, and the Beam pipeline the local tool's lines."""
+    root, test = mrpc_export["root"], mrpc_export["data"] / "test.tsv"
+    common = [f"--saved_model={root / 'export'}", f"--input_file={test}",
+              "--columns=,,,text_a,text_b", "--header", "--batch_size=16",
+              "--lines_per_shard=15"]
+    run_script("batch_predict.py", *common, f"--output_file={tmp_path / 'local.jsonl'}")
+    local = (tmp_path / "local.jsonl").read_text(encoding="utf-8").splitlines()
+    predicted = [json.loads(line) for line in local]
+    assert [p["index"] for p in predicted] == list(range(1, 41))  # line 0 is the header
+    runner = read_tsv(root / "out" / "test_predictions.tsv")[1:]
+    np.testing.assert_allclose([p["probabilities"] for p in predicted],
+                               [[float(v) for v in row[2:]] for row in runner], atol=1e-5)
+    assert [p["label"] for p in predicted] == [row[1] for row in runner]
+    run_script("batch_predict.py", *common, "--beam",
+               f"--output_file={tmp_path / 'beam' / 'part'}", *BEAM)
+    assert beam_lines(tmp_path / "beam" / "part") == sorted(local)
+
+
+def test_embeddings_from_json_lines(tiny_checkpoint, tmp_path):
+    run_script("extract_features.py", f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt",
+               "--pooling=mean", f"--export_dir={tmp_path / 'embedder'}")
+    texts = ["A first sentence.", "Another one, a little longer than the first.", ""]
+    (tmp_path / "input.jsonl").write_text("".join(json.dumps({"text_a": t}) + "\n"
+                                                  for t in texts), encoding="utf-8")
+    (tmp_path / "input.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    run_script("batch_predict.py", f"--saved_model={tmp_path / 'embedder'}",
+               f"--input_file={tmp_path / 'input.jsonl'}",
+               f"--output_file={tmp_path / 'served.jsonl'}")
+    run_script("extract_features.py", f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt",
+               "--pooling=mean", f"--input_file={tmp_path / 'input.txt'}",
+               f"--output_file={tmp_path / 'local.npy'}")
+    served = [json.loads(line) for line in (tmp_path / "served.jsonl").read_text().splitlines()]
+    np.testing.assert_allclose([s["embedding"] for s in served], np.load(tmp_path / "local.npy"),
+                               atol=1e-5)
+
+
+def test_bad_lines_are_named(mrpc_export, tmp_path):
+    (tmp_path / "bad.jsonl").write_text('{"text_a": "x", "text_b": "y"}\n{"text_a": "x"}\n')
+    result = run_script("batch_predict.py", f"--saved_model={mrpc_export['root'] / 'export'}",
+                        f"--input_file={tmp_path / 'bad.jsonl'}",
+                        f"--output_file={tmp_path / 'out.jsonl'}", check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "bad.jsonl:2: no text_b (the signature takes text_a, text_b)")
+    assert not (tmp_path / "out.jsonl").exists()
