@@ -4,7 +4,7 @@ from setuptools import find_packages, setup
 # The runners are top-level modules, as in the original; each is added here when it lands and is
 # then also installed as a console script of the same name (its `console_main`).
 RUNNERS = ["run_pretraining", "run_classifier", "run_squad", "run_ner", "run_multiple_choice",
-           "extract_features"]
+           "extract_features", "batch_predict"]
 
 setup(
     name="bert-tf2",
@@ -44,6 +44,7 @@ setup(
         + ["bert-convert=modeling.convert:console_main",
            "bert-create-pretraining-data=data_gen.pretraining.create_pretraining_data:console_main",
            "bert-pretraining-data-beam=data_gen.pretraining.beam_pipeline:console_main",
+           "bert-extract-features-beam=tasks.feature_extraction.beam_pipeline:console_main",
            "bert-learn-vocab=data_gen.learn_vocab:console_main"],
     },
 )

@@ -22,7 +22,8 @@ RUNNER_LAYER = 5
 FRONT_DOORS = {"modeling/convert.py", "data_gen/learn_vocab.py",
                "data_gen/pretraining/create_pretraining_data.py",
                "data_gen/pretraining/beam_pipeline.py", "data_gen/pretraining/flags.py",
-               "modeling/errors.py"}  # the front doors' one-line errors, flag errors included
+               "modeling/errors.py",  # the front doors' one-line errors, flag errors included
+               "tasks/feature_extraction/beam_pipeline.py", "tasks/feature_extraction/flags.py"}
 
 
 def project_modules():
