@@ -102,3 +102,59 @@ def test_bad_lines_are_named(mrpc_export, tmp_path):
     assert result.stderr.strip().splitlines()[-1].endswith(
         "bad.jsonl:2: no text_b (the signature takes text_a, text_b)")
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_squad_and_multiple_choice_saved_models(shared_data, tiny_checkpoint, tmp_path):
+    """Questions through an exported SQuAD model give the runner's predictions.json answers;
+    multiple-choice rows with 2, 3 and 5 choices (padded with "" in a batch) give its
+    test_predictions.tsv probabilities; the Beam run gives the local lines."""
+    from tasks.squad.files import load_squad, write_json
+    from tests.test_multiple_choice import generic_rows, write_jsonl
+
+    source = load_squad(shared_data / "squad" / "dev-v1.1.json")["data"][3]
+    dataset = {"version": "1.1", "data": [{"title": source["title"],
+                                           "paragraphs": source["paragraphs"][:3]}]}
+    write_json(tmp_path / "squad.json", dataset)
+    run_script("run_squad.py", f"--train_file={tmp_path / 'squad.json'}",
+               f"--predict_file={tmp_path / 'squad.json'}", f"--output_dir={tmp_path / 'sq'}",
+               f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=128",
+               "--doc_stride=64", "--num_train_epochs=3", "--learning_rate=1e-3",
+               "--train_batch_size=8", "--do_train", "--do_predict",
+               f"--export_dir={tmp_path / 'sq_export'}")
+    questions = [(qa["id"], qa["question"], p["context"]) for p in dataset["data"][0]
+                 ["paragraphs"] for qa in p["qas"]]
+    (tmp_path / "questions.jsonl").write_text("".join(
+        json.dumps({"question": q, "context": c}) + "\n" for _, q, c in questions),
+        encoding="utf-8")
+    run_script("batch_predict.py", f"--saved_model={tmp_path / 'sq_export'}",
+               f"--input_file={tmp_path / 'questions.jsonl'}", "--batch_size=4",
+               f"--output_file={tmp_path / 'answers.jsonl'}")
+    answers = [json.loads(line)["answer"] for line in
+               (tmp_path / "answers.jsonl").read_text(encoding="utf-8").splitlines()]
+    expected = json.loads((tmp_path / "sq" / "predictions.json").read_text())
+    # SQuAD 1.1's file says "empty" where no span is valid; the served model answers "".
+    expected = {qid: "" if text == "empty" else text for qid, text in expected.items()}
+    assert answers == [expected[qid] for qid, _, _ in questions]
+    assert sum(bool(answer) for answer in answers) >= len(answers) // 2
+
+    data = tmp_path / "mc"
+    data.mkdir()
+    write_jsonl(data / "train.jsonl", generic_rows(16))
+    write_jsonl(data / "test.jsonl", generic_rows(9, labelled=False))
+    run_script("run_multiple_choice.py", "--task_name=generic", f"--data_dir={data}",
+               f"--output_dir={tmp_path / 'mc_out'}", f"--init_checkpoint={tiny_checkpoint}",
+               "--max_seq_length=32", "--train_batch_size=8", "--num_train_steps=2", "--do_train",
+               "--do_predict",
+               f"--export_dir={tmp_path / 'mc_export'}")
+    common = [f"--saved_model={tmp_path / 'mc_export'}", f"--input_file={data / 'test.jsonl'}",
+              "--batch_size=4", "--lines_per_shard=4"]
+    run_script("batch_predict.py", *common, f"--output_file={tmp_path / 'choices.jsonl'}")
+    local = (tmp_path / "choices.jsonl").read_text(encoding="utf-8").splitlines()
+    runner = read_tsv(tmp_path / "mc_out" / "test_predictions.tsv")[1:]
+    for line, row, example in zip(local, runner, generic_rows(9, labelled=False)):
+        served = json.loads(line)["probabilities"]
+        n = len(example["choices"])
+        np.testing.assert_allclose(served[:n], [float(v) for v in row[2:2 + n]], atol=1e-5)
+    run_script("batch_predict.py", *common, "--beam",
+               f"--output_file={tmp_path / 'beam' / 'part'}", *BEAM)
+    assert beam_lines(tmp_path / "beam" / "part") == sorted(local)
