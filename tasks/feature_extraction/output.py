@@ -118,17 +118,16 @@ class ShardedOutput:
         self._close_shard()
         shards = [os.path.join(self.parts, n) for n in self._shard_files()]
         with atomic_path(self.output_file) as tmp:
-            if self.npy:
-                arrays = [np.load(p, mmap_mode="r") for p in shards]
-                rows = sum(len(a) for a in arrays)
-                out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(
-                    rows, arrays[0].shape[1] if arrays else (width or 0)))
-                start = 0
-                for a in arrays:
-                    out[start:start + len(a)] = a
-                    start += len(a)
-                out.flush()
-                del out, arrays
+            if self.npy:  # the header, then each shard's rows: one shard in memory at a time
+                shapes = [np.load(p, mmap_mode="r").shape for p in shards]
+                rows = sum(shape[0] for shape in shapes)
+                header = {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")),
+                          "fortran_order": False,
+                          "shape": (rows, shapes[0][1] if shapes else (width or 0))}
+                with open(tmp, "wb") as f:
+                    np.lib.format.write_array_header_1_0(f, header)
+                    for p in shards:
+                        f.write(np.ascontiguousarray(np.load(p), "<f4").tobytes())
             else:
                 rows = self.total
                 with open(tmp, "wb") as f:
