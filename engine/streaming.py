@@ -3,9 +3,10 @@
 `predict_in_order` takes `window` items at a time (a few dozen batches' worth), sorts them by
 length, cuts batches of `batch_size` rows of similar length, pads each batch only to its own
 longest row, runs `predict` on it, and yields every item with its outputs in the order the items
-came. Batch jobs call it once per shard of lines (`engine.line_shards`), so that a shard's batches,
-and so its float results, do not depend on where a run started or which worker ran it. Sorting within a window keeps padding low (short and long lines do not share a batch) while
-memory holds one window, never the whole input. `Progress` logs lines/s and the time left.
+came. Sorting within a window keeps padding low (short and long lines do not share a batch) while
+memory holds one window, never the whole input. Batch jobs call it once per shard of lines
+(`engine.line_shards`), so that a shard's batches, and so its float results, do not depend on
+where a run started or which worker ran it. `Progress` logs lines/s and the time left.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ POOLINGS = ("cls", "mean")
 
 
 def check_layers(layers: list, num_layers: int) -> list:
-    """The requested layer indexes, each within -L..L-1 (ValueError naming the first that is not)."""
+    """The requested layer indexes, each within -L..L-1 (a ValueError names the first outside)."""
     for index in layers:
         if not -num_layers <= index < num_layers:
             raise ValueError(f"layer {index} is outside the model's {num_layers} layers "
