@@ -25,6 +25,9 @@ from data_gen.errors import DataError
 from data_gen.packing import pack, truncate_seq_pair
 from tasks.multiple_choice.reader import ChoiceExample
 
+# The score of a choice an example lacks (`choice_mask` 0): never picked, probability 0.
+MASKED_LOGIT = -10000.0
+
 
 def convert_example(example: ChoiceExample, index: int, num_choices: int, max_seq_length: int,
                     tokenizer) -> dict:

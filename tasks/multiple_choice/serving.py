@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from data_gen.graph_tokenizer import GraphTokenizer, InputPacker
 from modeling.encoder import INPUT_NAMES
-from tasks.multiple_choice.task import MASKED_LOGIT
+from tasks.multiple_choice.features import MASKED_LOGIT
 
 
 class MultipleChoiceServing(tf.Module):

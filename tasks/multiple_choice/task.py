@@ -21,9 +21,9 @@ from keras import ops
 from engine.errors import SettingsError
 from engine.task import FinetuningTask, Split
 from modeling import losses
+from tasks.multiple_choice.features import MASKED_LOGIT
 from tasks.tensors import model_inputs
 
-MASKED_LOGIT = -10000.0
 FILES = {"swag": {"train": ("train.csv",), "eval": ("val.csv",), "predict": ("test.csv",)},
          "generic": {"train": ("train.jsonl",), "eval": ("val.jsonl", "dev.jsonl"),
                      "predict": ("test.jsonl",)}}
