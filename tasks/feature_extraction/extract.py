@@ -54,10 +54,6 @@ def check(settings: ExtractSettings) -> None:
         raise SettingsError("--init_checkpoint is required (the weights to extract with)")
     if settings.pooling is not None and settings.pooling not in POOLINGS:
         raise SettingsError(f"--pooling={settings.pooling}: one of {', '.join(POOLINGS)}")
-    if settings.output_file and "://" in settings.output_file:
-        raise SettingsError(f"--output_file={settings.output_file}: extract_features writes a "
-                            f"local file; the Beam pipeline (tasks.feature_extraction."
-                            f"beam_pipeline) writes to gs:// and other file systems")
     if settings.output_file and settings.output_file.endswith(".npy") and not settings.pooling:
         raise SettingsError("a .npy --output_file holds pooled vectors: set --pooling=mean or cls")
     if settings.input_file and not os.path.isfile(settings.input_file) \
@@ -100,6 +96,10 @@ def extract(settings: ExtractSettings) -> None:
     from data_gen.tokenization import FullTokenizer, special_token_ids
 
     check(settings)
+    if settings.output_file and "://" in settings.output_file:
+        raise SettingsError(f"--output_file={settings.output_file}: extract_features writes a "
+                            f"local file; the Beam pipeline (tasks.feature_extraction."
+                            f"beam_pipeline) writes to gs:// and other file systems")
     encoder, vocab_file = load_encoder(settings)
     tokenizer = FullTokenizer(vocab_file, do_lower_case=settings.do_lower_case)
     special_token_ids(tokenizer.vocab, source=vocab_file)
