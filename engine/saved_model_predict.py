@@ -42,9 +42,15 @@ class SavedModelPredictor:
                                    self.columns, self.header)
 
     def load(self):
+        import os
+
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (the ops of the in-graph tokenizer)
 
+        if "://" not in self.export_dir and not os.path.isfile(
+                os.path.join(self.export_dir, "saved_model.pb")):
+            raise SettingsError(f"--saved_model={self.export_dir}: no saved_model.pb there (a "
+                                f"runner's --export_dir folder)")
         model = tf.saved_model.load(self.export_dir)
         if self.signature_name not in model.signatures:
             raise SettingsError(f"--signature={self.signature_name}: {self.export_dir} has "
