@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import numpy as np
 
@@ -42,8 +43,6 @@ class SavedModelPredictor:
                                    self.columns, self.header)
 
     def load(self):
-        import os
-
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (the ops of the in-graph tokenizer)
 
