@@ -134,4 +134,5 @@ def build_trainer(model_fn: Callable, task, strategy, settings: RunSettings,
         jit_compile=settings.jit_compile, examples_per_step=settings.train_batch_size,
         **trainer_config))
     trainer.init_report = report
+    trainer.init_checkpoint = settings.init_checkpoint
     return trainer

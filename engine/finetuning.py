@@ -333,7 +333,8 @@ def choose_weights(trainer, best_metric: str, trained: bool, evaluated: bool,
     fine-tuned checkpoint the user named, as the original's predict step passes
     `--init_checkpoint=$OUTPUT_DIR/model.ckpt-N`), else the best weights (when `use_best`), else
     the newest training checkpoint in the output folder. Returns what was chosen (for the log)
-    and its step.
+    and its step (an `--init_checkpoint`'s own: the original's `global_step`, or the step a
+    runner saved it at).
     """
     best = BestCheckpoint(trainer.work_dir, best_metric)
     report = trainer.init_report
@@ -342,7 +343,10 @@ def choose_weights(trainer, best_metric: str, trained: bool, evaluated: bool,
             return _best_description(best, best_metric)
         return f"the weights after step {trainer.global_step}", trainer.global_step
     if report is not None and not report.initialised:
-        return f"--init_checkpoint {report.source}", trainer.global_step
+        from modeling.checkpoints import checkpoint_step
+
+        step = checkpoint_step(trainer.init_checkpoint)
+        return f"--init_checkpoint {report.source}", step if step is not None else 0
     if use_best and best.restore(trainer.model):
         return _best_description(best, best_metric)
     latest = trainer.restore_latest()

@@ -295,6 +295,27 @@ def training_checkpoint_prefix(path: str | os.PathLike) -> str | None:
     return prefix if "_CHECKPOINTABLE_OBJECT_GRAPH" in names else None
 
 
+STEP_VARIABLES = ("global_step", "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE",
+                  "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE")
+
+
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """The training step a TF1 checkpoint (`global_step`) or a runner's checkpoint (the
+    optimiser's iterations) was saved at; None for other formats or when it holds none."""
+    import tensorflow as tf
+
+    try:
+        prefix = resolve_tf1_prefix(path)
+        reader = tf.train.load_checkpoint(prefix)
+        names = reader.get_variable_to_shape_map()
+    except (CheckpointError, tf.errors.OpError, ValueError):
+        return None
+    for name in STEP_VARIABLES:
+        if name in names:
+            return int(reader.get_tensor(name))
+    return None
+
+
 def load_initial_weights(model, path: str | os.PathLike, allow_new_heads: bool = False):
     """`--init_checkpoint` of the runners: any format `load_checkpoint` reads, or a checkpoint a
     runner wrote (phase 2 of pretraining continuing phase 1, fine-tuning from a pretraining run):

@@ -91,6 +91,12 @@ def test_classifier_predicts_from_the_trained_checkpoint(mrpc, checkpoint, tmp_p
                      f"--init_checkpoint={trained}", "--max_seq_length=128",
                      f"--output_dir={predict_dir}")
     assert f"using --init_checkpoint {out}" in run.stderr
+    if checkpoint != "best":  # the step the checkpoint was saved at (best/ holds weights only)
+        run = run_script("run_classifier.py", "--task_name=MRPC", "--do_eval=true",
+                         f"--data_dir={mrpc['glue']}", *mrpc["model"],
+                         f"--init_checkpoint={trained}", "--max_seq_length=128",
+                         f"--output_dir={tmp_path / 'evaluate'}")
+        assert "global_step = 6\n" in (tmp_path / "evaluate" / "eval_results.txt").read_text()
     probabilities = np.loadtxt(predict_dir / "test_results.tsv")
     assert probabilities.shape == (12, 2)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-6)
