@@ -66,8 +66,8 @@ def read_eval_results(path: str) -> dict:
 
 def format_results(results: dict) -> str:
     """One summary line (4 decimals; `log_results` and the file keep full precision)."""
-    return ", ".join(f"{k} = {v:.4f}" if isinstance(v, float) else f"{k} = {v}"
-                     for k, v in ((k, results[k]) for k in ordered_keys(results)))
+    return ", ".join(f"{k} = {results[k]:.4f}" if isinstance(results[k], float)
+                     else f"{k} = {results[k]}" for k in ordered_keys(results))
 
 
 def lower_is_better(metric: str) -> bool:

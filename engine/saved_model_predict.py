@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from data_gen.errors import DataError
+from data_gen.errors import DataError, decode_line
 from engine.errors import SettingsError
 
 logger = logging.getLogger(__name__)
@@ -66,10 +66,7 @@ class SavedModelPredictor:
         path, line = shard.path, shard.first_line + i
         if self.header and line == 0:
             return None
-        try:
-            text = shard.lines[i].decode("utf-8").rstrip("\r")
-        except UnicodeDecodeError as e:
-            raise DataError(f"{path}:{line + 1}: not UTF-8 text (column {e.start + 1})") from None
+        text = decode_line(path, line + 1, shard.lines[i]).rstrip("\r")
         if self.columns:
             fields = text.split("\t")
             if len(fields) != len(self.columns):
@@ -112,11 +109,11 @@ class SavedModelPredictor:
 
 
 def _jsonable(value):
+    """A signature's output for one line as JSON values: numbers as they are, strings decoded."""
     value = np.asarray(value)
     if value.dtype.kind in "SO":
-        return np.vectorize(lambda b: b.decode("utf-8") if isinstance(b, bytes) else b,
-                            otypes=[object])(value).tolist() if value.ndim else value.item()\
-            .decode("utf-8")
+        value = np.vectorize(lambda b: b.decode("utf-8") if isinstance(b, bytes) else b,
+                             otypes=[object])(value)
     return value.tolist()
 
 

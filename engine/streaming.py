@@ -75,10 +75,11 @@ class Progress:
         return (self.done - self.start_done) / elapsed if elapsed > 0 else 0.0
 
     def log(self) -> None:
+        from engine.training import format_duration
+
         rate = self.rate()
         text = f"{self.done}" + (f"/{self.total}" if self.total is not None else "")
         eta = ""
         if self.total is not None and rate > 0:
-            left = int((self.total - self.done) / rate)
-            eta = f" | eta {left // 3600}h{left // 60 % 60:02d}m{left % 60:02d}s"
+            eta = f" | eta {format_duration((self.total - self.done) / rate)}"
         logger.info("%s %s | %.1f %s/s%s", text, self.what, rate, self.what, eta)

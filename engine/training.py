@@ -258,7 +258,7 @@ class Trainer:
             logger.info("step %d/%d | %s | lr %.3g | %.1f examples/s | eta %s", step,
                         cfg.num_train_steps,
                         " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), lr, speed,
-                        _duration(eta))
+                        format_duration(eta))
             if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
                     or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
                 path = manager.save(checkpoint_number=step)
@@ -339,7 +339,8 @@ def is_chief(strategy) -> bool:
                                               and resolver.task_id == 0)
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """`1m20s`, `2h05m`: the time left, in the progress lines of training and batch jobs."""
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else \
         f"{seconds // 60}m{seconds % 60:02d}s"

@@ -19,14 +19,6 @@ from tests.conftest import REPO, run_script
 from tests.test_run_classifier import glue_slice
 
 
-def run(command):
-    """A runner or tool of this checkout (`-m module` for the converter), as users run it."""
-    if command[0] == "-m":
-        return subprocess.run([sys.executable, *command], capture_output=True, text=True,
-                              cwd=REPO)
-    return run_script(*command, check=False)
-
-
 def snapshot(folder):
     return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
             for path in sorted(folder.rglob("*")) if path.is_file()}
@@ -122,20 +114,14 @@ def missing_file(case, tmp_path):
     return classifier(case, data, "--do_eval")
 
 
-def wrong_config(case, tmp_path):
-    config = json.loads((case["checkpoint"] / "bert_config.json").read_text())
-    config["hidden_size"] = 33
-    (tmp_path / "bert_config.json").write_text(json.dumps(config))
-    return classifier(case, case["glue"], f"--bert_config_file={tmp_path / 'bert_config.json'}",
-                      "--do_eval")
-
-
-def config_checkpoint_mismatch(case, tmp_path):
-    config = json.loads((case["checkpoint"] / "bert_config.json").read_text())
-    config["intermediate_size"] = 128
-    (tmp_path / "bert_config.json").write_text(json.dumps(config))
-    return classifier(case, case["glue"], f"--bert_config_file={tmp_path / 'bert_config.json'}",
-                      "--do_eval")
+def edited_config(**changes):
+    """A case evaluating with the checkpoint's bert_config.json, `changes` applied."""
+    def build(case, tmp_path):
+        config = json.loads((case["checkpoint"] / "bert_config.json").read_text())
+        (tmp_path / "bert_config.json").write_text(json.dumps({**config, **changes}))
+        return classifier(case, case["glue"],
+                          f"--bert_config_file={tmp_path / 'bert_config.json'}", "--do_eval")
+    return build
 
 
 def malformed_json(case, tmp_path):
@@ -208,8 +194,8 @@ CASES = [
                                           r"is not in the header"),
     ("empty file", empty_file, 1, r"MRPC/train\.tsv: empty file"),
     ("missing file", missing_file, 1, r"MRPC/dev\.tsv: missing file"),
-    ("wrong config", wrong_config, 1, r"bert_config\.json: .*hidden_size"),
-    ("config and checkpoint disagree", config_checkpoint_mismatch, 1,
+    ("wrong config", edited_config(hidden_size=33), 1, r"bert_config\.json: .*hidden_size"),
+    ("config and checkpoint disagree", edited_config(intermediate_size=128), 1,
      r"bert_model\.ckpt does not fit .*intermediate/dense/kernel: checkpoint shape \(32, 64\) "
      r"!= model shape \(32, 128\)"),
     ("malformed SQuAD JSON", malformed_json, 1, r"dev\.json:\d+: not valid JSON"),
@@ -233,7 +219,7 @@ def test_user_error_is_one_line_and_leaves_the_finished_run_intact(finished, tmp
                                                                     build, status, pattern):
     before = snapshot(finished["out"])
     command = build(finished, tmp_path)
-    result = run(command)
+    result = run_script(*command, check=False)
     program = "convert.py" if command[0] == "-m" else command[0]
     lines = result.stderr.strip().splitlines()
     assert result.returncode == status, result.stderr[-3000:]

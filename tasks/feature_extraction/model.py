@@ -13,6 +13,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from modeling.encoder import encoder_inputs
+
 POOLINGS = ("cls", "mean")
 
 
@@ -46,8 +48,7 @@ def pool(sequence_output, input_mask, pooling: str, normalize: bool = False):
 def extraction_model(encoder, layers=(-1, -2, -3, -4), pooling: str | None = None,
                      normalize: bool = False) -> keras.Model:
     """The encoder's inputs -> `layer_output_J` per requested layer, or `embedding` (pooled)."""
-    inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
-              for name in encoder.input}
+    inputs = encoder_inputs()
     outputs = encoder(inputs)
     if pooling:
         result = {"embedding": pool(outputs["sequence_output"], inputs["input_mask"], pooling,

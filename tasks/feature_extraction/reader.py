@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from data_gen.errors import DataError
+from data_gen.errors import decode_line
 
 PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
 
@@ -33,16 +33,7 @@ def parse(index: int, text: str) -> Line:
     return Line(index, match.group(1), match.group(2))
 
 
-def decode(path: str, line_number: int, raw: bytes) -> str:
-    """A raw line as text; a `DataError` naming the file and line (1-based) if not UTF-8."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}:{line_number + 1}: not UTF-8 text (byte 0x{raw[e.start]:02x} at "
-                        f"column {e.start + 1}); save the file as UTF-8") from None
-
-
 def shard_lines(shard) -> list:
     """The `Line`s of an `engine.line_shards.Shard`, numbered by their global index."""
-    return [parse(shard.first_index + i, decode(shard.path, shard.first_line + i, raw))
+    return [parse(shard.first_index + i, decode_line(shard.path, shard.first_line + i + 1, raw))
             for i, raw in enumerate(shard.lines)]
