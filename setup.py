@@ -25,6 +25,10 @@ setup(
         "keras>=3.10,<4",
         "absl-py>=2.1,<3",
         "numpy>=1.26,<3",
+        # Compiles the pretraining-data inner loops (CPython's random draws, instances, masking,
+        # record encoding) so they keep the original's draws at native speed, without a C
+        # extension to build.
+        "numba>=0.61,<1",
         # Reads and writes Hugging Face model.safetensors without torch.
         "safetensors>=0.4,<1",
         # tf.summary needs it; TensorFlow 2.21 no longer installs it.

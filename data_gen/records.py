@@ -11,15 +11,17 @@ process otherwise, and the same features must give the same bytes.
 
 Reading (`read_records`): every record of a file parsed by a feature spec, as arrays in file order.
 
-TensorFlow (for its record writer and file systems) is imported on first use: the command-line
+TensorFlow (for remote file systems and for reading) is imported on first use: the command-line
 tools import this module, and worker processes that re-import the main module must stay light.
+Writing local files needs none: frames come from `tfrecord_frames`.
 """
 from __future__ import annotations
 
 import os
 
 from data_gen.errors import DataError
-from modeling.atomic_files import temporary_name
+from data_gen import tfrecord_frames
+from modeling.atomic_files import is_remote, temporary_name
 
 
 def _tf():
@@ -64,33 +66,46 @@ def check_output_files(paths: list) -> list:
     repeated = sorted({path for path in paths if paths.count(path) > 1})
     if repeated:
         raise ValueError(f"--output_file lists {', '.join(repeated)} more than once")
-    tf = _tf()
     for path in paths:
         directory = os.path.dirname(path)
-        if directory and not tf.io.gfile.isdir(directory):
-            tf.io.gfile.makedirs(directory)
+        if not directory:
+            continue
+        if is_remote(path):
+            if not _tf().io.gfile.isdir(directory):
+                _tf().io.gfile.makedirs(directory)
+        else:
+            os.makedirs(directory, exist_ok=True)
     return paths
 
 
 class ShardedRecordWriter:
-    """`with ShardedRecordWriter(paths) as writer: writer.write(record)`; renamed on success."""
+    """`with ShardedRecordWriter(paths) as writer: writer.write(record)`; renamed on success.
+
+    Frames are written by `tfrecord_frames` (the bytes `tf.io.TFRecordWriter` writes), so local
+    files need no TensorFlow; `write_framed` takes a record that is framed already.
+    """
 
     def __init__(self, paths: list):
         self.paths = check_output_files(list(paths))
         self.written = 0
         self._temporary = [temporary_name(path) for path in self.paths]
-        self._writers = []
+        self._files = []
 
     def __enter__(self) -> "ShardedRecordWriter":
         try:
-            self._writers = [_tf().io.TFRecordWriter(path) for path in self._temporary]
+            for path in self._temporary:
+                self._files.append(_tf().io.gfile.GFile(path, "wb") if is_remote(path)
+                                   else open(path, "wb"))
         except Exception:
             self._discard()
             raise
         return self
 
     def write(self, record: bytes) -> None:
-        self._writers[self.written % len(self._writers)].write(record)
+        self.write_framed(tfrecord_frames.framed(record))
+
+    def write_framed(self, frame) -> None:
+        self._files[self.written % len(self._files)].write(frame)
         self.written += 1
 
     def __exit__(self, error_type, error, traceback) -> None:
@@ -98,21 +113,26 @@ class ShardedRecordWriter:
             self._discard()
             return
         try:
-            for writer in self._writers:
-                writer.close()
+            for f in self._files:
+                f.close()
             for temporary, path in zip(self._temporary, self.paths):
-                _tf().io.gfile.rename(temporary, path, overwrite=True)
+                if is_remote(path):
+                    _tf().io.gfile.rename(temporary, path, overwrite=True)
+                else:
+                    os.replace(temporary, path)
         except BaseException:
             self._discard()
             raise
 
     def _discard(self) -> None:
-        for writer in self._writers:
+        for f in self._files:
             try:
-                writer.close()
+                f.close()
             except Exception:  # already failing; the removal below matters more
                 pass
-        gfile = _tf().io.gfile
         for temporary in self._temporary:
-            if gfile.exists(temporary):
-                gfile.remove(temporary)
+            if is_remote(temporary):
+                if _tf().io.gfile.exists(temporary):
+                    _tf().io.gfile.remove(temporary)
+            elif os.path.exists(temporary):
+                os.remove(temporary)

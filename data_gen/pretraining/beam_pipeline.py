@@ -123,7 +123,7 @@ class _PoolRecordsFn(beam.DoFn):
         ordered = sorted(items, key=lambda item: (item[0], item[1]))  # bucket, then input order
         tokenized = self._maker.tokenize(sentences for _, _, sentences in ordered)
         result = self._maker.pool_records(tokenized, nsp_pools.pool_rng(self._seed, pool_index))
-        yield from result.records
+        yield from result.records.examples()
         yield beam.pvalue.TaggedOutput(STATS_TAG, result.stats)
 
 

@@ -121,12 +121,12 @@ def _write_in_memory(maker: RecordMaker, input_files: list, input_options: Input
                      progress: Progress) -> PretrainingStats:
     corpus = maker.tokenize(progress.counted(
         documents.original_documents(input_files, input_options)))
-    nsp_pools.check_document_count(len(corpus), maker.settings.no_nsp, input_files)
-    stats = PretrainingStats(maker.settings.max_seq_length)
-    for record in maker.iter_records(corpus, random.Random(random_seed), stats):
-        writer.write(record)
-    progress.pool_done(1, 1, stats, final=True)
-    return stats
+    nsp_pools.check_document_count(corpus.documents, maker.settings.no_nsp, input_files)
+    result = maker.pool_records(corpus, random.Random(random_seed))
+    for frame in result.records.frames():
+        writer.write_framed(frame)
+    progress.pool_done(1, 1, result.stats, final=True)
+    return result.stats
 
 
 def _write_streaming(input_files: list, input_options: InputOptions, bucket_count: int,
@@ -149,8 +149,8 @@ def _write_streaming(input_files: list, input_options: InputOptions, bucket_coun
         stats = PretrainingStats(maker_args[2].max_seq_length)
         results = ordered_map(pool_worker.run, jobs, num_workers, pool_worker.start, maker_args)
         for done, result in enumerate(results, start=1):
-            for record in result.records:
-                writer.write(record)
+            for frame in result.records.frames():
+                writer.write_framed(frame)
             stats.merge(result.stats)
             progress.pool_done(done, len(jobs), stats, final=done == len(jobs))
     return stats

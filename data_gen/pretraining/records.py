@@ -1,14 +1,22 @@
-"""One pool of raw documents -> serialized pretraining records and their statistics.
+"""One pool of raw documents -> framed pretraining records and their statistics.
 
 This is the unit of work that the local worker processes, the in-memory mode and the Beam pipeline
 share: tokenize the sentences (dropping those that tokenize to nothing, then empty documents, as the
-original does), make the original's instances, and serialize them with the record schema.
+original does), make the original's instances, and encode them as TFRecord frames. Tokenising runs
+through the tokenizer's chunk cache (`FullTokenizer.tokenize_to_ids`); instances, masking and
+encoding run compiled (`compiled_instances`, `compiled_records`), one call per pool. The Python
+statement of the same algorithm (`instances`, `masking`, `schema`) is the reference the tests hold
+this against, record for record.
 """
 import random
-from typing import Iterable, Iterator, NamedTuple
+from typing import Iterable, NamedTuple
 
-from data_gen.pretraining import schema
-from data_gen.pretraining.instances import DrawCounts, InstanceSettings, create_pool_instances
+import numpy as np
+
+from data_gen.pretraining import compiled_instances
+from data_gen.pretraining.compiled_instances import TokenizedPool
+from data_gen.pretraining.compiled_records import FramedRecords, framed_records
+from data_gen.pretraining.instances import InstanceSettings
 from data_gen.pretraining.stats import PretrainingStats
 from data_gen.tokenization import FullTokenizer, special_token_ids
 
@@ -16,7 +24,7 @@ REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
 
 
 class PoolRecords(NamedTuple):
-    records: list  # serialized tf.train.Example, in the pool's shuffled order
+    records: FramedRecords  # in the pool's shuffled order
     stats: PretrainingStats
 
 
@@ -28,41 +36,34 @@ class RecordMaker:
         self.tokenizer = FullTokenizer(vocab_file, do_lower_case=do_lower_case)
         special_token_ids(self.tokenizer.vocab, REQUIRED_TOKENS, source=vocab_file)
         self.vocab_words = list(self.tokenizer.vocab.keys())
-        self._vocab = dict(self.tokenizer.vocab)  # a plain dict looks up faster than OrderedDict
+        self.vocabulary = compiled_instances.vocabulary_ids(self.tokenizer.vocab, self.vocab_words)
 
-    def tokenize(self, documents: Iterable[list]) -> list:
-        """Documents of sentences -> non-empty documents of non-empty token lists."""
-        tokenized = []
+    def tokenize(self, documents: Iterable[list]) -> TokenizedPool:
+        """Documents of sentences -> the pool's non-empty documents of non-empty sentences."""
+        pieces, lengths, document_sizes = [], [], []
         for sentences in documents:
-            document = [tokens for tokens in map(self.tokenizer.tokenize, sentences) if tokens]
-            if document:
-                tokenized.append(document)
-        return tokenized
+            ids, counts = self.tokenizer.tokenize_lines_to_ids(sentences)
+            counts = counts[counts > 0]
+            if len(counts):
+                pieces.append(ids)
+                lengths.append(counts)
+                document_sizes.append(len(counts))
+        token_ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
+        return TokenizedPool(token_ids, _starts(lengths), _starts([np.array(document_sizes)]))
 
-    def pool_records(self, documents: list, rng: random.Random) -> PoolRecords:
-        """Records of tokenized `documents`, drawing from `rng` as the original does."""
+    def pool_records(self, pool: TokenizedPool, rng: random.Random) -> PoolRecords:
+        """The framed records of a tokenized pool, drawing from `rng` as the original does."""
         stats = PretrainingStats(self.settings.max_seq_length)
-        return PoolRecords(list(self.iter_records(documents, rng, stats)), stats)
+        stats.add_pool(pool)
+        instances = compiled_instances.create_pool_instances(pool, self.settings, self.vocabulary,
+                                                             rng)
+        stats.add_instances(instances)
+        return PoolRecords(framed_records(instances), stats)
 
-    def iter_records(self, documents: list, rng: random.Random,
-                     stats: PretrainingStats) -> Iterator[bytes]:
-        """Like `pool_records`, one record at a time (the instances are all made first)."""
-        stats.add_documents(documents)
-        draws = DrawCounts()
-        instances = create_pool_instances(documents, self.settings, self.vocab_words, rng, draws)
-        stats.add_draws(draws)
-        for instance in instances:
-            stats.add_instance(instance)
-            yield self.serialize(instance)
 
-    def serialize(self, instance) -> bytes:
-        to_ids = self._ids
-        features = schema.padded_features(
-            to_ids(instance.tokens), instance.segment_ids, instance.masked_lm_positions,
-            to_ids(instance.masked_lm_labels), int(instance.is_random_next),
-            self.settings.max_seq_length, self.settings.max_predictions_per_seq)
-        return schema.serialize_example(features)
-
-    def _ids(self, tokens: list) -> list:
-        """`convert_tokens_to_ids`, faster: an unknown token raises KeyError, as in the original."""
-        return list(map(self._vocab.__getitem__, tokens))
+def _starts(count_arrays: list) -> np.ndarray:
+    """Offsets 0, c0, c0 + c1, ... of the counts in `count_arrays`, as int64."""
+    counts = np.concatenate(count_arrays) if count_arrays else np.zeros(0, dtype=np.int64)
+    starts = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    return starts

@@ -7,10 +7,14 @@ is the printed table.
 import collections
 import json
 
-from data_gen.pretraining import masking
-from data_gen.pretraining.instances import DrawCounts, TrainingInstance
+import numpy as np
+
+from data_gen.pretraining import compiled_instances, masking
 
 LENGTH_BINS = 16  # length histogram bins across [0, max_seq_length]
+_KIND_NAMES = {compiled_instances.KIND_MASK: masking.MASK,
+               compiled_instances.KIND_RANDOM: masking.RANDOM,
+               compiled_instances.KIND_UNCHANGED: masking.UNCHANGED}
 
 
 class PretrainingStats:
@@ -32,26 +36,25 @@ class PretrainingStats:
         self.random_next_same_document = 0
 
     # ------------------------------------------------------------------ counting
-    def add_documents(self, documents: list) -> None:
-        """Tokenized documents (lists of token lists) of one pool."""
+    def add_pool(self, pool) -> None:
+        """The tokenized documents of one pool (`compiled_instances.TokenizedPool`)."""
         self.pools += 1
-        self.documents += len(documents)
-        self.sentences += sum(len(document) for document in documents)
-        self.input_tokens += sum(len(sentence) for document in documents for sentence in document)
+        self.documents += pool.documents
+        self.sentences += pool.sentences
+        self.input_tokens += len(pool.token_ids)
 
-    def add_instance(self, instance: TrainingInstance) -> None:
-        self.instances += 1
-        self.tokens += len(instance.tokens)
-        self.next_sentence[int(instance.is_random_next)] += 1
-        self.mask_kinds.update(instance.mask_kinds)
-        self.masks_per_instance[len(instance.masked_lm_positions)] += 1
-        self.lengths[len(instance.tokens)] += 1
-
-    def add_draws(self, draws: DrawCounts) -> None:
-        self.target_lengths += draws.target_lengths
-        self.short_target_lengths += draws.short_target_lengths
-        self.one_sentence_chunks += draws.one_sentence_chunks
-        self.random_next_same_document += draws.random_next_same_document
+    def add_instances(self, instances) -> None:
+        """A pool's instances and draw counts (`compiled_instances.PoolInstances`)."""
+        self.instances += len(instances)
+        self.tokens += int(instances.lengths.sum())
+        self.next_sentence.update(_counts(instances.is_random_next))
+        kinds = instances.mask_kinds[instances.mask_kinds >= 0]
+        self.mask_kinds.update({_KIND_NAMES[kind]: count
+                                for kind, count in _counts(kinds).items()})
+        self.masks_per_instance.update(_counts(instances.masked_counts))
+        self.lengths.update(_counts(instances.lengths))
+        for name, count in instances.draws.items():
+            setattr(self, name, getattr(self, name) + count)
 
     def merge(self, other: "PretrainingStats") -> "PretrainingStats":
         for name, value in vars(other).items():
@@ -146,6 +149,12 @@ class PretrainingStats:
 
 def _ratio(numerator: int, denominator: int) -> float:
     return numerator / denominator if denominator else 0.0
+
+
+def _counts(values: np.ndarray) -> dict:
+    """value -> how often it occurs, as Python ints."""
+    found, counts = np.unique(values, return_counts=True)
+    return dict(zip(found.tolist(), counts.tolist()))
 
 
 def _keyed(counter: collections.Counter) -> dict:
