@@ -33,6 +33,7 @@ class TokenizedPool(NamedTuple):
     token_ids: np.ndarray  # int32, every token of every sentence in order
     sentence_starts: np.ndarray  # int64, len(sentences) + 1 offsets into token_ids
     document_starts: np.ndarray  # int64, len(documents) + 1 offsets into the sentences
+    seconds: float = 0.0  # how long tokenizing took
 
     @property
     def documents(self) -> int:

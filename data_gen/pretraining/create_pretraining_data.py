@@ -113,6 +113,7 @@ def create_pretraining_data(input_files: list, output_files: list, vocab_file: s
     write_text(stats_file or writer.paths[0] + ".stats.json", stats.to_json())
     logging.info("wrote %s instances to %d file(s) in %.1f s\n%s", f"{stats.instances:,}",
                  len(writer.paths), time.monotonic() - progress.start, stats.summary())
+    logging.info("seconds of work per stage, summed over processes: %s", stats.time_split())
     return stats
 
 
@@ -123,8 +124,10 @@ def _write_in_memory(maker: RecordMaker, input_files: list, input_options: Input
         documents.original_documents(input_files, input_options)))
     nsp_pools.check_document_count(corpus.documents, maker.settings.no_nsp, input_files)
     result = maker.pool_records(corpus, random.Random(random_seed))
+    start = time.perf_counter()
     for frame in result.records.frames():
         writer.write_framed(frame)
+    result.stats.seconds["writing"] += time.perf_counter() - start
     progress.pool_done(1, 1, result.stats, final=True)
     return result.stats
 
@@ -132,27 +135,42 @@ def _write_in_memory(maker: RecordMaker, input_files: list, input_options: Input
 def _write_streaming(input_files: list, input_options: InputOptions, bucket_count: int,
                      random_seed: int, maker_args: tuple, num_workers: int, tmp_dir: str,
                      writer: ShardedRecordWriter, progress: Progress) -> PretrainingStats:
-    """Spill the documents to bucket files, then write the records of each pool in turn."""
+    """Spill the documents to bucket files, then write the records of each pool in turn.
+
+    The workers start first: they load the tokenizer and the compiled code while this process
+    reads and spills the input (`ordered_map` asks for the first job once they are starting).
+    """
     no_nsp = maker_args[2].no_nsp
-    os.makedirs(tmp_dir, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".create_pretraining_data-", dir=tmp_dir) as spill_dir:
+    stats = PretrainingStats(maker_args[2].max_seq_length)
+    pool_count = []  # set once the spill is done
+
+    def jobs(spill_dir: str):
+        start = time.perf_counter()
         spill = _spill_documents(input_files, input_options, bucket_count, random_seed, spill_dir,
                                  progress)
+        stats.seconds["reading and spilling"] = time.perf_counter() - start
         documents_read = sum(spill.documents_per_bucket)
         nsp_pools.check_document_count(documents_read, no_nsp, input_files)
         pools = nsp_pools.pools_of_buckets(
             nsp_pools.group_buckets(spill.documents_per_bucket, no_nsp))
-        jobs = [pool_worker.PoolJob(index, [spill.path(bucket) for bucket in buckets],
-                                    random_seed) for index, buckets in enumerate(pools)]
+        pool_count.append(len(pools))
         logging.info("%s documents in %d pools; making records with %d worker(s)",
-                     f"{documents_read:,}", len(jobs), num_workers)
-        stats = PretrainingStats(maker_args[2].max_seq_length)
-        results = ordered_map(pool_worker.run, jobs, num_workers, pool_worker.start, maker_args)
+                     f"{documents_read:,}", len(pools), num_workers)
+        for index, buckets in enumerate(pools):
+            yield pool_worker.PoolJob(index, [spill.path(bucket) for bucket in buckets],
+                                      random_seed)
+
+    os.makedirs(tmp_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".create_pretraining_data-", dir=tmp_dir) as spill_dir:
+        results = ordered_map(pool_worker.run, jobs(spill_dir), num_workers, pool_worker.start,
+                              maker_args)
         for done, result in enumerate(results, start=1):
+            start = time.perf_counter()
             for frame in result.records.frames():
                 writer.write_framed(frame)
+            result.stats.seconds["writing"] += time.perf_counter() - start
             stats.merge(result.stats)
-            progress.pool_done(done, len(jobs), stats, final=done == len(jobs))
+            progress.pool_done(done, pool_count[0], stats, final=done == pool_count[0])
     return stats
 
 

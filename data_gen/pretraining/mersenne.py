@@ -10,7 +10,7 @@ state is CPython's own: `state_of(rng)` copies the 624 Mersenne Twister words an
 The draws are CPython 3's (Modules/_randommodule.c and Lib/random.py):
 - `random()`: two 32-bit outputs `a`, `b`; `((a >> 5) * 2**26 + (b >> 6)) / 2**53`;
 - `randbelow(n)`: `k = n.bit_length()`, then 32-bit outputs shifted right by `32 - k` until one is
-  below `n` (`getrandbits(k)` with rejection; n up to 2**32);
+  below `n` (`getrandbits(k)` with rejection; n below 2**32);
 - `randint(a, b)`: `a + randbelow(b - a + 1)`;
 - `shuffle(x)`: for `i` from `len(x) - 1` down to 1, swap `x[i]` with `x[randbelow(i + 1)]`.
 `tests/test_compiled_pretraining.py` checks each against `random.Random` over many seeds.
@@ -75,7 +75,7 @@ def random_float(state) -> float:
 
 @numba.njit(cache=True)
 def randbelow(state, n: int) -> int:
-    """`random._randbelow(n)` for 1 <= n <= 2**32."""
+    """`random._randbelow(n)` for 1 <= n < 2**32 (one 32-bit output per try)."""
     k = 0
     while (n >> k) > 0:
         k += 1

@@ -23,6 +23,7 @@ def start(vocab_file: str, do_lower_case: bool, settings: InstanceSettings) -> N
     _maker, _start_error = None, None
     try:
         _maker = RecordMaker(vocab_file, do_lower_case, settings)
+        _maker.warm_up()
     except Exception as error:  # noqa: BLE001 (handed to the parent by `run`)
         _start_error = error
 

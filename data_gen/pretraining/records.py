@@ -9,6 +9,7 @@ statement of the same algorithm (`instances`, `masking`, `schema`) is the refere
 this against, record for record.
 """
 import random
+import time
 from typing import Iterable, NamedTuple
 
 import numpy as np
@@ -25,7 +26,7 @@ REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
 
 class PoolRecords(NamedTuple):
     records: FramedRecords  # in the pool's shuffled order
-    stats: PretrainingStats
+    stats: PretrainingStats  # its `seconds` hold the time of each stage (STAGES)
 
 
 class RecordMaker:
@@ -39,7 +40,12 @@ class RecordMaker:
         self.vocabulary = compiled_instances.vocabulary_ids(self.tokenizer.vocab, self.vocab_words)
 
     def tokenize(self, documents: Iterable[list]) -> TokenizedPool:
-        """Documents of sentences -> the pool's non-empty documents of non-empty sentences."""
+        """Documents of sentences -> the pool's non-empty documents of non-empty sentences.
+
+        The time it takes is the pool's `seconds["tokenizing"]` (reading included when
+        `documents` is a lazy reader).
+        """
+        start = time.perf_counter()
         pieces, lengths, document_sizes = [], [], []
         for sentences in documents:
             ids, counts = self.tokenizer.tokenize_lines_to_ids(sentences)
@@ -49,16 +55,28 @@ class RecordMaker:
                 lengths.append(counts)
                 document_sizes.append(len(counts))
         token_ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
-        return TokenizedPool(token_ids, _starts(lengths), _starts([np.array(document_sizes)]))
+        return TokenizedPool(token_ids, _starts(lengths), _starts([np.array(document_sizes)]),
+                             time.perf_counter() - start)
+
+    def warm_up(self) -> None:
+        """Load the compiled code (and the tokenizer's patterns) now, on a two-document pool,
+        rather than on the first real pool."""
+        pool = self.tokenize([["a b c.", "d e f."], ["g h i."]])
+        self.pool_records(pool, random.Random(0))
 
     def pool_records(self, pool: TokenizedPool, rng: random.Random) -> PoolRecords:
         """The framed records of a tokenized pool, drawing from `rng` as the original does."""
         stats = PretrainingStats(self.settings.max_seq_length)
         stats.add_pool(pool)
+        start = time.perf_counter()
         instances = compiled_instances.create_pool_instances(pool, self.settings, self.vocabulary,
                                                              rng)
+        made = time.perf_counter()
+        records = framed_records(instances)
+        stats.seconds["instances and masking"] += made - start
+        stats.seconds["encoding"] += time.perf_counter() - made
         stats.add_instances(instances)
-        return PoolRecords(framed_records(instances), stats)
+        return PoolRecords(records, stats)
 
 
 def _starts(count_arrays: list) -> np.ndarray:

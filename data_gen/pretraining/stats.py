@@ -34,6 +34,9 @@ class PretrainingStats:
         self.short_target_lengths = 0
         self.one_sentence_chunks = 0
         self.random_next_same_document = 0
+        # Seconds per stage, summed over processes: not part of the JSON, which depends on the
+        # input and seed alone.
+        self.seconds = collections.Counter()
 
     # ------------------------------------------------------------------ counting
     def add_pool(self, pool) -> None:
@@ -42,6 +45,7 @@ class PretrainingStats:
         self.documents += pool.documents
         self.sentences += pool.sentences
         self.input_tokens += len(pool.token_ids)
+        self.seconds["tokenizing"] += pool.seconds
 
     def add_instances(self, instances) -> None:
         """A pool's instances and draw counts (`compiled_instances.PoolInstances`)."""
@@ -114,6 +118,12 @@ class PretrainingStats:
                            for b in sorted(histogram)},
             },
         }
+
+    def time_split(self) -> str:
+        """`stage 1.2 s (40%), ...` over the stages timed so far."""
+        total = sum(self.seconds.values()) or 1.0
+        return ", ".join(f"{stage} {seconds:.1f} s ({100 * seconds / total:.0f}%)"
+                         for stage, seconds in self.seconds.items())
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=2) + "\n"
