@@ -23,7 +23,6 @@ import os
 import re
 import unicodedata
 from collections import OrderedDict
-from itertools import chain
 from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
@@ -54,13 +53,12 @@ class FullTokenizer:
 
     def _start_caches(self) -> None:
         self._cache = {}
-        self._chunk_ids = _ChunkIds(self._chunk_token_ids, size=_ID_CACHE_SIZE)
-        self._line_ids = _ChunkIds(self._chunk_ids.__getitem__, {"\0": (_LINE_END_ID,)},
-                                   size=_ID_CACHE_SIZE)
+        self._chunk_ids = _ChunkIds(self._chunk_token_ids, {"\0": _LINE_END_BYTES},
+                                    size=_ID_CACHE_SIZE)
 
     def __getstate__(self) -> dict:  # the caches are rebuilt, not pickled
         return {name: value for name, value in vars(self).items()
-                if name not in ("_cache", "_chunk_ids", "_line_ids")}
+                if name not in ("_cache", "_chunk_ids")}
 
     def __setstate__(self, state: dict) -> None:
         vars(self).update(state)
@@ -94,32 +92,31 @@ class FullTokenizer:
         return convert_by_vocab(self.vocab, tokens)
 
     def tokenize_to_ids(self, text) -> list:
-        """`convert_tokens_to_ids(tokenize(text))`, about 50 times faster on running text.
-
-        Each whitespace-free chunk's ids are looked up in a cache filled on first sight, and the
-        text's chunks are found, looked up and joined by C loops (`re.findall`, `map`, `chain`):
-        no Python code runs per token for a chunk seen before, and real text repeats its chunks.
-        """
-        return list(chain.from_iterable(map(self._chunk_ids.__getitem__,
-                                            _chunk_pattern().findall(convert_to_unicode(text)))))
+        """`convert_tokens_to_ids(tokenize(text))`, many times faster on running text."""
+        ids, _ = self.tokenize_lines_to_ids([convert_to_unicode(text)])
+        return ids.tolist()
 
     def tokenize_lines_to_ids(self, lines: list) -> tuple:
         """`(ids, counts)`: the ids of every line, one after another (int32), and how many each
-        line has; as `tokenize_to_ids` line by line, with the lines' chunks found in one pass.
+        line has; the same ids as `tokenize` and `convert_tokens_to_ids` line by line.
 
-        The lines are joined around a NUL, which the tokenizer drops from any text, so it marks
-        the line ends; a line that holds a NUL itself is tokenized on its own.
+        Why it is fast: the lines are joined around a NUL (which the tokenizer drops from any
+        text, so it can mark the line ends) and cut into whitespace-free chunks in one pass
+        (`str.split()` where that finds the same chunks, else the chunk pattern); each distinct
+        chunk's ids are worked out once and cached as int32 bytes, so the ids of the whole text
+        are one `bytes.join` of cache look-ups: no Python code runs per token or per chunk seen
+        before, and real text repeats its chunks.
         """
+        if not lines:
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
         text = _LINE_END.join(lines)
-        if text.count("\0") != len(lines) - 1 or not lines:
-            per_line = [self.tokenize_to_ids(line) for line in lines]
-            return (np.array([i for ids in per_line for i in ids], dtype=np.int32),
-                    np.array([len(ids) for ids in per_line], dtype=np.int64))
-        if text.isascii() and not _ASCII_CONTROLS.search(text):
+        if text.count("\0") != len(lines) - 1:  # NUL in a line: dropped, as the cleaner does
+            text = _LINE_END.join(line.replace("\0", "") for line in lines)
+        if not _split_differs().search(text):
             chunks = text.split()  # the same chunks as the pattern's, found faster
         else:
             chunks = _chunk_pattern().findall(text)
-        ids = np.fromiter(chain.from_iterable(map(self._line_ids.__getitem__, chunks)), np.int32)
+        ids = np.frombuffer(b"".join(map(self._chunk_ids.__getitem__, chunks)), dtype=np.int32)
         ends = np.flatnonzero(ids == _LINE_END_ID)
         counts = np.diff(ends, prepend=-1, append=len(ids)) - 1
         return ids[ids != _LINE_END_ID], counts
@@ -138,10 +135,12 @@ class FullTokenizer:
         for offset, raw in self.basic_tokenizer.chunks(text):
             yield offset, _memoized(self._cache, raw, self._wordpieces)
 
-    def _chunk_token_ids(self, chunk: str) -> tuple:
-        """The ids of one chunk; an ASCII one skips the span bookkeeping of `_wordpieces`."""
+    def _chunk_token_ids(self, chunk: str) -> bytes:
+        """The ids of one chunk as int32 bytes; an ASCII chunk skips the span bookkeeping of
+        `_wordpieces`."""
         if not (chunk.isascii() and chunk.isprintable()):
-            return tuple(self.vocab[piece] for piece, _, _ in self._wordpieces(chunk))
+            return np.array([self.vocab[piece] for piece, _, _ in self._wordpieces(chunk)],
+                            dtype=np.int32).tobytes()
         text = chunk.lower() if self.do_lower_case else chunk
         ids, vocab = [], self.vocab
         for word in _ASCII_WORDS.findall(text):
@@ -151,7 +150,7 @@ class FullTokenizer:
             else:
                 ids.extend(vocab[piece] for piece, _, _ in
                            self.wordpiece_tokenizer.tokenize_word(word))
-        return tuple(ids)
+        return np.array(ids, dtype=np.int32).tobytes()
 
     def _wordpieces(self, raw: str) -> tuple:
         chunk = self.basic_tokenizer.analyse(raw)
@@ -164,25 +163,22 @@ class FullTokenizer:
 # Words of a printable ASCII chunk: each ASCII punctuation character alone (`is_punctuation`),
 # and the runs between them.
 _ASCII_WORDS = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
-# ASCII characters that `str.split()` and the original disagree on: controls the original drops
-# (\x0b, \x0c and \x1c-\x1f among them, which `str.split()` splits on). NUL is left out: it
-# only marks line ends here.
-_ASCII_CONTROLS = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _LINE_END, _LINE_END_ID = "\n\0\n", -1  # between lines in `tokenize_lines_to_ids`
+_LINE_END_BYTES = np.array([_LINE_END_ID], dtype=np.int32).tobytes()
 
 
 class _ChunkIds(dict):
-    """chunk -> its token ids, computed on a miss; emptied (but for `fixed`) when it reaches
-    `size` entries."""
+    """chunk -> its token ids as int32 bytes, computed on a miss; emptied (but for `fixed`) when
+    it reaches `size` entries."""
 
-    def __init__(self, compute: Callable[[str], tuple], fixed: dict = None,
+    def __init__(self, compute: Callable[[str], bytes], fixed: dict = None,
                  size: int = _CACHE_SIZE):
         super().__init__(fixed or {})
         self._compute = compute
         self._fixed = dict(fixed or {})
         self._size = size
 
-    def __missing__(self, chunk: str) -> tuple:
+    def __missing__(self, chunk: str) -> bytes:
         if len(self) >= self._size:
             self.clear()
             self.update(self._fixed)
@@ -399,12 +395,17 @@ def code_point_ranges(predicate: Callable[[str], bool]) -> list:
 
 
 @functools.cache
+def _whitespace() -> list:
+    """Every character that `str.isspace` calls whitespace (`re`'s `\\s` is the same class),
+    found in one C pass rather than 1.1 million Python calls."""
+    return re.findall(r"\s", "".join(map(chr, range(0x110000))))
+
+
+@functools.cache
 def _word_separator_ranges() -> list:
-    """`code_point_ranges(separates_words)`, found in a few milliseconds: every separator is
-    whitespace to `str.isspace`, and `re`'s `\\s` finds those in one C pass."""
-    everything = "".join(map(chr, range(0x110000)))
+    """`code_point_ranges(separates_words)`, from the few whitespace characters."""
     ranges = []
-    for char in re.findall(r"\s", everything):
+    for char in _whitespace():
         cp = ord(char)
         if not separates_words(char):
             continue
@@ -413,6 +414,18 @@ def _word_separator_ranges() -> list:
         else:
             ranges.append((cp, cp))
     return ranges
+
+
+@functools.cache
+def _split_differs() -> "re.Pattern":
+    """Characters where `str.split()` cuts text into other chunks than `_chunk_pattern`: what
+    `str.split()` splits on but the cleaner drops (\\x0b, \\x0c, \\x1c-\\x1f, \\x85), and CJK
+    ideographs (each one is a chunk of its own)."""
+    def members(ranges):
+        return "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges)
+
+    dropped_spaces = [(ord(c), ord(c)) for c in _whitespace() if not separates_words(c)]
+    return re.compile(f"[{members(dropped_spaces)}{members(CJK_RANGES)}]")
 
 
 @functools.cache

@@ -230,12 +230,14 @@ def _pool_instances(token_ids, sentence_starts, document_starts, state, draws, m
                     row = ids[n]
                     la = a_end - a_start
                     row[0] = cls_id
-                    row[1:1 + la] = token_ids[a_start:a_end]
+                    for k in range(la):  # explicit loops: numba's slice copies cost ~us each
+                        row[1 + k] = token_ids[a_start + k]
                     row[1 + la] = sep_id
                     length = la + 2
                     if not no_nsp:
                         lb = b_end - b_start
-                        row[length:length + lb] = token_ids[b_start:b_end]
+                        for k in range(lb):
+                            row[length + k] = token_ids[b_start + k]
                         row[length + lb] = sep_id
                         length += lb + 1
                     lengths[n] = length

@@ -42,12 +42,14 @@ def restore(rng: random.Random, state: np.ndarray) -> None:
 
 @numba.njit(cache=True)
 def _twist(state):
-    for kk in range(N):
-        y = (state[kk] & _UPPER) | (state[(kk + 1) % N] & _LOWER)
-        value = state[(kk + M) % N] ^ (y >> 1)
-        if y & 1:
-            value ^= _MATRIX_A
-        state[kk] = value
+    for kk in range(N - M):
+        y = (state[kk] & _UPPER) | (state[kk + 1] & _LOWER)
+        state[kk] = state[kk + M] ^ (y >> 1) ^ (_MATRIX_A if y & 1 else 0)
+    for kk in range(N - M, N - 1):
+        y = (state[kk] & _UPPER) | (state[kk + 1] & _LOWER)
+        state[kk] = state[kk + M - N] ^ (y >> 1) ^ (_MATRIX_A if y & 1 else 0)
+    y = (state[N - 1] & _UPPER) | (state[0] & _LOWER)
+    state[N - 1] = state[M - 1] ^ (y >> 1) ^ (_MATRIX_A if y & 1 else 0)
     state[N] = 0
 
 
@@ -76,10 +78,11 @@ def random_float(state) -> float:
 @numba.njit(cache=True)
 def randbelow(state, n: int) -> int:
     """`random._randbelow(n)` for 1 <= n < 2**32 (one 32-bit output per try)."""
-    k = 0
-    while (n >> k) > 0:
-        k += 1
-    shift = 32 - k
+    k = 0  # n.bit_length(), by halving
+    for step in (16, 8, 4, 2, 1):
+        if n >> (k + step):
+            k += step
+    shift = 31 - k
     r = next_word(state) >> shift
     while r >= n:
         r = next_word(state) >> shift
