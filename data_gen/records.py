@@ -108,6 +108,20 @@ class ShardedRecordWriter:
         self._files[self.written % len(self._files)].write(frame)
         self.written += 1
 
+    def write_frames(self, data: bytes, offsets) -> None:
+        """Framed records back to back (record k is `data[offsets[k]:offsets[k + 1]]`), dealt
+        round-robin as `write_framed` would, with one write per shard."""
+        count, shards = len(offsets) - 1, len(self._files)
+        if shards == 1:
+            self._files[0].write(data)
+        else:
+            view, offsets = memoryview(data), list(offsets)
+            for shard, f in enumerate(self._files):
+                first = (shard - self.written) % shards
+                f.write(b"".join(view[offsets[k]:offsets[k + 1]]
+                                 for k in range(first, count, shards)))
+        self.written += count
+
     def __exit__(self, error_type, error, traceback) -> None:
         if error_type is not None:
             self._discard()

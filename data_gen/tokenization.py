@@ -21,7 +21,9 @@ Two things are new and change no id:
 import functools
 import os
 import re
+import struct
 import unicodedata
+from array import array
 from collections import OrderedDict
 from typing import Callable, Iterator, NamedTuple
 
@@ -136,21 +138,31 @@ class FullTokenizer:
             yield offset, _memoized(self._cache, raw, self._wordpieces)
 
     def _chunk_token_ids(self, chunk: str) -> bytes:
-        """The ids of one chunk as int32 bytes; an ASCII chunk skips the span bookkeeping of
-        `_wordpieces`."""
-        if not (chunk.isascii() and chunk.isprintable()):
-            return np.array([self.vocab[piece] for piece, _, _ in self._wordpieces(chunk)],
-                            dtype=np.int32).tobytes()
-        text = chunk.lower() if self.do_lower_case else chunk
+        """The ids of one chunk as int32 bytes: the original's steps for one whitespace token
+        (clean, lowercase, NFD without Mn, split off punctuation, WordPiece), without the span
+        bookkeeping of `_wordpieces`."""
+        if chunk.isprintable() and "\ufffd" not in chunk:  # nothing the cleaner drops
+            text = chunk
+        else:
+            text = "".join(c for c in chunk if not is_dropped(c))
+        if self.do_lower_case:
+            text = text.lower()
+            if not text.isascii():
+                text = "".join(c for c in unicodedata.normalize("NFD", text)
+                               if unicodedata.category(c) != "Mn")
+        if text.isascii():
+            words = _ASCII_WORDS.findall(text)
+        else:
+            words = [text[start:end] for start, end in _split_on_punctuation(text)]
         ids, vocab = [], self.vocab
-        for word in _ASCII_WORDS.findall(text):
+        for word in words:
             whole = vocab.get(word)  # WordPiece's first, longest candidate is the whole word
-            if whole is not None:
+            if whole is not None and len(word) <= self.wordpiece_tokenizer.max_input_chars_per_word:
                 ids.append(whole)
             else:
                 ids.extend(vocab[piece] for piece, _, _ in
                            self.wordpiece_tokenizer.tokenize_word(word))
-        return np.array(ids, dtype=np.int32).tobytes()
+        return _INT32.pack(*ids) if len(ids) == 1 else array("i", ids).tobytes()
 
     def _wordpieces(self, raw: str) -> tuple:
         chunk = self.basic_tokenizer.analyse(raw)
@@ -162,6 +174,7 @@ class FullTokenizer:
 
 # Words of a printable ASCII chunk: each ASCII punctuation character alone (`is_punctuation`),
 # and the runs between them.
+_INT32 = struct.Struct("=i")  # native order, as array("i") and numpy's int32
 _ASCII_WORDS = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
 _LINE_END, _LINE_END_ID = "\n\0\n", -1  # between lines in `tokenize_lines_to_ids`
 _LINE_END_BYTES = np.array([_LINE_END_ID], dtype=np.int32).tobytes()

@@ -163,11 +163,14 @@ def test_frames_equal_tensorflows(tmp_path, size):
 
 
 def test_sharded_writer_writes_tensorflows_bytes_without_tensorflow(tmp_path):
+    """One record at a time, then many framed ones at once: the same round-robin as the original."""
     records = [f"record {i}".encode() * (i + 1) for i in range(11)]
     ours = [str(tmp_path / f"ours-{i}.tfrecord") for i in range(3)]
     with ShardedRecordWriter(ours) as writer:
-        for record in records:
+        for record in records[:4]:
             writer.write(record)
+        frames = [tfrecord_frames.framed(record) for record in records[4:]]
+        writer.write_frames(b"".join(frames), np.cumsum([0] + [len(f) for f in frames]))
     for shard in range(3):
         path = tmp_path / f"theirs-{shard}.tfrecord"
         with tf.io.TFRecordWriter(str(path)) as writer:

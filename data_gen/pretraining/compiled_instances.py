@@ -89,8 +89,12 @@ def vocabulary_ids(vocab: dict, vocab_words: list) -> VocabularyIds:
 
 
 def create_pool_instances(pool: TokenizedPool, settings, vocabulary: VocabularyIds,
-                          rng: random.Random) -> PoolInstances:
-    """`instances.create_pool_instances` on a pool of ids; `rng` ends as if it had drawn."""
+                          rng: random.Random, mask: bool = True) -> PoolInstances:
+    """`instances.create_pool_instances` on a pool of ids; `rng` ends as if it had drawn.
+
+    `mask=False` leaves the instances unmasked (other draws, so other instances): it is there
+    for `bench/pretraining_data.py` to tell the time of masking from that of making instances.
+    """
     state = mersenne.state_of(rng)
     draws = np.zeros(len(DRAW_COUNTERS), dtype=np.int64)
     # about the number of instances; the arrays double when it is passed
@@ -101,7 +105,7 @@ def create_pool_instances(pool: TokenizedPool, settings, vocabulary: VocabularyI
         settings.max_seq_length, settings.max_predictions_per_seq, settings.masked_lm_prob,
         settings.short_seq_prob, settings.dupe_factor, settings.do_whole_word_mask,
         settings.no_nsp, vocabulary.cls_id, vocabulary.sep_id, vocabulary.mask_id,
-        vocabulary.random_word_ids, vocabulary.is_continuation, capacity)
+        vocabulary.random_word_ids, vocabulary.is_continuation, capacity, mask)
     mersenne.restore(rng, state)
     return PoolInstances(*result, dict(zip(DRAW_COUNTERS, draws.tolist())))
 
@@ -128,7 +132,7 @@ def _grow(array, rows):
 def _pool_instances(token_ids, sentence_starts, document_starts, state, draws, max_seq_length,
                     max_predictions, masked_lm_prob, short_seq_prob, dupe_factor, whole_word,
                     no_nsp, cls_id, sep_id, mask_id, random_word_ids, is_continuation,
-                    capacity):
+                    capacity, mask):
     max_num_tokens = max_seq_length - (2 if no_nsp else 3)
     documents = len(document_starts) - 1
     ids = np.zeros((capacity, max_seq_length), dtype=np.int32)
@@ -243,10 +247,12 @@ def _pool_instances(token_ids, sentence_starts, document_starts, state, draws, m
                     lengths[n] = length
                     first_lengths[n] = la + 2
                     random_next[n] = 1 if is_random else 0
-                    counts[n] = _mask(row, length, la + 1, masked_lm_prob, max_predictions,
-                                      whole_word, mask_id, random_word_ids, is_continuation,
-                                      state, candidates, group_starts, group_order, chosen,
-                                      chosen_kinds, positions[n], labels[n], kinds[n])
+                    if mask:
+                        counts[n] = _mask(row, length, la + 1, masked_lm_prob,
+                                          max_predictions, whole_word, mask_id,
+                                          random_word_ids, is_continuation, state,
+                                          candidates, group_starts, group_order, chosen,
+                                          chosen_kinds, positions[n], labels[n], kinds[n])
                     n += 1
                     chunk_first = -1
                     chunk_length = 0

@@ -125,8 +125,7 @@ def _write_in_memory(maker: RecordMaker, input_files: list, input_options: Input
     nsp_pools.check_document_count(corpus.documents, maker.settings.no_nsp, input_files)
     result = maker.pool_records(corpus, random.Random(random_seed))
     start = time.perf_counter()
-    for frame in result.records.frames():
-        writer.write_framed(frame)
+    writer.write_frames(result.records.data, result.records.offsets)
     result.stats.seconds["writing"] += time.perf_counter() - start
     progress.pool_done(1, 1, result.stats, final=True)
     return result.stats
@@ -166,8 +165,7 @@ def _write_streaming(input_files: list, input_options: InputOptions, bucket_coun
                               maker_args)
         for done, result in enumerate(results, start=1):
             start = time.perf_counter()
-            for frame in result.records.frames():
-                writer.write_framed(frame)
+            writer.write_frames(result.records.data, result.records.offsets)
             result.stats.seconds["writing"] += time.perf_counter() - start
             stats.merge(result.stats)
             progress.pool_done(done, pool_count[0], stats, final=done == pool_count[0])
