@@ -81,8 +81,8 @@ def check_output_files(paths: list) -> list:
 class ShardedRecordWriter:
     """`with ShardedRecordWriter(paths) as writer: writer.write(record)`; renamed on success.
 
-    Frames are written by `tfrecord_frames` (the bytes `tf.io.TFRecordWriter` writes), so local
-    files need no TensorFlow; `write_framed` takes a record that is framed already.
+    Frames are made by `tfrecord_frames` (the bytes `tf.io.TFRecordWriter` writes), so local
+    files need no TensorFlow; `write_frames` takes many records that are framed already.
     """
 
     def __init__(self, paths: list):
@@ -102,15 +102,12 @@ class ShardedRecordWriter:
         return self
 
     def write(self, record: bytes) -> None:
-        self.write_framed(tfrecord_frames.framed(record))
-
-    def write_framed(self, frame) -> None:
-        self._files[self.written % len(self._files)].write(frame)
+        self._files[self.written % len(self._files)].write(tfrecord_frames.framed(record))
         self.written += 1
 
     def write_frames(self, data: bytes, offsets) -> None:
         """Framed records back to back (record k is `data[offsets[k]:offsets[k + 1]]`), dealt
-        round-robin as `write_framed` would, with one write per shard."""
+        round-robin as `write` would, with one write per shard."""
         count, shards = len(offsets) - 1, len(self._files)
         if shards == 1:
             self._files[0].write(data)

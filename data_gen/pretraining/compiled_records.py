@@ -34,11 +34,6 @@ class FramedRecords(NamedTuple):
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def frames(self) -> Iterator[memoryview]:
-        """Each record with its TFRecord header and footer."""
-        view, offsets = memoryview(self.data), self.offsets.tolist()
-        return (view[a:b] for a, b in zip(offsets[:-1], offsets[1:]))
-
     def examples(self) -> Iterator[bytes]:
         """Each serialized `tf.train.Example`, without the framing (for Beam's TFRecord sink)."""
         view, offsets = memoryview(self.data), self.offsets.tolist()
