@@ -121,3 +121,38 @@ def test_globs_are_sorted_and_a_pattern_matching_nothing_is_an_error(tmp_path):
 def test_unknown_format_names_the_flag():
     with pytest.raises(ValueError, match="--input_format='html'"):
         InputOptions("html").check()
+
+
+# ------------------------------------------------------------------ ranges of one file
+def test_input_ranges_cut_only_between_documents(tmp_path, shared_data):
+    """However small the ranges, reading them in turn gives the whole file's documents."""
+    path = tmp_path / "lines.txt"
+    wiki = str(shared_data / "corpus" / "wikitext-2" / "valid.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        for document in documents.stream_documents([wiki], InputOptions("wikitext")):
+            for start in range(0, len(document.sentences), 7):
+                f.write("".join(f" {s}\r\n" for s in document.sentences[start:start + 7]))
+                f.write("  \n\n" if start % 2 else "\n")
+    options = InputOptions()
+    whole = [d.sentences for d in documents.stream_documents([str(path)], options)]
+    assert len(whole) > 1_000
+    for range_bytes in (10**9, 200_000, 3_000, 1):
+        ranges = documents.input_ranges([str(path)], options, range_bytes)
+        assert ranges[0].start == 0 and ranges[-1].end == path.stat().st_size
+        assert all(a.end == b.start for a, b in zip(ranges, ranges[1:]))
+        assert [d for part in ranges for d in documents.range_documents(part, options)] == whole
+    assert len(documents.input_ranges([str(path)], options, 3_000)) > 300
+    assert len(documents.input_ranges([str(path)], InputOptions("wikitext"), 3_000)) == 1
+
+
+def test_an_error_in_a_later_range_names_the_line_of_the_file(tmp_path):
+    path = tmp_path / "bad.txt"
+    lines = [f"Sentence {i}.\n" + ("\n" if i % 3 == 0 else "") for i in range(3000)]
+    lines[2500] = "Not \xff UTF-8.\n"
+    path.write_bytes("".join(lines).encode("utf-8").replace("\xff".encode("utf-8"), b"\xff"))
+    number = "".join(lines[:2500]).count("\n") + 1
+    ranges = documents.input_ranges([str(path)], InputOptions(), 2_000)
+    assert len(ranges) > 10
+    with pytest.raises(InputFormatError, match=f"bad.txt:{number}: not UTF-8"):
+        for part in ranges:
+            list(documents.range_documents(part, InputOptions()))

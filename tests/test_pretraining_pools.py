@@ -4,6 +4,7 @@ import os
 import random
 import sys
 
+import numpy as np
 import pytest
 
 from data_gen.pretraining import nsp_pools
@@ -60,27 +61,38 @@ def test_pool_zero_draws_from_the_seed_itself():
     assert nsp_pools.pool_rng(12345, 1).random() != random.Random(12345).random()
 
 
+def _ids(*values) -> tuple:
+    return np.array([len(v) for v in values], dtype=np.int64), np.array(
+        [i for v in values for i in v], dtype=np.int32)
+
+
 def test_spilled_documents_come_back_exactly_in_order(tmp_path):
-    documents = [["One.", "Two\rhalves, \u2028 and ünïcödé."], ["Three."], ["Four.", "Five."]]
-    spill = nsp_pools.BucketSpill(str(tmp_path), 3)
-    for document, bucket in zip(documents, [2, 0, 2]):
-        spill.add(bucket, document)
-    spill.close()
-    assert spill.documents_per_bucket == [1, 0, 2]
-    paths = [spill.path(bucket) for bucket in range(3)]
-    assert list(nsp_pools.read_bucket_documents(paths)) == [documents[1], documents[0],
-                                                             documents[2]]
+    # documents as (sentence lengths, ids); the second has an empty sentence, the last no tokens
+    documents = [_ids([5, 6], [7, 8, 9]), _ids([1]), _ids([2, 3], [], [4]), _ids([])]
+    first, second = nsp_pools.TokenSpill(str(tmp_path), 3, 0), nsp_pools.TokenSpill(
+        str(tmp_path), 3, 1)
+    for spill, document, bucket in zip([first, first, second, second], documents, [2, 0, 2, 2]):
+        spill.add(bucket, *document)
+    first.close()
+    second.close()
+    assert first.documents_per_bucket.tolist() == [1, 0, 1]
+    assert second.documents_per_bucket.tolist() == [0, 0, 2]  # the empty one counts, unwritten
+    paths = [nsp_pools.spill_path(str(tmp_path), bucket, part) for bucket in range(3)
+             for part in range(2)]
+    pool = nsp_pools.read_spilled_pool(paths)
+    assert pool.as_lists() == [[[1]], [[5, 6], [7, 8, 9]], [[2, 3], [4]]]
 
 
 def test_spill_keeps_few_files_open(tmp_path, monkeypatch):
     monkeypatch.setattr(nsp_pools, "_MAX_OPEN_FILES", 4)
-    spill = nsp_pools.BucketSpill(str(tmp_path), 50)
+    spill = nsp_pools.TokenSpill(str(tmp_path), 50, 0)
     for i in range(500):
-        spill.add(i * 7 % 50, [f"s{i}"])
+        spill.add(i * 7 % 50, *_ids([i]))
         assert len(spill._open) <= 4
     spill.close()
-    back = list(nsp_pools.read_bucket_documents([spill.path(b) for b in range(50)]))
-    assert sorted(back) == sorted([[f"s{i}"] for i in range(500)])
+    pool = nsp_pools.read_spilled_pool([nsp_pools.spill_path(str(tmp_path), b, 0)
+                                        for b in range(50)])
+    assert sorted(pool.as_lists()) == sorted([[[i]] for i in range(500)])
 
 
 # ------------------------------------------------------------------ ordered process map
@@ -118,11 +130,14 @@ def test_inputs_are_taken_lazily():
 
 
 def test_pool_workers_make_records_without_importing_tensorflow(tmp_path, minilm_dir):
-    spill = nsp_pools.BucketSpill(str(tmp_path), 2)
+    """This process holds TensorFlow, so the workers are spawned: they must not import it."""
+    assert parallel.start_method() == "spawn"
+    spill = nsp_pools.TokenSpill(str(tmp_path), 2, 0)
     for i in range(8):
-        spill.add(i % 2, [f"Sentence {i} of a document.", "And a second sentence here."])
+        spill.add(i % 2, *_ids([2000 + i, 2001, 2002, 1012], [2005, 2117, 1012]))
     spill.close()
-    jobs = [pool_worker.PoolJob(b, [spill.path(b)], 12345) for b in range(2)]
+    jobs = [pool_worker.PoolJob(b, [nsp_pools.spill_path(str(tmp_path), b, 0)], 12345)
+            for b in range(2)]
     settings = InstanceSettings(dupe_factor=1)
     answers = list(parallel.ordered_map(_pool_records_and_tensorflow, jobs, 2, pool_worker.start,
                                         (str(minilm_dir / "vocab.txt"), True, settings)))

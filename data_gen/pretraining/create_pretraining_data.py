@@ -8,9 +8,10 @@ Same flags and defaults as the original `create_pretraining_data.py`, plus `--no
 `--input_format`, `--skip_invalid_utf8`, `--pool_bytes`, `--stats_file`, `--num_workers`,
 `--tmp_dir` and `--faithful_in_memory`.
 
-The default mode streams: documents are read one at a time and spilled to temporary bucket files
-(`nsp_pools`), then each pool of documents becomes records in a worker process and is written
-round-robin to the output shards in pool order. Memory holds a few pools, whatever the corpus
+The default mode streams, in two phases on the same worker processes: each range of the input is
+read a document at a time, tokenized and spilled to temporary bucket files (`nsp_pools`); then each
+pool of buckets becomes records in a worker and is written round-robin to the output shards in
+pool order. Memory holds a few pools, whatever the corpus
 size; the output depends on the seed and the input only (not on `--num_workers`).
 `--faithful_in_memory` does what the original does, whole corpus and every instance in memory in
 one process, and writes the original's records for the same seed.
@@ -23,6 +24,7 @@ import random
 import tempfile
 import time
 
+import numpy as np
 from absl import app, flags, logging
 
 from data_gen.pretraining import documents
@@ -30,7 +32,7 @@ from data_gen.pretraining import nsp_pools
 from data_gen.pretraining import pool_worker
 from data_gen.pretraining import flags as pretraining_flags
 from data_gen.pretraining.documents import InputOptions
-from data_gen.pretraining.parallel import ordered_map
+from data_gen.pretraining.parallel import OrderedPool, start_method
 from data_gen.pretraining.instances import InstanceSettings
 from data_gen.pretraining.records import RecordMaker
 from data_gen.pretraining.stats import PretrainingStats
@@ -51,9 +53,9 @@ class Progress:
         self.start = self._last = time.monotonic()
         self.documents = self.input_bytes = 0
 
-    def read(self, sentences: list) -> None:
-        self.documents += 1
-        self.input_bytes += sum(len(sentence) + 1 for sentence in sentences)
+    def read(self, documents: int, input_bytes: int) -> None:
+        self.documents += documents
+        self.input_bytes += input_bytes
         if self._due():
             logging.info("read %s documents (%.1f MB of text)", f"{self.documents:,}",
                          self.input_bytes / 1e6)
@@ -75,7 +77,7 @@ class Progress:
 
     def counted(self, stream):
         for sentences in stream:
-            self.read(sentences)
+            self.read(1, sum(len(sentence) + 1 for sentence in sentences))
             yield sentences
 
 
@@ -134,55 +136,48 @@ def _write_in_memory(maker: RecordMaker, input_files: list, input_options: Input
 def _write_streaming(input_files: list, input_options: InputOptions, bucket_count: int,
                      random_seed: int, maker_args: tuple, num_workers: int, tmp_dir: str,
                      writer: ShardedRecordWriter, progress: Progress) -> PretrainingStats:
-    """Spill the documents to bucket files, then write the records of each pool in turn.
-
-    The workers start first: they load the tokenizer and the compiled code while this process
-    reads and spills the input (`ordered_map` asks for the first job once they are starting).
-    """
+    """Two phases on the same workers: each input range is read, tokenized and spilled to bucket
+    files (`pool_worker.spill`); then each pool of buckets becomes records (`pool_worker.run`),
+    written here in pool order."""
     no_nsp = maker_args[2].no_nsp
     stats = PretrainingStats(maker_args[2].max_seq_length)
-    pool_count = []  # set once the spill is done
-
-    def jobs(spill_dir: str):
-        start = time.perf_counter()
-        spill = _spill_documents(input_files, input_options, bucket_count, random_seed, spill_dir,
-                                 progress)
-        stats.seconds["reading and spilling"] = time.perf_counter() - start
-        documents_read = sum(spill.documents_per_bucket)
+    ranges = documents.input_ranges(input_files, input_options,
+                                    _range_bytes(input_files, num_workers))
+    os.makedirs(tmp_dir, exist_ok=True)
+    if start_method() == "fork":
+        pool_worker.start(*maker_args)  # once, here: forked workers inherit it
+    with tempfile.TemporaryDirectory(prefix=".create_pretraining_data-", dir=tmp_dir) as spill_dir, \
+            OrderedPool(num_workers, pool_worker.start, maker_args) as workers:
+        spill_jobs = [pool_worker.SpillJob(index, part, input_options, random_seed, bucket_count,
+                                           spill_dir) for index, part in enumerate(ranges)]
+        documents_per_bucket = np.zeros(bucket_count, dtype=np.int64)
+        for result in workers.map(pool_worker.spill, spill_jobs):
+            documents_per_bucket += result.documents_per_bucket
+            stats.seconds.update(result.seconds)
+            progress.read(result.documents, result.input_bytes)
+        documents_read = int(documents_per_bucket.sum())
         nsp_pools.check_document_count(documents_read, no_nsp, input_files)
         pools = nsp_pools.pools_of_buckets(
-            nsp_pools.group_buckets(spill.documents_per_bucket, no_nsp))
-        pool_count.append(len(pools))
+            nsp_pools.group_buckets(documents_per_bucket.tolist(), no_nsp))
         logging.info("%s documents in %d pools; making records with %d worker(s)",
                      f"{documents_read:,}", len(pools), num_workers)
-        for index, buckets in enumerate(pools):
-            yield pool_worker.PoolJob(index, [spill.path(bucket) for bucket in buckets],
-                                      random_seed)
-
-    os.makedirs(tmp_dir, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".create_pretraining_data-", dir=tmp_dir) as spill_dir:
-        results = ordered_map(pool_worker.run, jobs(spill_dir), num_workers, pool_worker.start,
-                              maker_args)
-        for done, result in enumerate(results, start=1):
+        jobs = (pool_worker.PoolJob(index, [nsp_pools.spill_path(spill_dir, bucket, part)
+                                            for bucket in buckets for part in range(len(ranges))],
+                                    random_seed) for index, buckets in enumerate(pools))
+        for done, result in enumerate(workers.map(pool_worker.run, jobs), start=1):
             start = time.perf_counter()
             writer.write_frames(result.records.data, result.records.offsets)
             result.stats.seconds["writing"] += time.perf_counter() - start
             stats.merge(result.stats)
-            progress.pool_done(done, pool_count[0], stats, final=done == pool_count[0])
+            progress.pool_done(done, len(pools), stats, final=done == len(pools))
     return stats
 
 
-def _spill_documents(input_files: list, input_options: InputOptions, bucket_count: int,
-                     random_seed: int, spill_dir: str, progress: Progress) -> nsp_pools.BucketSpill:
-    spill = nsp_pools.BucketSpill(spill_dir, bucket_count)
-    try:
-        for document in documents.stream_documents(input_files, input_options):
-            progress.read(document.sentences)
-            bucket = nsp_pools.document_bucket(document.sentences, random_seed, bucket_count)
-            spill.add(bucket, document.sentences)
-    finally:
-        spill.close()
-    return spill
+def _range_bytes(input_files: list, num_workers: int) -> int:
+    """About four input ranges per worker, each 1-64 MB: enough to keep every worker busy, few
+    enough that each is worth a job. The documents do not depend on it."""
+    total = sum(map(documents.file_size, input_files))
+    return min(64 << 20, max(1 << 20, total // (4 * num_workers) + 1))
 
 
 def _default_tmp_dir(first_output: str) -> str:

@@ -28,7 +28,7 @@ as one document), is logged as a warning and otherwise handled as described.
 import glob
 import os
 import re
-from typing import Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from absl import logging
 
@@ -88,23 +88,27 @@ class Line(NamedTuple):
     text: str  # stripped
 
 
-def decoded_lines(raw_lines: Iterable[bytes], name: str,
-                  skip_invalid_utf8: bool = False) -> Iterator[Line]:
+def decoded_lines(raw_lines: Iterable[bytes], name: str, skip_invalid_utf8: bool = False,
+                  lines_before: Callable[[], int] = None) -> Iterator[Line]:
     """Stripped lines of one file, split on "\\n" only; not UTF-8 or binary -> InputFormatError.
 
     With `skip_invalid_utf8`, bytes that are not UTF-8 are dropped instead (what the original
     tokenizer's `convert_to_unicode` does to bytes), and the file is named in a warning.
+    `lines_before` counts the file's lines before `raw_lines` when they start inside the file
+    (`range_documents`); it is called only to name the line of an error.
     """
     number, skipped = 0, 0
     for number, raw in enumerate(raw_lines, start=1):
         nul = raw.find(b"\0")
         if nul >= 0:
+            number += lines_before() if lines_before else 0
             raise InputFormatError(f"{name}:{number}: NUL byte at byte {nul + 1} of the line: "
                                    "this looks like a binary file, not text")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
             if not skip_invalid_utf8:
+                number += lines_before() if lines_before else 0
                 raise InputFormatError(
                     f"{name}:{number}: not UTF-8 ({err.reason}: {raw[err.start:err.start + 4]!r} "
                     f"at byte {err.start + 1} of the line); convert the file to UTF-8, or pass "
@@ -123,12 +127,17 @@ def file_lines(path: str, skip_invalid_utf8: bool = False) -> Iterator[Line]:
 
 
 # ------------------------------------------------------------------ the three layouts
-def sentence_line_documents(lines: Iterable[Line]) -> Iterator[list]:
-    """The original layout: a blank line ends a document; nothing else does."""
+def sentence_line_documents(lines: Iterable[Line], whole_files: bool = True) -> Iterator[list]:
+    """The original layout: a blank line ends a document; nothing else does.
+
+    `whole_files=False` (a range of a file that starts after a blank line) skips the warning
+    about a file without blank lines, which only a whole file can show.
+    """
     document, name, text_lines, blank_lines = [], None, 0, 0
+    warn = _warn_if_one_document if whole_files else _no_warning
     for line in lines:
         if line.name != name:
-            _warn_if_one_document(name, text_lines, blank_lines)
+            warn(name, text_lines, blank_lines)
             name, text_lines, blank_lines = line.name, 0, 0
         if line.text:
             document.append(line.text)
@@ -138,9 +147,13 @@ def sentence_line_documents(lines: Iterable[Line]) -> Iterator[list]:
             if document:
                 yield document
             document = []
-    _warn_if_one_document(name, text_lines, blank_lines)
+    warn(name, text_lines, blank_lines)
     if document:
         yield document
+
+
+def _no_warning(*_) -> None:
+    pass
 
 
 def _warn_if_one_document(name, text_lines: int, blank_lines: int) -> None:
@@ -219,6 +232,71 @@ def stream_documents(paths: list, options: InputOptions) -> Iterator[Document]:
     """Every file's documents in turn; memory holds one document at a time."""
     for file_index, path in enumerate(paths):
         yield from file_documents(path, options, file_index)
+
+
+# ------------------------------------------------------------------ parts of files
+class InputRange(NamedTuple):
+    """Bytes `[start, end)` of one input file: whole documents, read by one worker."""
+    path: str
+    start: int
+    end: int
+
+
+def input_ranges(paths: list, options: InputOptions, range_bytes: int) -> list:
+    """The input cut into ranges of about `range_bytes`, each of whole documents, in input order.
+
+    Only local `sentence_lines` files are cut, and only right after a blank line (where the
+    reader ends a document anyway), so the documents are the same however the input is cut.
+    Other layouts and remote files are one range per file. Finding a cut reads from the nominal
+    offset to the next blank line, not the file.
+    """
+    ranges = []
+    for path in paths:
+        size = file_size(path)
+        if options.input_format != "sentence_lines" or "://" in path or size <= range_bytes:
+            ranges.append(InputRange(path, 0, size))
+            continue
+        cuts = [0]
+        with open(path, "rb") as f:
+            for nominal in range(range_bytes, size, range_bytes):
+                if nominal <= cuts[-1]:
+                    continue
+                f.seek(nominal - 1)
+                f.readline()  # to the start of the first line at or after `nominal`
+                for line in iter(f.readline, b""):
+                    if not line.strip():  # ASCII-blank lines are blank to the reader too
+                        if f.tell() < size:
+                            cuts.append(f.tell())
+                        break
+        ranges.extend(InputRange(path, a, b) for a, b in zip(cuts, cuts[1:] + [size]))
+    return ranges
+
+
+def range_documents(part: InputRange, options: InputOptions) -> Iterator[list]:
+    """The documents (lists of sentences) of one input range."""
+    options.check()
+    if part.start == 0 and options.input_format != "sentence_lines":
+        yield from (d.sentences for d in file_documents(part.path, options))
+        return
+    with open_binary(part.path) as f:
+        f.seek(part.start)
+        lines = decoded_lines(_lines_until(f, part.end - part.start), part.path,
+                              options.skip_invalid_utf8, lambda: _count_lines(part))
+        yield from sentence_line_documents(lines, whole_files=part.start == 0)
+
+
+def _lines_until(f, length: int) -> Iterator[bytes]:
+    for raw in f:
+        yield raw
+        length -= len(raw)
+        if length <= 0:
+            return
+
+
+def _count_lines(part: InputRange) -> int:
+    """Lines of the file before the range (for the line number of an error)."""
+    with open_binary(part.path) as f:
+        return f.read(part.start).count(b"\n")
 
 
 def original_documents(paths: list, options: InputOptions) -> Iterator[list]:

@@ -8,14 +8,16 @@ documents drawn uniformly from the same pool, instances shuffled within the pool
 How documents are pooled: there are `ceil(input bytes / pool_bytes)` buckets; a document goes to
 bucket `blake2b(seed, its text) mod buckets`, so each bucket is a uniform random sample of the whole
 corpus (not a run of neighbouring documents), and where it goes depends on its text alone, not on
-the order of reading or the number of processes. Buckets are spilled to temporary files as the input
-streams by, then grouped in bucket order into pools of at least two documents (one with
-`--no_nsp`; a short last group joins the one before). Within a pool, documents keep the input
-order, bucket by bucket.
+the order of reading or the number of processes. The workers read the input in ranges
+(`documents.input_ranges`), tokenize each document and spill its ids to the file of its bucket and
+range (`TokenSpill`); the buckets are then grouped in bucket order into pools of at least two
+documents (one with `--no_nsp`; a short last group joins the one before). Within a pool, documents
+keep the input order, bucket by bucket.
 
 Memory: reading holds one document; each worker holds one pool (its documents, instances and
-records); the writer holds the records of up to 2 x workers pools; and there is a count per bucket.
-None of it grows with the corpus, only with `pool_bytes`, `dupe_factor` and the largest document.
+records); the writer holds the records of up to 2 x workers pools; and there is a count per bucket
+per input range. None of it grows with the corpus, only with `pool_bytes`, `dupe_factor` and the
+largest document.
 
 How that differs from the original: a random next document is uniform over the other documents of
 its pool (a random ~1/pools of the corpus) instead of the whole corpus, so for any one document the
@@ -31,8 +33,11 @@ import hashlib
 import math
 import os
 import random
-from typing import Iterable, Iterator
+from typing import Iterable
 
+import numpy as np
+
+from data_gen.pretraining.compiled_instances import TokenizedPool
 from data_gen.pretraining.documents import InputFormatError
 
 MIN_DOCUMENTS_WITH_NSP = 2  # a random next document must be able to differ from the current one
@@ -91,31 +96,38 @@ def pool_rng(seed: int, pool_index: int) -> random.Random:
     return random.Random(seed if pool_index == 0 else f"{seed}/pool{pool_index}")
 
 
-class BucketSpill:
-    """Documents spilled to one file per bucket, in the original layout (blank line after each).
+class TokenSpill:
+    """Tokenized documents spilled to one file per bucket, for one part of the input.
 
-    At most `_MAX_OPEN_FILES` files are open at once (least recently used ones are closed), so a
-    corpus of many pools does not run out of file handles.
+    A worker spills the documents of one input range (part `part`); a pool later reads its buckets'
+    files part by part, which is the input order. Each document is int32 values: its sentence
+    count and token count, the length of each sentence, then its token ids. At most
+    `_MAX_OPEN_FILES` files are open at once (least recently used ones are closed).
+    `documents_per_bucket` counts every document read, also those that tokenize to nothing (they
+    are not written), so pools are grouped the same way as before tokenizing moved here.
     """
 
-    def __init__(self, directory: str, num_buckets: int):
+    def __init__(self, directory: str, num_buckets: int, part: int):
         self.directory = directory
-        self.documents_per_bucket = [0] * num_buckets
+        self.part = part
+        self.documents_per_bucket = np.zeros(num_buckets, dtype=np.int64)
         self._open = collections.OrderedDict()
 
-    def path(self, bucket: int) -> str:
-        return os.path.join(self.directory, f"bucket-{bucket:06d}.txt")
-
-    def add(self, bucket: int, sentences: list) -> None:
-        self._file(bucket).write("".join(f"{s}\n" for s in sentences).encode() + b"\n")
+    def add(self, bucket: int, sentence_lengths: np.ndarray, token_ids: np.ndarray) -> None:
+        """One document: the lengths of its sentences (zeros allowed) and all its token ids."""
         self.documents_per_bucket[bucket] += 1
+        lengths = sentence_lengths[sentence_lengths > 0]
+        if len(lengths):
+            header = np.array([len(lengths), len(token_ids)], dtype=np.int32)
+            self._file(bucket).write(header.tobytes() + lengths.astype(np.int32).tobytes()
+                                     + token_ids.astype(np.int32).tobytes())
 
     def _file(self, bucket: int):
         f = self._open.pop(bucket, None)
         if f is None:
             if len(self._open) >= _MAX_OPEN_FILES:
                 self._open.popitem(last=False)[1].close()
-            f = open(self.path(bucket), "ab")
+            f = open(spill_path(self.directory, bucket, self.part), "ab")
         self._open[bucket] = f
         return f
 
@@ -124,17 +136,32 @@ class BucketSpill:
             self._open.popitem()[1].close()
 
 
-def read_bucket_documents(paths: Iterable[str]) -> Iterator[list]:
-    """The documents of spilled bucket files, in order."""
+def spill_path(directory: str, bucket: int, part: int) -> str:
+    return os.path.join(directory, f"bucket-{bucket:06d}-part-{part:06d}.ids")
+
+
+def read_spilled_pool(paths: Iterable[str]) -> TokenizedPool:
+    """The documents of spilled files, in order, as one tokenized pool (missing files: none)."""
+    ids, lengths, sentence_counts = [], [], []
     for path in paths:
         if not os.path.exists(path):
-            continue  # an empty bucket has no file
-        document = []
-        with open(path, "rb") as f:
-            for raw in f:
-                line = raw[:-1].decode()
-                if line:
-                    document.append(line)
-                else:
-                    yield document
-                    document = []
+            continue  # no document of that part fell into that bucket
+        values = np.fromfile(path, dtype=np.int32)
+        at = 0
+        while at < len(values):
+            sentences, tokens = int(values[at]), int(values[at + 1])
+            lengths.append(values[at + 2:at + 2 + sentences])
+            at += 2 + sentences
+            ids.append(values[at:at + tokens])
+            at += tokens
+            sentence_counts.append(sentences)
+    return TokenizedPool(
+        np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32),
+        _offsets(np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)),
+        _offsets(np.array(sentence_counts, dtype=np.int64)))
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets
