@@ -82,7 +82,7 @@ class ShardedRecordWriter:
     """`with ShardedRecordWriter(paths) as writer: writer.write(record)`; renamed on success.
 
     Frames are made by `tfrecord_frames` (the bytes `tf.io.TFRecordWriter` writes), so local
-    files need no TensorFlow; `write_frames` takes many records that are framed already.
+    files need no TensorFlow; `write_dealt` takes many records, framed and dealt already.
     """
 
     def __init__(self, paths: list):
@@ -105,18 +105,14 @@ class ShardedRecordWriter:
         self._files[self.written % len(self._files)].write(tfrecord_frames.framed(record))
         self.written += 1
 
-    def write_frames(self, data: bytes, offsets) -> None:
-        """Framed records back to back (record k is `data[offsets[k]:offsets[k + 1]]`), dealt
-        round-robin as `write` would, with one write per shard."""
-        count, shards = len(offsets) - 1, len(self._files)
-        if shards == 1:
-            self._files[0].write(data)
-        else:
-            view, offsets = memoryview(data), list(offsets)
-            for shard, f in enumerate(self._files):
-                first = (shard - self.written) % shards
-                f.write(b"".join(view[offsets[k]:offsets[k + 1]]
-                                 for k in range(first, count, shards)))
+    def write_dealt(self, chunks: list, count: int) -> None:
+        """`count` framed records dealt in advance: `chunks[j]` holds, back to back, those whose
+        index k (from 0) has `k % len(chunks) == j`, which is what round-robin sends to one shard.
+        `len(chunks)` must be the number of shards; one write per shard."""
+        if len(chunks) != len(self._files):
+            raise ValueError(f"{len(chunks)} chunks for {len(self._files)} shards")
+        for j, chunk in enumerate(chunks):
+            self._files[(self.written + j) % len(self._files)].write(chunk)
         self.written += count
 
     def __exit__(self, error_type, error, traceback) -> None:

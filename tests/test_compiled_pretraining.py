@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from data_gen import tfrecord_frames
 from data_gen.pretraining import compiled_instances, mersenne, schema
-from data_gen.pretraining.compiled_records import framed_records
+from data_gen.pretraining.compiled_records import FramedRecords, framed_records
 from data_gen.pretraining.documents import InputOptions, stream_documents
 from data_gen.pretraining.instances import DrawCounts, InstanceSettings, create_pool_instances
 from data_gen.pretraining.masking import MASK, RANDOM, UNCHANGED
@@ -170,7 +170,8 @@ def test_sharded_writer_writes_tensorflows_bytes_without_tensorflow(tmp_path):
         for record in records[:4]:
             writer.write(record)
         frames = [tfrecord_frames.framed(record) for record in records[4:]]
-        writer.write_frames(b"".join(frames), np.cumsum([0] + [len(f) for f in frames]))
+        dealt = FramedRecords(b"".join(frames), np.cumsum([0] + [len(f) for f in frames]))
+        writer.write_dealt(dealt.dealt(3), len(dealt))
     for shard in range(3):
         path = tmp_path / f"theirs-{shard}.tfrecord"
         with tf.io.TFRecordWriter(str(path)) as writer:

@@ -101,7 +101,7 @@ def _square(x):
 
 
 def _pool_records_and_tensorflow(job):
-    return len(pool_worker.run(job).records), "tensorflow" in sys.modules, os.getpid()
+    return pool_worker.run(job).count, "tensorflow" in sys.modules, os.getpid()
 
 
 def _fail_on_three(x):

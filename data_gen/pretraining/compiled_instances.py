@@ -97,9 +97,11 @@ def create_pool_instances(pool: TokenizedPool, settings, vocabulary: VocabularyI
     """
     state = mersenne.state_of(rng)
     draws = np.zeros(len(DRAW_COUNTERS), dtype=np.int64)
-    # about the number of instances; the arrays double when it is passed
-    capacity = settings.dupe_factor * (len(pool.token_ids) // settings.max_num_tokens
-                                       + pool.documents) + 16
+    # Room for twice the usual number of instances (half-length ones, two per document): the
+    # zeroed arrays cost no memory until written, and doubling them would copy. They still double
+    # if a pool needs more.
+    capacity = settings.dupe_factor * (2 * len(pool.token_ids) // settings.max_num_tokens
+                                       + 2 * pool.documents) + 16
     result = _pool_instances(
         pool.token_ids, pool.sentence_starts, pool.document_starts, state, draws,
         settings.max_seq_length, settings.max_predictions_per_seq, settings.masked_lm_prob,

@@ -34,6 +34,15 @@ class FramedRecords(NamedTuple):
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    def dealt(self, shards: int) -> list:
+        """`shards` byte strings: the j-th holds records j, j + shards, j + 2 * shards, ... back to
+        back (`ShardedRecordWriter.write_dealt`)."""
+        view, offsets = memoryview(self.data), self.offsets.tolist()
+        if shards == 1:
+            return [self.data]
+        return [b"".join(view[offsets[k]:offsets[k + 1]] for k in range(j, len(self), shards))
+                for j in range(shards)]
+
     def examples(self) -> Iterator[bytes]:
         """Each serialized `tf.train.Example`, without the framing (for Beam's TFRecord sink)."""
         view, offsets = memoryview(self.data), self.offsets.tolist()

@@ -127,7 +127,7 @@ def _write_in_memory(maker: RecordMaker, input_files: list, input_options: Input
     nsp_pools.check_document_count(corpus.documents, maker.settings.no_nsp, input_files)
     result = maker.pool_records(corpus, random.Random(random_seed))
     start = time.perf_counter()
-    writer.write_frames(result.records.data, result.records.offsets)
+    writer.write_dealt(result.records.dealt(len(writer.paths)), len(result.records))
     result.stats.seconds["writing"] += time.perf_counter() - start
     progress.pool_done(1, 1, result.stats, final=True)
     return result.stats
@@ -163,10 +163,11 @@ def _write_streaming(input_files: list, input_options: InputOptions, bucket_coun
                      f"{documents_read:,}", len(pools), num_workers)
         jobs = (pool_worker.PoolJob(index, [nsp_pools.spill_path(spill_dir, bucket, part)
                                             for bucket in buckets for part in range(len(ranges))],
-                                    random_seed) for index, buckets in enumerate(pools))
+                                    random_seed, len(writer.paths))
+                for index, buckets in enumerate(pools))
         for done, result in enumerate(workers.map(pool_worker.run, jobs), start=1):
             start = time.perf_counter()
-            writer.write_frames(result.records.data, result.records.offsets)
+            writer.write_dealt(result.chunks, result.count)
             result.stats.seconds["writing"] += time.perf_counter() - start
             stats.merge(result.stats)
             progress.pool_done(done, len(pools), stats, final=done == len(pools))
@@ -178,6 +179,14 @@ def _range_bytes(input_files: list, num_workers: int) -> int:
     enough that each is worth a job. The documents do not depend on it."""
     total = sum(map(documents.file_size, input_files))
     return min(64 << 20, max(1 << 20, total // (4 * num_workers) + 1))
+
+
+def cpu_count() -> int:
+    """The cores this process may run on (the affinity mask where there is one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _default_tmp_dir(first_output: str) -> str:
@@ -195,7 +204,8 @@ def main(argv) -> None:
             [path.strip() for path in FLAGS.output_file.split(",") if path.strip()],
             FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
             settings=pretraining_flags.instance_settings(), random_seed=FLAGS.random_seed,
-            input_options=pretraining_flags.input_options(), num_workers=FLAGS.num_workers,
+            input_options=pretraining_flags.input_options(),
+            num_workers=(FLAGS.num_workers or (1 if FLAGS.faithful_in_memory else cpu_count())),
             pool_bytes=FLAGS.pool_bytes, faithful_in_memory=FLAGS.faithful_in_memory,
             stats_file=FLAGS.stats_file, tmp_dir=FLAGS.tmp_dir)
     except (ValueError, OSError) as error:  # bad flags or input, named in the message
@@ -205,7 +215,8 @@ def main(argv) -> None:
 def define_flags() -> None:
     """The original's flags and ours, defined when the CLI runs, not on import."""
     pretraining_flags.define_flags()
-    flags.DEFINE_integer("num_workers", 1, "Processes that tokenize and make instances.")
+    flags.DEFINE_integer("num_workers", 0, "Processes that read, tokenize and make instances; "
+                         "0: one per CPU core. The records do not depend on it.")
     flags.DEFINE_string("tmp_dir", None, "Folder for the temporary pool files, about the size of "
                         "the input (default: beside the first output file).")
     flags.DEFINE_bool("faithful_in_memory", False, "Do what the original does: the whole corpus "

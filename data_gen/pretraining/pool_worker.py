@@ -16,7 +16,8 @@ import numpy as np
 from data_gen.pretraining import nsp_pools
 from data_gen.pretraining.documents import InputOptions, InputRange, range_documents
 from data_gen.pretraining.instances import InstanceSettings
-from data_gen.pretraining.records import PoolRecords, RecordMaker
+from data_gen.pretraining.records import RecordMaker
+from data_gen.pretraining.stats import PretrainingStats
 
 _maker = None  # this process's RecordMaker, built once by `start`
 _maker_args = None  # what it was built from
@@ -43,6 +44,13 @@ class PoolJob(NamedTuple):
     index: int  # the pool's position in the output; pool 0 draws from Random(seed)
     spill_files: list  # the pool's spilled files: bucket by bucket, part by part
     seed: int
+    shards: int = 1  # output files: the records come back dealt into this many chunks
+
+
+class DealtPool(NamedTuple):
+    chunks: list  # `ShardedRecordWriter.write_dealt`'s chunks
+    count: int  # records
+    stats: PretrainingStats
 
 
 def start(vocab_file: str, do_lower_case: bool, settings: InstanceSettings) -> None:
@@ -81,12 +89,16 @@ def spill(job: SpillJob) -> SpillResult:
         "tokenizing": tokenizing})
 
 
-def run(job: PoolJob) -> PoolRecords:
+def run(job: PoolJob) -> DealtPool:
     if _start_error is not None:
         raise _start_error
     began = time.perf_counter()
     pool = nsp_pools.read_spilled_pool(job.spill_files)
     result = _maker.pool_records(pool, nsp_pools.pool_rng(job.seed, job.index))
-    result.stats.seconds["reading and spilling"] += time.perf_counter() - began - sum(
-        result.stats.seconds.values())
-    return result
+    stats = result.stats
+    stats.seconds["reading and spilling"] += time.perf_counter() - began - sum(
+        stats.seconds.values())
+    dealing = time.perf_counter()
+    chunks = result.records.dealt(job.shards)
+    stats.seconds["writing"] += time.perf_counter() - dealing
+    return DealtPool(chunks, len(result.records), stats)
