@@ -3,7 +3,7 @@
 This is the unit of work that the local worker processes, the in-memory mode and the Beam pipeline
 share: tokenize the sentences (dropping those that tokenize to nothing, then empty documents, as the
 original does), make the original's instances, and encode them as TFRecord frames. Tokenising runs
-through the tokenizer's chunk cache (`FullTokenizer.tokenize_to_ids`); instances, masking and
+through the tokenizer's chunk cache (`FullTokenizer.tokenize_lines_to_ids`); instances, masking and
 encoding run compiled (`compiled_instances`, `compiled_records`), one call per pool. The Python
 statement of the same algorithm (`instances`, `masking`, `schema`) is the reference the tests hold
 this against, record for record.
@@ -26,7 +26,7 @@ REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
 
 class PoolRecords(NamedTuple):
     records: FramedRecords  # in the pool's shuffled order
-    stats: PretrainingStats  # its `seconds` hold the time of each stage (STAGES)
+    stats: PretrainingStats  # its `seconds` hold the time of each stage
 
 
 class RecordMaker:
