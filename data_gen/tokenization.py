@@ -21,11 +21,10 @@ Two things are new and change no id:
 import functools
 import os
 import re
-import struct
 import unicodedata
 from array import array
 from collections import OrderedDict
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -54,9 +53,9 @@ class FullTokenizer:
         vocab_sanity.warn_if_casing_mismatch(self.vocab, do_lower_case, os.fspath(vocab_file))
 
     def _start_caches(self) -> None:
-        self._cache = {}
-        self._chunk_ids = _ChunkIds(self._chunk_token_ids, {"\0": _LINE_END_BYTES},
-                                    size=_ID_CACHE_SIZE)
+        self._cache = _BoundedCache(self._wordpieces)
+        self._chunk_ids = _BoundedCache(self._chunk_token_ids, {"\0": _LINE_END_BYTES},
+                                        size=_ID_CACHE_SIZE)
 
     def __getstate__(self) -> dict:  # the caches are rebuilt, not pickled
         return {name: value for name, value in vars(self).items()
@@ -135,7 +134,7 @@ class FullTokenizer:
     def _chunk_pieces(self, text) -> Iterator[tuple]:
         """`(offset, ((piece, start, end), ...))` per chunk, spans relative to the chunk."""
         for offset, raw in self.basic_tokenizer.chunks(text):
-            yield offset, _memoized(self._cache, raw, self._wordpieces)
+            yield offset, self._cache[raw]
 
     def _chunk_token_ids(self, chunk: str) -> bytes:
         """The ids of one chunk as int32 bytes: the original's steps for one whitespace token
@@ -162,7 +161,7 @@ class FullTokenizer:
             else:
                 ids.extend(vocab[piece] for piece, _, _ in
                            self.wordpiece_tokenizer.tokenize_word(word))
-        return _INT32.pack(*ids) if len(ids) == 1 else array("i", ids).tobytes()
+        return array("i", ids).tobytes()
 
     def _wordpieces(self, raw: str) -> tuple:
         chunk = self.basic_tokenizer.analyse(raw)
@@ -174,29 +173,28 @@ class FullTokenizer:
 
 # Words of a printable ASCII chunk: each ASCII punctuation character alone (`is_punctuation`),
 # and the runs between them.
-_INT32 = struct.Struct("=i")  # native order, as array("i") and numpy's int32
 _ASCII_WORDS = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
 _LINE_END, _LINE_END_ID = "\n\0\n", -1  # between lines in `tokenize_lines_to_ids`
 _LINE_END_BYTES = np.array([_LINE_END_ID], dtype=np.int32).tobytes()
 
 
-class _ChunkIds(dict):
-    """chunk -> its token ids as int32 bytes, computed on a miss; emptied (but for `fixed`) when
-    it reaches `size` entries."""
+class _BoundedCache(dict):
+    """chunk -> `compute(chunk)`, computed on a miss; emptied (but for `fixed`) when it reaches
+    `size` entries. A dict, so that `map(cache.__getitem__, chunks)` looks up in C."""
 
-    def __init__(self, compute: Callable[[str], bytes], fixed: dict = None,
+    def __init__(self, compute: Callable[[str], object], fixed: dict = None,
                  size: int = _CACHE_SIZE):
         super().__init__(fixed or {})
         self._compute = compute
         self._fixed = dict(fixed or {})
         self._size = size
 
-    def __missing__(self, chunk: str) -> bytes:
+    def __missing__(self, chunk: str):
         if len(self) >= self._size:
             self.clear()
             self.update(self._fixed)
-        ids = self[chunk] = self._compute(chunk)
-        return ids
+        value = self[chunk] = self._compute(chunk)
+        return value
 
 
 class Chunk(NamedTuple):
@@ -216,7 +214,7 @@ class BasicTokenizer:
 
     def __init__(self, do_lower_case: bool = True):
         self.do_lower_case = do_lower_case
-        self._cache = {}
+        self._cache = _BoundedCache(self.analyse)
 
     def tokenize(self, text) -> list:
         """The words of `text`, exactly as the original `BasicTokenizer.tokenize`."""
@@ -226,7 +224,7 @@ class BasicTokenizer:
         """`(words, starts, ends)`: each word, its code-point span in `convert_to_unicode(text)`."""
         words, starts, ends = [], [], []
         for offset, raw in self.chunks(text):
-            chunk = _memoized(self._cache, raw, self.analyse)
+            chunk = self._cache[raw]
             for s, e in chunk.words:
                 words.append(chunk.text[s:e])
                 starts.append(offset + chunk.first[s])
@@ -395,10 +393,12 @@ def separates_words(char: str) -> bool:
     return char.isspace() and not is_dropped(char)
 
 
-def code_point_ranges(predicate: Callable[[str], bool]) -> list:
-    """Maximal ranges `(lo, hi)` of the code points whose character satisfies `predicate`."""
+def code_point_ranges(predicate: Callable[[str], bool],
+                      code_points: Iterable[int] = range(0x110000)) -> list:
+    """Maximal ranges `(lo, hi)` of the code points whose character satisfies `predicate`,
+    among `code_points` (ascending; all of Unicode unless given)."""
     ranges = []
-    for cp in range(0x110000):
+    for cp in code_points:
         if predicate(chr(cp)):
             if ranges and ranges[-1][1] == cp - 1:
                 ranges[-1] = (ranges[-1][0], cp)
@@ -417,16 +417,7 @@ def _whitespace() -> list:
 @functools.cache
 def _word_separator_ranges() -> list:
     """`code_point_ranges(separates_words)`, from the few whitespace characters."""
-    ranges = []
-    for char in _whitespace():
-        cp = ord(char)
-        if not separates_words(char):
-            continue
-        if ranges and ranges[-1][1] == cp - 1:
-            ranges[-1] = (ranges[-1][0], cp)
-        else:
-            ranges.append((cp, cp))
-    return ranges
+    return code_point_ranges(separates_words, map(ord, _whitespace()))
 
 
 @functools.cache
@@ -434,35 +425,25 @@ def _split_differs() -> "re.Pattern":
     """Characters where `str.split()` cuts text into other chunks than `_chunk_pattern`: what
     `str.split()` splits on but the cleaner drops (\\x0b, \\x0c, \\x1c-\\x1f, \\x85), and CJK
     ideographs (each one is a chunk of its own)."""
-    def members(ranges):
-        return "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges)
-
-    dropped_spaces = [(ord(c), ord(c)) for c in _whitespace() if not separates_words(c)]
-    return re.compile(f"[{members(dropped_spaces)}{members(CJK_RANGES)}]")
+    dropped_spaces = code_point_ranges(lambda char: not separates_words(char),
+                                       map(ord, _whitespace()))
+    return re.compile(f"[{_class_members(dropped_spaces)}{_class_members(CJK_RANGES)}]")
 
 
 @functools.cache
 def _chunk_pattern() -> "re.Pattern":
     """A CJK ideograph alone, or a run of anything but word separators and CJK ideographs."""
-    def members(ranges):
-        return "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges)
-
-    cjk = members(CJK_RANGES)
-    spaces = members(_word_separator_ranges())
+    cjk = _class_members(CJK_RANGES)
+    spaces = _class_members(_word_separator_ranges())
     return re.compile(f"[{cjk}]|[^{spaces}{cjk}]+")
 
 
+def _class_members(ranges) -> str:
+    """Code point ranges as the inside of a `re` character class."""
+    return "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges)
+
+
 # ------------------------------------------------------------------ normalisation details
-def _memoized(cache: dict, key, compute):
-    """`compute(key)`, remembered in `cache`, which is emptied when it reaches `_CACHE_SIZE`."""
-    value = cache.get(key)
-    if value is None:
-        if len(cache) >= _CACHE_SIZE:
-            cache.clear()
-        value = cache[key] = compute(key)
-    return value
-
-
 def _canonical_order(items: list) -> None:
     """Sorts each run of combining (non-starter) characters by combining class, as NFD does.
 
