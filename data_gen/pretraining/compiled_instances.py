@@ -35,6 +35,15 @@ class TokenizedPool(NamedTuple):
     document_starts: np.ndarray  # int64, len(documents) + 1 offsets into the sentences
     seconds: float = 0.0  # how long tokenizing took
 
+    @classmethod
+    def of_documents(cls, token_ids: list, sentence_lengths: list) -> "TokenizedPool":
+        """The pool of documents given as their token ids and their (non-zero) sentence lengths,
+        one array of each per document."""
+        sentences_per_document = np.array([len(lengths) for lengths in sentence_lengths],
+                                          dtype=np.int64)
+        return cls(np.concatenate(token_ids) if token_ids else np.zeros(0, dtype=np.int32),
+                   _offsets(sentence_lengths), _offsets([sentences_per_document]))
+
     @property
     def documents(self) -> int:
         return len(self.document_starts) - 1
@@ -75,6 +84,14 @@ class PoolInstances(NamedTuple):
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+
+def _offsets(count_arrays: list) -> np.ndarray:
+    """Offsets 0, c0, c0 + c1, ... of the counts in `count_arrays`, as int64."""
+    counts = np.concatenate(count_arrays) if count_arrays else np.zeros(0, dtype=np.int64)
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets
 
 
 def vocabulary_ids(vocab: dict, vocab_words: list) -> VocabularyIds:

@@ -142,7 +142,7 @@ def spill_path(directory: str, bucket: int, part: int) -> str:
 
 def read_spilled_pool(paths: Iterable[str]) -> TokenizedPool:
     """The documents of spilled files, in order, as one tokenized pool (missing files: none)."""
-    ids, lengths, sentence_counts = [], [], []
+    ids, lengths = [], []
     for path in paths:
         if not os.path.exists(path):
             continue  # no document of that part fell into that bucket
@@ -154,14 +154,4 @@ def read_spilled_pool(paths: Iterable[str]) -> TokenizedPool:
             at += 2 + sentences
             ids.append(values[at:at + tokens])
             at += tokens
-            sentence_counts.append(sentences)
-    return TokenizedPool(
-        np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32),
-        _offsets(np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)),
-        _offsets(np.array(sentence_counts, dtype=np.int64)))
-
-
-def _offsets(counts: np.ndarray) -> np.ndarray:
-    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    return offsets
+    return TokenizedPool.of_documents(ids, lengths)

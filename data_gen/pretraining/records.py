@@ -12,8 +12,6 @@ import random
 import time
 from typing import Iterable, NamedTuple
 
-import numpy as np
-
 from data_gen.pretraining import compiled_instances
 from data_gen.pretraining.compiled_instances import TokenizedPool
 from data_gen.pretraining.compiled_records import FramedRecords, framed_records
@@ -46,17 +44,15 @@ class RecordMaker:
         `documents` is a lazy reader).
         """
         start = time.perf_counter()
-        pieces, lengths, document_sizes = [], [], []
+        pieces, lengths = [], []
         for sentences in documents:
             ids, counts = self.tokenizer.tokenize_lines_to_ids(sentences)
             counts = counts[counts > 0]
             if len(counts):
                 pieces.append(ids)
                 lengths.append(counts)
-                document_sizes.append(len(counts))
-        token_ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
-        return TokenizedPool(token_ids, _starts(lengths), _starts([np.array(document_sizes)]),
-                             time.perf_counter() - start)
+        return TokenizedPool.of_documents(pieces, lengths)._replace(
+            seconds=time.perf_counter() - start)
 
     def warm_up(self) -> None:
         """Load the compiled code (and the tokenizer's patterns) now, on a two-document pool,
@@ -77,11 +73,3 @@ class RecordMaker:
         stats.seconds["encoding"] += time.perf_counter() - made
         stats.add_instances(instances)
         return PoolRecords(records, stats)
-
-
-def _starts(count_arrays: list) -> np.ndarray:
-    """Offsets 0, c0, c0 + c1, ... of the counts in `count_arrays`, as int64."""
-    counts = np.concatenate(count_arrays) if count_arrays else np.zeros(0, dtype=np.int64)
-    starts = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=starts[1:])
-    return starts
