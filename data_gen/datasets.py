@@ -12,16 +12,46 @@ Every fine-tuning task's features (one row per example or window, NumPy arrays b
 - with `trim`, each batch's per-position features are cut to its longest row, rounded up to a
   multiple of 8, instead of `max_seq_length`: padded positions are masked out of attention, so
   the outputs are the same, and training steps run 1.6x (MRPC) to 2.8x (SST-2) faster
-  (bench/trim_padding.py).
+  (bench/trim_padding.py);
+- with `bucket_window` (batches), examples of similar length share a batch, so that trimming
+  leaves little padding: training cuts its permuted stream into windows of that many batches,
+  sorts each window by length (stable), batches it and shuffles the window's batches (seeded by
+  the seed and the window's number: deterministic, and a resumed run skips exactly as before);
+  evaluation and prediction read the split sorted by length (the driver puts the outputs back in
+  row order). Widths stay multiples of 8, so the training step, traced for an unknown width,
+  meets at most `max_seq_length / 8` shapes.
+
+`Batching` carries these choices from the runner's flags to a task's `dataset`; a task that packs
+several examples into one row (`data_gen.example_packing`) reads `pack` from it.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
+
+import numpy as np
 
 from data_gen.errors import DataError
 
 LENGTH_MULTIPLE = 8  # trimmed batches are this many tokens wide, or a multiple (fewer retraces)
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+BUCKET_WINDOW = 50  # batches sorted by length together (the default of --bucket_by_length)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batching:
+    """How rows become batches: `trim` to the longest row, `bucket_window` batches of similar
+    lengths (0: off), `pack` several examples per training row (tasks that support it)."""
+
+    trim: bool = True
+    bucket_window: int = 0
+    pack: bool = False
+
+
+def example_lengths(features: dict) -> np.ndarray:
+    """Real tokens of each row (of its longest choice, for `[rows, choices, length]` masks)."""
+    mask = np.asarray(features["input_mask"])
+    return (mask != 0).sum(-1).reshape(len(mask), -1).max(-1).astype(np.int32)
 
 
 def trim_to_longest(batch: dict, sequence_features=SEQUENCE_FEATURES,
@@ -47,12 +77,32 @@ def _padded_gather(tensors: dict, indices, count: int) -> dict:
     return batch
 
 
+def _bucketed(indices, lengths, batch_size: int, window: int, seed: int):
+    """Batches (index vectors) of the index stream `indices`, sorted by length within windows of
+    `window` batches, the batches of each window in a seeded random order."""
+    import tensorflow as tf
+
+    def batches_of(number, rows):
+        by_length = tf.gather(rows, tf.argsort(tf.gather(lengths, rows), stable=True))
+        batches = tf.reshape(by_length, (window, batch_size))
+        # Negative seeds' second half: never one of the epoch permutations' (seed, epoch >= 0).
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(window), seed=tf.stack([tf.constant(seed, tf.int64), -1 - number]))
+        return tf.data.Dataset.from_tensor_slices(tf.gather(batches, order))
+
+    windows = indices.batch(batch_size * window, drop_remainder=True).enumerate()
+    return windows.flat_map(batches_of)
+
+
 def in_memory_dataset(features: dict, batch_size: int, is_training: bool, seed: int = 0,
-                      input_context=None, trim: bool = True,
+                      input_context=None, batching: Batching = Batching(),
                       sequence_features=SEQUENCE_FEATURES, transform: Callable | None = None):
     """Batches of `features` (see the module docstring). `transform` maps each batch before it is
-    trimmed (a task adding a derived feature); `sequence_features` are the names trimmed."""
+    trimmed (a task adding a derived feature, or packing rows); `sequence_features` are the
+    names trimmed."""
     import tensorflow as tf
+
+    trim, window = batching.trim, batching.bucket_window
 
     count = len(features["example_index"])
     pipelines = input_context.num_input_pipelines if input_context else 1
@@ -73,14 +123,21 @@ def in_memory_dataset(features: dict, batch_size: int, is_training: bool, seed: 
         indices = tf.data.Dataset.counter().flat_map(epoch)
         if pipelines > 1:
             indices = indices.shard(pipelines, pipeline)
-        indices = indices.batch(batch_size, drop_remainder=True)
+        if window:
+            indices = _bucketed(indices, tf.constant(example_lengths(features), tf.int64),
+                                batch_size, window, seed)
+        else:
+            indices = indices.batch(batch_size, drop_remainder=True)
         dataset = indices.map(lambda idx: {name: tf.gather(value, idx)
                                            for name, value in tensors.items()})
     else:
         replicas = input_context.num_replicas_in_sync if input_context else 1
         total = count if replicas == 1 else -(-count // (batch_size * replicas)) * (
             batch_size * replicas)
-        indices = tf.data.Dataset.range(total)
+        order = np.arange(total)
+        if window:  # the real rows shortest first, then the padding rows
+            order[:count] = np.argsort(example_lengths(features), kind="stable")
+        indices = tf.data.Dataset.from_tensor_slices(order)
         if pipelines > 1:
             indices = indices.shard(pipelines, pipeline)
         dataset = indices.batch(batch_size).map(lambda idx: _padded_gather(tensors, idx, count))

@@ -40,6 +40,7 @@ class RunSettings:
     num_accumulation_steps: int = 1
     dtype: str = "float32"
     jit_compile: bool = False
+    compile_optimizer: bool = True  # XLA-compile the optimizer update (one device)
     distribution_strategy: str = "one_device"
     tpu_address: str | None = None
     random_seed: int = 12345
@@ -131,7 +132,8 @@ def build_trainer(model_fn: Callable, task, strategy, settings: RunSettings,
         save_checkpoints_steps=settings.save_checkpoints_steps,
         keep_checkpoint_max=settings.keep_checkpoint_max,
         num_accumulation_steps=settings.num_accumulation_steps,
-        jit_compile=settings.jit_compile, examples_per_step=settings.train_batch_size,
+        jit_compile=settings.jit_compile, compile_optimizer=settings.compile_optimizer,
+        examples_per_step=settings.train_batch_size,
         **trainer_config))
     trainer.init_report = report
     trainer.init_checkpoint = settings.init_checkpoint

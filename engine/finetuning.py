@@ -52,6 +52,8 @@ class FinetuneSettings(RunSettings):
     eval_every_steps: int = 0  # 0: at the end of every epoch
     use_best_checkpoint: bool = True  # predict and export with best/, not the last weights
     trim_padding: bool = True  # batches cut to their longest row (not on TPUs)
+    bucket_by_length: bool = True  # rows of similar length batched together (with trim_padding)
+    pack_examples: bool = False  # several training examples per row (tasks that support it)
     best_metric: str | None = None  # None: eval_ + the task's main metric
 
 
@@ -67,6 +69,9 @@ def finetune(task, settings: FinetuneSettings) -> None:
 
     check_settings(settings)
     task.check(settings)
+    if settings.pack_examples and not task.packs_examples:
+        raise SettingsError(f"--pack_examples: {task.title} cannot pack several examples into "
+                            f"one row (classification can)")
     best_metric = settings.best_metric or prefix(task.eval_splits()[0].name,
                                                  len(task.eval_splits())) + task.main_metric
     check_best_metric(task, best_metric)
@@ -75,7 +80,7 @@ def finetune(task, settings: FinetuneSettings) -> None:
         raise SettingsError(f"--max_seq_length={settings.max_seq_length} exceeds the model's "
                             f"max_position_embeddings={config.max_position_embeddings}")
     run = start_run(settings, config, vocab_file)
-    trim = settings.trim_padding and not _is_tpu(run.strategy)
+    batching = batching_of(settings, run.strategy)
     tokenizer = FullTokenizer(vocab_file, do_lower_case=settings.do_lower_case)
     special_token_ids(tokenizer.vocab, source=vocab_file)  # a DataError naming the file
     task.prepare(Setup(config, vocab_file, tokenizer, settings.max_seq_length,
@@ -120,13 +125,17 @@ def finetune(task, settings: FinetuneSettings) -> None:
                 or "no evaluation")
 
     def predictions(split, batch_size):
-        outputs = predict(trainer, task, split, batch_size, settings.random_seed, trim)
+        outputs = predict(trainer, task, split, batch_size, settings.random_seed,
+                          batching)
         return task.predictions(split, outputs)
+
+    evaluated = {}  # split name -> (step, predictions) of the last evaluation
 
     def evaluate() -> dict:
         results = {}
         for i, split in enumerate(evals):
             predicted = predictions(split, settings.eval_batch_size)
+            evaluated[split.name] = (trainer.global_step, predicted)
             scores = task.score(split, predicted)
             results.update({prefix(split.name, len(evals)) + k: v for k, v in scores.items()})
             losses = task.example_losses(split, predicted) if i == 0 else None
@@ -137,7 +146,7 @@ def finetune(task, settings: FinetuneSettings) -> None:
     if train is not None:
         train_and_evaluate(trainer, lambda context: task.dataset(
             train.features, _per_replica(context, settings.train_batch_size), True,
-            settings.random_seed, context, trim), evaluate if evals else None, every,
+            settings.random_seed, context, batching), evaluate if evals else None, every,
             steps_per_epoch, best_metric)
     chosen, step = choose_weights(trainer, best_metric, trained=train is not None,
                                   evaluated=bool(evals), use_best=settings.use_best_checkpoint)
@@ -148,8 +157,10 @@ def finetune(task, settings: FinetuneSettings) -> None:
     if not run.chief:
         return
     for split in evals:  # what the kept weights predict on the evaluation splits
-        task.write_eval_outputs(split, predictions(split, settings.eval_batch_size),
-                                settings.output_dir)
+        last_step, predicted = evaluated.get(split.name, (None, None))
+        if train is None or last_step != step:  # else: these weights were just evaluated
+            predicted = predictions(split, settings.eval_batch_size)
+        task.write_eval_outputs(split, predicted, settings.output_dir)
     for split in predicts:
         predicted = predictions(split, settings.predict_batch_size)
         path = task.write_predictions(split, predicted, settings.output_dir)
@@ -175,6 +186,9 @@ def check_settings(settings: FinetuneSettings) -> None:
     if (settings.do_train or not settings.init_checkpoint) and not (
             settings.init_checkpoint or settings.bert_config_file):
         raise SettingsError("--bert_config_file or --init_checkpoint is required")
+    if settings.pack_examples and settings.num_accumulation_steps > 1:
+        raise SettingsError("--pack_examples cannot be combined with --num_accumulation_steps "
+                            "(packed batches have no fixed number of rows to split)")
 
 
 def prefix(split_name: str, num_splits: int) -> str:
@@ -227,6 +241,15 @@ def _per_replica(context, global_batch: int) -> int:
     return context.get_per_replica_batch_size(global_batch) if context else global_batch
 
 
+def batching_of(settings: FinetuneSettings, strategy):
+    """The batch shapes the settings ask for; TPUs get full-width rows, one example each."""
+    from data_gen.datasets import BUCKET_WINDOW, Batching
+
+    trim = settings.trim_padding and not _is_tpu(strategy)
+    return Batching(trim=trim, bucket_window=BUCKET_WINDOW if trim and settings.bucket_by_length
+                    else 0, pack=settings.pack_examples and not _is_tpu(strategy))
+
+
 def _is_tpu(strategy) -> bool:
     """TPUs want one static shape: no trimmed batches there."""
     import tensorflow as tf
@@ -266,13 +289,13 @@ class SplitReader:
         split.features = self.task.load_features(path)
 
 
-def predict(trainer, task, split, batch_size: int, seed: int, trim: bool) -> dict:
+def predict(trainer, task, split, batch_size: int, seed: int, batching) -> dict:
     """The task's `predict_step` outputs for every row of `split`, in row order (rows are
     renumbered for the pass, so that any sharding of the input gives them back in order)."""
     rows = split.rows
     features = dict(split.features, example_index=np.arange(rows, dtype=np.int32))
     outputs = trainer.predict(lambda context: task.dataset(
-        features, _per_replica(context, batch_size), False, seed, context, trim))
+        features, _per_replica(context, batch_size), False, seed, context, batching))
     real = outputs["example_index"] >= 0  # padding rows (several replicas) are -1
     index = outputs["example_index"][real]
     order = np.argsort(index, kind="stable")

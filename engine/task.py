@@ -63,6 +63,7 @@ class FinetuningTask(abc.ABC):
     unit = "example"  # what one example is called in the log (question, sentence)
     row_unit: str | None = None  # what a feature row is, where examples have several (window)
     main_metric = "main"  # evaluation key (without `eval_`) that picks the best weights
+    packs_examples = False  # its training batches can pack several examples into one row
 
     def check(self, settings) -> None:
         """Raise `engine.errors.SettingsError` for settings this task cannot run with."""
@@ -105,8 +106,9 @@ class FinetuningTask(abc.ABC):
 
     @abc.abstractmethod
     def dataset(self, features: dict, batch_size: int, is_training: bool, seed: int,
-                input_context, trim: bool):
-        """The `tf.data` batches of `features` for one input pipeline."""
+                input_context, batching):
+        """The `tf.data` batches of `features` for one input pipeline, shaped as `batching`
+        (`data_gen.datasets.Batching`) says."""
 
     # ------------------------------------------------------------------ model
     @abc.abstractmethod

@@ -80,6 +80,9 @@ class TrainerConfig:
     keep_checkpoint_max: int = 5
     num_accumulation_steps: int = 1
     jit_compile: bool = False
+    # XLA-compile the optimizer's update alone (one fused pass over each variable's weights,
+    # moments and gradient; 2.3x faster on a CPU); one device only (several replicas merge).
+    compile_optimizer: bool = True
     examples_per_step: int = 0  # global batch of one update, for examples/s; 0 = unknown
     # Loops also end at the steps round(k * callback_every_steps), k = 1, 2, ..., so that
     # `on_loop_end` can act there (evaluate at each epoch's end: examples / batch, a fraction).
@@ -116,6 +119,13 @@ class Trainer:
         self.config = config
         self._grads = tf.function(self._replica_gradients, jit_compile=config.jit_compile,
                                   reduce_retracing=True)
+        self._apply = self._apply_gradients
+        if config.compile_optimizer and strategy.num_replicas_in_sync == 1 and not isinstance(
+                strategy, tf.distribute.TPUStrategy):
+            compiled = tf.function(self._apply_gradients, jit_compile=True)
+            # Dense gradients only: an embedding's IndexedSlices change shape with every batch
+            # width, and each new shape would compile the update again (seconds each).
+            self._apply = lambda grads: compiled([tf.convert_to_tensor(g) for g in grads])
         self._writers = {}
         self.is_chief = is_chief(strategy)
         # The optimiser's slots are made now, under the strategy: made lazily inside the first
@@ -156,8 +166,11 @@ class Trainer:
                 grads = [a + b for a, b in zip(grads, g)]
                 metrics = {name: metrics[name] + m[name] for name in metrics}
             grads = [g / k for g in grads]
-        self.optimizer.apply(grads, self.model.trainable_variables)
+        self._apply(grads)
         return metrics
+
+    def _apply_gradients(self, grads):
+        self.optimizer.apply(grads, self.model.trainable_variables)
 
     def _sum_over_replicas(self, per_replica):
         return {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
@@ -177,6 +190,10 @@ class Trainer:
     def _predict_step(self, batch):
         outputs = self.strategy.run(lambda b: self.task.predict_step(self.model, b), args=(batch,))
         return {k: self.strategy.gather(v, axis=0) for k, v in outputs.items()}
+
+    @tf.function
+    def _single_predict_step(self, batch):
+        return self.task.predict_step(self.model, batch)
 
     @tf.function(reduce_retracing=True)
     def _eval_step(self, batch):
@@ -283,11 +300,20 @@ class Trainer:
         return metrics
 
     def predict(self, dataset_fn: Callable) -> dict:
-        """The task's `predict_step` outputs over a finite dataset, as NumPy arrays in order."""
+        """The task's `predict_step` outputs over a finite dataset, as NumPy arrays in order.
+
+        On one replica the batches go straight to one trace of the step, made for the dataset's
+        own (unknown-width) shapes: a distributed dataset and a retrace per new shape would add
+        2-5 s to every evaluation of a GLUE dev split."""
         import numpy as np
 
-        chunks = [self._predict_step(batch) for batch in
-                  self.strategy.distribute_datasets_from_function(dataset_fn)]
+        if self.strategy.num_replicas_in_sync == 1:
+            dataset = dataset_fn(tf.distribute.InputContext())
+            step = self._single_predict_step.get_concrete_function(dataset.element_spec)
+            chunks = [step(batch) for batch in dataset]
+        else:
+            chunks = [self._predict_step(batch) for batch in
+                      self.strategy.distribute_datasets_from_function(dataset_fn)]
         if not chunks:
             raise ValueError("prediction dataset is empty")
         return {k: np.concatenate([c[k].numpy() for c in chunks]) for k in chunks[0]}

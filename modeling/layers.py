@@ -76,15 +76,21 @@ class BertEmbeddings(keras.layers.Layer):
         self.layer_norm.build((None, None, self.hidden_size))
         self.built = True
 
-    def call(self, input_word_ids, input_type_ids, training=None):
+    def call(self, input_word_ids, input_type_ids, position_ids=None, training=None):
+        """`position_ids` [B, L] (packed rows, where each example starts again at 0); None: the
+        positions 0 .. L-1 of every row, as the original."""
         length = input_word_ids.shape[1]
         if length is None:
             length = ops.shape(input_word_ids)[1]
         length = checked_sequence_length(length, self.max_position_embeddings)
         words = ops.take(self.word_embeddings, input_word_ids, axis=0)
         types = ops.take(self.token_type_embeddings, input_type_ids, axis=0)
-        positions = ops.slice(self.position_embeddings, (0, 0), (length, self.hidden_size))
-        x = words + types + ops.cast(positions[None], words.dtype)
+        if position_ids is None:
+            positions = ops.slice(self.position_embeddings, (0, 0), (length, self.hidden_size))
+            positions = positions[None]
+        else:
+            positions = ops.take(self.position_embeddings, position_ids, axis=0)
+        x = words + types + ops.cast(positions, words.dtype)
         x = self.layer_norm(x)
         return self.dropout(x, training=training)
 
@@ -109,6 +115,25 @@ class AttentionMask(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], 1, 1, input_shape[1])
+
+
+def packed_attention_bias(input_mask):
+    """The additive mask of packed rows, whose `input_mask` holds each token's example number
+    (1, 2, ...; 0: padding): a token attends only to the tokens of its own example (-10000
+    elsewhere, as the original's mask), shaped [B, 1, L, L]. On an ordinary 0/1 mask every real
+    token sees what the original's mask lets it see."""
+    mask = ops.cast(input_mask, "int32")
+    same = ops.logical_and(ops.equal(mask[:, :, None], mask[:, None, :]), mask[:, None, :] > 0)
+    return ((1.0 - ops.cast(same, "float32")) * -10000.0)[:, None, :, :]
+
+
+def packed_positions(input_mask):
+    """Each token's position within its example in packed rows (examples numbered 1, 2, ...
+    from the left in `input_mask`): its index less the tokens of earlier examples."""
+    mask = ops.cast(input_mask, "int32")
+    earlier = ops.logical_and(mask[:, None, :] > 0, mask[:, None, :] < mask[:, :, None])
+    index = ops.arange(ops.shape(mask)[1], dtype="int32")[None, :]
+    return index - ops.sum(ops.cast(earlier, "int32"), axis=-1)
 
 
 @keras.saving.register_keras_serializable(package="bert")

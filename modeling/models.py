@@ -10,7 +10,9 @@ from __future__ import annotations
 import keras
 
 from modeling import checkpoint_names as names
-from modeling.encoder import INPUT_NAMES, BertEncoder, encoder_inputs
+from keras import ops
+
+from modeling.encoder import INPUT_NAMES, BertEncoder, encoder_inputs, packed_sequence_output
 from modeling.heads import (BiLstmTaggingHead, ClassificationHead, MaskedLMHead,
                             MultipleChoiceHead, NextSentenceHead, SpanHead, TokenTaggingHead)
 
@@ -103,6 +105,15 @@ class BertClassifier(_EncoderTask):
 
     def _head_config(self):
         return {"num_labels": self.num_labels, "dropout_rate": self.dropout_rate}
+
+    def packed_logits(self, inputs: dict, example_starts, training=None):
+        """The logits [examples, num_labels] of packed rows (`encoder.packed_sequence_output`):
+        the pooler and head on each example's [CLS], found at `example_starts` in the row-major
+        flattened rows; each example's logits are those it gets alone, by the same weights."""
+        sequence = packed_sequence_output(self.encoder, inputs, training=training)
+        first = ops.take(ops.reshape(sequence, (-1, self.encoder.config.hidden_size)),
+                         example_starts, axis=0)
+        return self.head(self.encoder.pooler.dense(first), training=training)
 
 
 @keras.saving.register_keras_serializable(package="bert")

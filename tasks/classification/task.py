@@ -35,6 +35,7 @@ class ClassificationTask(FinetuningTask):
     data_dir: str | None = None
     processor_options: dict = dataclasses.field(default_factory=dict)
     regression: bool = False  # until `check` reads it from the processor
+    packs_examples = True  # training rows may hold several examples (`--pack_examples`)
 
     def __post_init__(self):
         self.processor = None
@@ -106,11 +107,23 @@ class ClassificationTask(FinetuningTask):
 
         return load_features(path, self.setup.max_seq_length, regression=not self.labels)
 
-    def dataset(self, features, batch_size, is_training, seed, input_context, trim):
-        from data_gen.datasets import in_memory_dataset
+    def dataset(self, features, batch_size, is_training, seed, input_context, batching):
+        """With `batching.pack`, training batches hold the same examples as unpacked ones
+        (a fresh permutation, not bucketed) packed into fewer rows (`data_gen.example_packing`);
+        evaluation and prediction batches are never packed."""
+        import dataclasses
 
+        from data_gen.datasets import in_memory_dataset
+        from data_gen.example_packing import pack_batch
+
+        if batching.pack and is_training:
+            length = self.setup.max_seq_length
+            return in_memory_dataset(
+                features, batch_size, is_training, seed=seed, input_context=input_context,
+                batching=dataclasses.replace(batching, trim=False, bucket_window=0),
+                transform=lambda batch: pack_batch(batch, length))
         return in_memory_dataset(features, batch_size, is_training, seed=seed,
-                                 input_context=input_context, trim=trim)
+                                 input_context=input_context, batching=batching)
 
     def build_model(self, config):
         from modeling.encoder import BertEncoder
@@ -120,7 +133,11 @@ class ClassificationTask(FinetuningTask):
 
     # ------------------------------------------------------------------ tensors
     def loss_and_metrics(self, model, batch, training: bool):
-        logits = model(model_inputs(batch), training=training)["logits"]
+        if "example_starts" in batch:  # packed rows
+            logits = model.packed_logits(model_inputs(batch), batch["example_starts"],
+                                         training=training)
+        else:
+            logits = model(model_inputs(batch), training=training)["logits"]
         examples = ops.cast(ops.shape(logits)[0], "float32")
         if self.regression:
             loss = losses.regression_loss(logits, batch["label_ids"])

@@ -130,11 +130,11 @@ class MultipleChoiceTask(FinetuningTask):
 
         return load_features(path, self.num_choices, self.setup.max_seq_length)
 
-    def dataset(self, features, batch_size, is_training, seed, input_context, trim):
+    def dataset(self, features, batch_size, is_training, seed, input_context, batching):
         from data_gen.datasets import in_memory_dataset
 
         return in_memory_dataset(features, batch_size, is_training, seed=seed,
-                                 input_context=input_context, trim=trim)
+                                 input_context=input_context, batching=batching)
 
     def build_model(self, config):
         from modeling.encoder import BertEncoder

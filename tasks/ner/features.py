@@ -40,7 +40,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from data_gen import records
-from data_gen.datasets import in_memory_dataset
+from data_gen.datasets import Batching, in_memory_dataset
 from data_gen.errors import DataError
 from data_gen.packing import pack
 from data_gen.windows import max_context_windows, word_aligned_spans
@@ -166,7 +166,7 @@ def _add_label_weights(batch: dict) -> dict:
 
 
 def ner_dataset(features: dict, batch_size: int, is_training: bool, seed: int = 0,
-                input_context=None, trim: bool = True):
+                input_context=None, batching=None):
     """Batches of window features (from `load_features`), as `in_memory_dataset` makes them.
 
     Training repeats in a new seeded permutation of the windows every epoch and drops the last
@@ -176,7 +176,7 @@ def ner_dataset(features: dict, batch_size: int, is_training: bool, seed: int = 
     -1 on ignored positions: a loss must read them through `label_weights`.
     """
     return in_memory_dataset(features, batch_size, is_training, seed=seed,
-                             input_context=input_context, trim=trim,
+                             input_context=input_context, batching=batching or Batching(),
                              sequence_features=(*SEQUENCE_FEATURES, "label_weights"),
                              transform=_add_label_weights)
 

@@ -154,11 +154,11 @@ class NerTask(FinetuningTask):
 
         return load_features(path, self.setup.max_seq_length)
 
-    def dataset(self, features, batch_size, is_training, seed, input_context, trim):
+    def dataset(self, features, batch_size, is_training, seed, input_context, batching):
         from tasks.ner.features import ner_dataset
 
         return ner_dataset(features, batch_size, is_training, seed=seed,
-                           input_context=input_context, trim=trim)
+                           input_context=input_context, batching=batching)
 
     def build_model(self, config):
         from modeling.encoder import BertEncoder

@@ -123,12 +123,13 @@ class SquadTask(FinetuningTask):
 
         return load_features(path, self.max_seq_length)
 
-    def dataset(self, features, batch_size, is_training, seed, input_context, trim):
+    def dataset(self, features, batch_size, is_training, seed, input_context, batching):
         from data_gen.datasets import in_memory_dataset
         from tasks.squad.features import model_features
 
         return in_memory_dataset(model_features(features, is_training), batch_size, is_training,
-                                 seed=seed, input_context=input_context, trim=trim)
+                                 seed=seed, input_context=input_context,
+                                 batching=batching)
 
     def build_model(self, config):
         from modeling.encoder import BertEncoder
