@@ -108,7 +108,10 @@ def child(out_json: str, argv: list) -> None:
     seconds["training steps"] = loop_seconds - tracing
     trainer = state["trainer"]
     traces = {name: getattr(trainer, name).experimental_get_tracing_count()
-              for name in ("_grads", "_predict_step")}
+              for name in ("_grads", "_predict_step", "_single_predict_step")}
+    # One replica predicts through `_single_predict_step` (one relaxed trace), several through
+    # `_predict_step`: either counts as the prediction step.
+    traces["_predict_step"] += traces.pop("_single_predict_step")
     traces["_train_loop"] = loop.__get__(trainer, training.Trainer).experimental_get_tracing_count()
     result = {"seconds": seconds, "in_process": time.perf_counter() - began, "traces": traces,
               "step_tracing_python_seconds": step_tracing["seconds"],

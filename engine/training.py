@@ -122,10 +122,7 @@ class Trainer:
         self._apply = self._apply_gradients
         if config.compile_optimizer and strategy.num_replicas_in_sync == 1 and not isinstance(
                 strategy, tf.distribute.TPUStrategy):
-            compiled = tf.function(self._apply_gradients, jit_compile=True)
-            # Dense gradients only: an embedding's IndexedSlices change shape with every batch
-            # width, and each new shape would compile the update again (seconds each).
-            self._apply = lambda grads: compiled([tf.convert_to_tensor(g) for g in grads])
+            self._apply = self._compiled_apply(optimizer)
         self._writers = {}
         self.is_chief = is_chief(strategy)
         # The optimiser's slots are made now, under the strategy: made lazily inside the first
@@ -171,6 +168,18 @@ class Trainer:
 
     def _apply_gradients(self, grads):
         self.optimizer.apply(grads, self.model.trainable_variables)
+
+    def _compiled_apply(self, optimizer):
+        """The update XLA-compiled (one device). Only dense gradients enter it: an embedding's
+        IndexedSlices change shape with every batch width, and each new shape would compile the
+        update again (seconds each). The original's clip needs the IndexedSlices (its norm
+        counts a repeated token twice), so the clip runs before, outside the compiled part."""
+        compiled = tf.function(self._apply_gradients, jit_compile=True)
+        if hasattr(optimizer, "clipped_dense"):  # AdamWeightDecay, Lamb
+            optimizer.clips_in_apply = False
+            return lambda grads: compiled(optimizer.clipped_dense(grads))
+        return lambda grads: compiled([None if g is None else tf.convert_to_tensor(g)
+                                       for g in grads])
 
     def _sum_over_replicas(self, per_replica):
         return {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)

@@ -11,6 +11,7 @@ Everything goes to --output_dir (default out/demo); running again starts over.
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -52,14 +53,14 @@ def write_documents(folder: str) -> tuple:
     return train, held_out
 
 
-def print_baseline(records: str, vocab: str) -> None:
+def print_baseline(records: str, vocab: str, max_seq_length: int, predictions: int) -> None:
     """What always guessing the most frequent masked token would score, for comparison."""
     import numpy as np
 
     from data_gen.pretraining.dataset import load_records
     from data_gen.tokenization import load_vocab
 
-    features = load_records([records], 128, 20)
+    features = load_records([records], max_seq_length, predictions)
     ids = features["masked_lm_ids"][features["masked_lm_weights"] > 0]
     counts = np.bincount(ids)
     tokens = list(load_vocab(vocab))
@@ -103,8 +104,11 @@ def main():
     parser.add_argument("--output_dir", default="out/demo")
     parser.add_argument("--num_train_steps", type=int, default=2000)
     parser.add_argument("--vocab_size", type=int, default=6000)
+    parser.add_argument("--max_seq_length", type=int, default=64)
+    parser.add_argument("--learning_rate", default="1e-3")
     args = parser.parse_args()
     out = args.output_dir
+    predictions = math.ceil(args.max_seq_length * 0.15)  # 20 at 128, as the original
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     train, held_out = write_documents(os.path.join(out, "text"))
@@ -115,16 +119,18 @@ def main():
         run(f"make {name} records", "-m", "data_gen.pretraining.create_pretraining_data",
             f"--input_file={folder}/*.txt", f"--output_file={out}/records/{name}.tfrecord",
             f"--vocab_file={vocab}", "--input_format=prose", f"--dupe_factor={dupe}",
-            "--max_seq_length=128", "--max_predictions_per_seq=20", "--num_workers=2")
+            f"--max_seq_length={args.max_seq_length}", f"--max_predictions_per_seq={predictions}",
+            "--num_workers=2")
     with open(vocab, encoding="utf-8") as f:
         config = {"vocab_size": sum(1 for _ in f), **MODEL}
     with open(os.path.join(out, "bert_config.json"), "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     common = [f"--bert_config_file={out}/bert_config.json", f"--output_dir={out}/model",
-              f"--vocab_file={vocab}", "--max_seq_length=128", "--max_predictions_per_seq=20"]
+              f"--vocab_file={vocab}", f"--max_seq_length={args.max_seq_length}",
+              f"--max_predictions_per_seq={predictions}"]
     run("pretrain", "run_pretraining.py", *common, "--do_train",
         f"--input_file={out}/records/train.tfrecord", "--train_batch_size=32",
-        "--learning_rate=1e-3", f"--num_train_steps={args.num_train_steps}",
+        f"--learning_rate={args.learning_rate}", f"--num_train_steps={args.num_train_steps}",
         f"--num_warmup_steps={args.num_train_steps // 10}", "--steps_per_loop=100",
         f"--save_checkpoints_steps={args.num_train_steps // 2}")
     run("evaluate on the held-out topics", "run_pretraining.py", *common, "--do_eval",
@@ -132,7 +138,7 @@ def main():
         "--max_eval_steps=1000")
     with open(os.path.join(out, "model", "eval_results.txt")) as f:
         print(f.read(), end="")
-    print_baseline(f"{out}/records/eval.tfrecord", vocab)
+    print_baseline(f"{out}/records/eval.tfrecord", vocab, args.max_seq_length, predictions)
     fill_in_the_blanks(os.path.join(out, "model", "tf1"))
 
 

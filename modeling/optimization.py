@@ -65,6 +65,7 @@ class _DecoupledDecayOptimizer(keras.optimizers.Optimizer):
         self.beta_2 = beta_2
         self.epsilon = epsilon
         self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
+        self.clips_in_apply = True  # False: the caller clips (`clipped_dense`) before `apply`
 
     def build(self, var_list):
         if self.built:
@@ -76,17 +77,26 @@ class _DecoupledDecayOptimizer(keras.optimizers.Optimizer):
 
     def _all_reduce_sum_gradients(self, grads_and_vars):
         """The TensorFlow backend's cross-replica sum, then the global-norm clip."""
+        reduced = list(super()._all_reduce_sum_gradients(grads_and_vars))
+        if not self.clips_in_apply:
+            return reduced
+        grads = self.clipped_dense([g for g, _ in reduced])
+        return [(g, v) for g, (_, v) in zip(grads, reduced)]
+
+    def clipped_dense(self, grads: list) -> list:
+        """`grads` clipped to `global_clipnorm`, then dense (None stays None). The norm is the
+        original's: of an embedding gather's IndexedSlices *values*, where a token seen twice
+        counts twice, not of the summed dense gradient, so it is taken before densifying."""
         import tensorflow as tf
 
-        reduced = list(super()._all_reduce_sum_gradients(grads_and_vars))
-        present = [i for i, (g, _) in enumerate(reduced) if g is not None]
-        if not self.clip_norm or not present:
-            return reduced
-        clipped, _ = tf.clip_by_global_norm([reduced[i][0] for i in present], self.clip_norm)
-        for i, g in zip(present, clipped):
-            # Embedding gathers give IndexedSlices; the Adam update is dense, as the original's.
-            reduced[i] = (tf.convert_to_tensor(g), reduced[i][1])
-        return reduced
+        grads = list(grads)
+        present = [i for i, g in enumerate(grads) if g is not None]
+        if self.clip_norm and present:
+            clipped, _ = tf.clip_by_global_norm([grads[i] for i in present], self.clip_norm)
+            for i, g in zip(present, clipped):
+                grads[i] = g
+        # Embedding gathers give IndexedSlices; the Adam update is dense, as the original's.
+        return [None if g is None else tf.convert_to_tensor(g) for g in grads]
 
     def _moments(self, gradient, variable):
         """Update the first and second moments of `variable`; return them and whether it decays.

@@ -157,8 +157,9 @@ np.testing.assert_allclose(outputs["logits"][real][order], single, atol=1e-5)
 # The driver's prediction pass gives every row back once, in row order.
 from engine.task import Split
 from tasks.classification.task import ClassificationTask
+from data_gen.datasets import Batching
 rows = finetuning.predict(trainer, ClassificationTask(), Split("dev", [], features=data), 4, 0,
-                          True)
+                          Batching())
 np.testing.assert_array_equal(rows["example_index"], np.arange(21))
 np.testing.assert_allclose(rows["logits"], single, atol=1e-5)
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from data_gen.datasets import Batching
 from data_gen.errors import DataError
 from data_gen.windows import word_aligned_spans
 from tasks.ner import features as nf
@@ -199,7 +200,8 @@ def test_records_round_trip(tmp_path, tokenizer):
 def test_evaluation_batches_are_trimmed_weighted_and_reassemble(tokenizer):
     features = two_sentences(tokenizer)   # windows of 6, 15, 15 and 15 tokens
     for trim in (False, True):
-        batches = list(nf.ner_dataset(features, 1, False, trim=trim).as_numpy_iterator())
+        batches = list(nf.ner_dataset(features, 1, False, batching=Batching(trim=trim))
+                       .as_numpy_iterator())
         assert [b["example_index"].tolist() for b in batches] == [[0], [1], [1], [1]]
         for row, b in enumerate(batches):
             rows = [row]
