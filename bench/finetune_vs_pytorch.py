@@ -77,8 +77,8 @@ def run_peer(task: str, data_dir: str, seed: int, max_steps: int, work: str) -> 
                        f"--data_dir={data_dir}", f"--model_dir={minilm_dir()}",
                        f"--output_dir={work}/peer", f"--seed={seed}",
                        f"--max_steps={max_steps}"])
-    result = json.loads(out.strip().splitlines()[-1]) if out.strip().startswith("{") else \
-        json.loads([line for line in out.splitlines() if line.startswith('{"train_seconds"')][-1])
+    result = json.loads([line for line in out.splitlines()
+                         if line.startswith('{"train_seconds"')][-1])
     return {"side": "transformers", "task": task, "seed": seed, "wall": wall,
             "train_seconds": result["train_seconds"], "steps": result["steps"],
             "sequences_per_second": result["train_sequences"] / result["train_seconds"],
@@ -99,8 +99,6 @@ def run_ours(config: str, task: str, data_dir: str, seed: int, max_steps: int,
     wall, out = timed([sys.executable, "run_classifier.py", *flags])
     loops = [(int(m.group(1)), float(m.group(2))) for m in
              re.finditer(r"step (\d+)/\d+ \|.*?\| ([\d.]+) examples/s", out)]
-    stamps = re.findall(r"^I?\d*\s*(\d\d):(\d\d):(\d\d)", out, flags=re.M)
-    del stamps
     # Training sequences/s over the whole of training: every loop's steps at its speed.
     steps = [b - a for a, b in zip([0] + [s for s, _ in loops], [s for s, _ in loops])]
     train_seconds = sum(n * 32 / speed for n, (_, speed) in zip(steps, loops))
