@@ -54,6 +54,14 @@ def example_lengths(features: dict) -> np.ndarray:
     return (mask != 0).sum(-1).reshape(len(mask), -1).max(-1).astype(np.int32)
 
 
+def rounded_width(longest, full, multiple: int = LENGTH_MULTIPLE):
+    """The width of a batch whose longest row is `longest`: rounded up to `multiple`, at most
+    `full` (tensors or ints)."""
+    import tensorflow as tf
+
+    return tf.minimum(full, (longest + multiple - 1) // multiple * multiple)
+
+
 def trim_to_longest(batch: dict, sequence_features=SEQUENCE_FEATURES,
                     multiple: int = LENGTH_MULTIPLE) -> dict:
     """Cut the per-position features of a batch (their last axis: `[batch, length]`, or
@@ -62,7 +70,7 @@ def trim_to_longest(batch: dict, sequence_features=SEQUENCE_FEATURES,
 
     full = tf.shape(batch["input_mask"])[-1]
     longest = tf.reduce_max(tf.reduce_sum(batch["input_mask"], axis=-1))
-    width = tf.minimum(full, (longest + multiple - 1) // multiple * multiple)
+    width = rounded_width(longest, full, multiple)
     return {name: value[..., :width] if name in sequence_features else value
             for name, value in batch.items()}
 

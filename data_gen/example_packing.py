@@ -12,13 +12,13 @@ longest first, each into the first row with room left (first-fit decreasing, row
 and adds `example_starts` [examples]: where each example's [CLS] lies in the row-major
 flattened batch, in the batch's example order, so that per-example features (`label_ids`,
 `example_index`, `is_real_example`) keep their shape and order. Rows are cut to the longest,
-rounded up to a multiple of 8 (`datasets.LENGTH_MULTIPLE`).
+rounded up to a multiple of 8 (`datasets.rounded_width`, as trimmed batches are).
 
 Not to be confused with `data_gen.packing`, which packs one example's texts into one row.
 """
 from __future__ import annotations
 
-from data_gen.datasets import LENGTH_MULTIPLE, SEQUENCE_FEATURES
+from data_gen.datasets import SEQUENCE_FEATURES, rounded_width
 
 
 def _first_fit_decreasing(lengths, capacity):
@@ -53,8 +53,7 @@ def pack_batch(batch: dict, max_seq_length: int, sequence_features=SEQUENCE_FEAT
     rows, offsets, numbers = _first_fit_decreasing(lengths, max_seq_length)
     num_rows = tf.reduce_max(rows) + 1
     longest = tf.reduce_max(tf.math.unsorted_segment_max(offsets + lengths, rows, num_rows))
-    width = tf.minimum(max_seq_length,
-                       (longest + LENGTH_MULTIPLE - 1) // LENGTH_MULTIPLE * LENGTH_MULTIPLE)
+    width = rounded_width(longest, max_seq_length)
     starts = rows * width + offsets  # [examples]
     real = mask > 0
     positions = tf.range(tf.shape(mask)[1])[None, :]

@@ -245,9 +245,10 @@ def batching_of(settings: FinetuneSettings, strategy):
     """The batch shapes the settings ask for; TPUs get full-width rows, one example each."""
     from data_gen.datasets import BUCKET_WINDOW, Batching
 
-    trim = settings.trim_padding and not _is_tpu(strategy)
+    tpu = _is_tpu(strategy)
+    trim = settings.trim_padding and not tpu
     return Batching(trim=trim, bucket_window=BUCKET_WINDOW if trim and settings.bucket_by_length
-                    else 0, pack=settings.pack_examples and not _is_tpu(strategy))
+                    else 0, pack=settings.pack_examples and not tpu)
 
 
 def _is_tpu(strategy) -> bool:

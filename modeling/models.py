@@ -8,10 +8,9 @@ original had the head), which `checkpoint_names.tf1_variable_map` adds to the en
 from __future__ import annotations
 
 import keras
-
-from modeling import checkpoint_names as names
 from keras import ops
 
+from modeling import checkpoint_names as names
 from modeling.encoder import INPUT_NAMES, BertEncoder, encoder_inputs, packed_sequence_output
 from modeling.heads import (BiLstmTaggingHead, ClassificationHead, MaskedLMHead,
                             MultipleChoiceHead, NextSentenceHead, SpanHead, TokenTaggingHead)

@@ -111,8 +111,6 @@ class ClassificationTask(FinetuningTask):
         """With `batching.pack`, training batches hold the same examples as unpacked ones
         (a fresh permutation, not bucketed) packed into fewer rows (`data_gen.example_packing`);
         evaluation and prediction batches are never packed."""
-        import dataclasses
-
         from data_gen.datasets import in_memory_dataset
         from data_gen.example_packing import pack_batch
 
