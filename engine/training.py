@@ -170,14 +170,12 @@ class Trainer:
         self.optimizer.apply(grads, self.model.trainable_variables)
 
     def _compiled_apply(self, optimizer):
-        """The update XLA-compiled (one device). Only dense gradients enter it: an embedding's
-        IndexedSlices change shape with every batch width, and each new shape would compile the
-        update again (seconds each). The original's clip needs the IndexedSlices (its norm
-        counts a repeated token twice), so the clip runs before, outside the compiled part."""
+        """The update XLA-compiled (one device): the optimiser's own (`compiled_apply`, with the
+        original's clip), or else any Keras optimiser's `apply` on dense gradients (an
+        embedding's IndexedSlices would compile it again for every batch width)."""
+        if hasattr(optimizer, "compiled_apply"):  # AdamWeightDecay, Lamb
+            return optimizer.compiled_apply(self.model.trainable_variables)
         compiled = tf.function(self._apply_gradients, jit_compile=True)
-        if hasattr(optimizer, "clipped_dense"):  # AdamWeightDecay, Lamb
-            optimizer.clips_in_apply = False
-            return lambda grads: compiled(optimizer.clipped_dense(grads))
         return lambda grads: compiled([None if g is None else tf.convert_to_tensor(g)
                                        for g in grads])
 

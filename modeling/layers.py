@@ -110,11 +110,16 @@ class AttentionMask(keras.layers.Layer):
     """The original's additive mask: (1 - input_mask) * -10000, shaped [B, 1, 1, L] for the scores."""
 
     def call(self, input_mask):
-        mask = ops.cast(input_mask, "float32")
-        return ((1.0 - mask) * -10000.0)[:, None, None, :]
+        return attention_bias(input_mask)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], 1, 1, input_shape[1])
+
+
+def attention_bias(input_mask):
+    """The original's additive mask: (1 - input_mask) * -10000, shaped [B, 1, 1, L]."""
+    mask = ops.cast(input_mask, "float32")
+    return ((1.0 - mask) * -10000.0)[:, None, None, :]
 
 
 def packed_attention_bias(input_mask):
@@ -166,9 +171,13 @@ class SelfAttention(keras.layers.Layer):
         x = ops.reshape(x, (batch, length, self.num_heads, self.head_size))
         return ops.transpose(x, (0, 2, 1, 3))  # [B, A, L, d]
 
-    def call(self, x, bias, training=None):
+    def call(self, x, bias, training=None, queries=None):
+        """`queries` ([B, Q, H], default `x`): the tokens whose contexts to compute; keys and
+        values are always all of `x`. Returns [B, Q, H]."""
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        q = self._split_heads(self.query(x), batch, length)
+        queries = x if queries is None else queries
+        num_queries = ops.shape(queries)[1]
+        q = self._split_heads(self.query(queries), batch, num_queries)
         k = self._split_heads(self.key(x), batch, length)
         v = self._split_heads(self.value(x), batch, length)
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
@@ -176,8 +185,8 @@ class SelfAttention(keras.layers.Layer):
         scores = ops.cast(scores, "float32") + ops.cast(bias, "float32")
         probs = ops.cast(ops.softmax(scores, axis=-1), v.dtype)
         probs = self.dropout(probs, training=training)
-        context = ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))  # [B, L, A, d]
-        return ops.reshape(context, (batch, length, self.num_heads * self.head_size))
+        context = ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))  # [B, Q, A, d]
+        return ops.reshape(context, (batch, num_queries, self.num_heads * self.head_size))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.num_heads * self.head_size,)
@@ -234,10 +243,13 @@ class TransformerBlock(keras.layers.Layer):
         self.output_layer_norm.build(hidden)
         self.built = True
 
-    def call(self, x, bias, training=None):
-        attended = self.attention(x, bias, training=training)
+    def call(self, x, bias, training=None, first_token_only=False):
+        """[B, L, H] -> [B, L, H]; with `first_token_only`, [B, 1, H]: the first token's output
+        alone (it still attends to every token), all that the pooler reads from the last layer."""
+        queries = x[:, :1, :] if first_token_only else x
+        attended = self.attention(x, bias, training=training, queries=queries)
         attended = self.attention_dropout(self.attention_output(attended), training=training)
-        x = self.attention_layer_norm(attended + x)
+        x = self.attention_layer_norm(attended + queries)
         hidden = self.output_dense(self.intermediate(x))
         hidden = self.output_dropout(hidden, training=training)
         return self.output_layer_norm(hidden + x)

@@ -11,7 +11,8 @@ import keras
 from keras import ops
 
 from modeling import checkpoint_names as names
-from modeling.encoder import INPUT_NAMES, BertEncoder, encoder_inputs, packed_sequence_output
+from modeling.encoder import (INPUT_NAMES, BertEncoder, encoder_inputs, first_token_output,
+                              packed_sequence_output)
 from modeling.heads import (BiLstmTaggingHead, ClassificationHead, MaskedLMHead,
                             MultipleChoiceHead, NextSentenceHead, SpanHead, TokenTaggingHead)
 
@@ -104,6 +105,12 @@ class BertClassifier(_EncoderTask):
 
     def _head_config(self):
         return {"num_labels": self.num_labels, "dropout_rate": self.dropout_rate}
+
+    def call(self, inputs, training=None):
+        """What the functional graph above computes, with the last layer run for [CLS] alone
+        (`first_token_output`): the same logits up to round-off, a sixth less work on MiniLM."""
+        pooled = self.encoder.pooler.dense(first_token_output(self.encoder, inputs, training))
+        return {"logits": self.head(pooled, training=training)}
 
     def packed_logits(self, inputs: dict, example_starts, training=None):
         """The logits [examples, num_labels] of packed rows (`encoder.packed_sequence_output`):
@@ -214,6 +221,14 @@ class BertMultipleChoice(_EncoderTask):
 
     def _head_config(self):
         return {"num_choices": self.num_choices, "dropout_rate": self.dropout_rate}
+
+    def call(self, inputs, training=None):
+        """The functional graph above with the last layer run for [CLS] alone
+        (`first_token_output`), as `BertClassifier.call`."""
+        flat = {name: ops.reshape(inputs[name], (-1, ops.shape(inputs[name])[-1]))
+                for name in INPUT_NAMES}
+        pooled = self.encoder.pooler.dense(first_token_output(self.encoder, flat, training))
+        return {"logits": self.head(pooled, training=training)}
 
 
 @keras.saving.register_keras_serializable(package="bert")
