@@ -10,7 +10,7 @@ Every fine-tuning task's features (one row per example or window, NumPy arrays b
   padded to a multiple of the global batch with copies of row 0 marked `example_index` -1 and
   `is_real_example` 0 (the original padded for TPUs the same way);
 - with `trim`, each batch's per-position features are cut to its longest row, rounded up to a
-  multiple of 8, instead of `max_seq_length`: padded positions are masked out of attention, so
+  multiple of `width_multiple`, instead of `max_seq_length`: padded positions are masked out of attention, so
   the outputs are the same, and training steps run 1.6x (MRPC) to 2.8x (SST-2) faster
   (bench/trim_padding.py);
 - with `bucket_window` (batches), examples of similar length share a batch, so that trimming
@@ -18,8 +18,9 @@ Every fine-tuning task's features (one row per example or window, NumPy arrays b
   sorts each window by length (stable), batches it and shuffles the window's batches (seeded by
   the seed and the window's number: deterministic, and a resumed run skips exactly as before);
   evaluation and prediction read the split sorted by length (the driver puts the outputs back in
-  row order). Widths stay multiples of 8, so the training step, traced for an unknown width,
-  meets at most `max_seq_length / 8` shapes.
+  row order). Widths are multiples of `width_multiple`: 8 by default, which bounds the shapes
+  a step meets to `max_seq_length / 8` (XLA compiles each shape); the fine-tuning driver asks
+  for 1 on a CPU without XLA, where the step is traced once for any width.
 
 `Batching` carries these choices from the runner's flags to a task's `dataset`; a task that packs
 several examples into one row (`data_gen.example_packing`) reads `pack` from it.
@@ -40,12 +41,17 @@ BUCKET_WINDOW = 50  # batches sorted by length together (the default of --bucket
 
 @dataclasses.dataclass(frozen=True)
 class Batching:
-    """How rows become batches: `trim` to the longest row, `bucket_window` batches of similar
-    lengths (0: off), `pack` several examples per training row (tasks that support it)."""
+    """How rows become batches: `trim` to the longest row (rounded up to `width_multiple`),
+    `bucket_window` batches of similar lengths (0: off), `pack` several examples per training
+    row (tasks that support it)."""
 
     trim: bool = True
     bucket_window: int = 0
     pack: bool = False
+    # Trimmed widths are multiples of this. 8 bounds the shapes a step meets (XLA compiles each
+    # one; GPUs' fast kernels want multiples of 8); on a CPU without XLA every width runs at the
+    # same speed per token and a new one costs ~0.04 s once, so 1 (the longest row) wastes least.
+    width_multiple: int = LENGTH_MULTIPLE
 
 
 def example_lengths(features: dict) -> np.ndarray:
@@ -152,5 +158,6 @@ def in_memory_dataset(features: dict, batch_size: int, is_training: bool, seed: 
     if transform is not None:
         dataset = dataset.map(transform)
     if trim:
-        dataset = dataset.map(lambda batch: trim_to_longest(batch, sequence_features))
+        dataset = dataset.map(lambda batch: trim_to_longest(batch, sequence_features,
+                                                             batching.width_multiple))
     return dataset.prefetch(tf.data.AUTOTUNE)

@@ -242,13 +242,26 @@ def _per_replica(context, global_batch: int) -> int:
 
 
 def batching_of(settings: FinetuneSettings, strategy):
-    """The batch shapes the settings ask for; TPUs get full-width rows, one example each."""
-    from data_gen.datasets import BUCKET_WINDOW, Batching
+    """The batch shapes the settings ask for; TPUs get full-width rows, one example each. Trimmed
+    widths are exact (multiples of 1) on CPUs without XLA, else multiples of 8."""
+    from data_gen.datasets import BUCKET_WINDOW, LENGTH_MULTIPLE, Batching
 
     tpu = _is_tpu(strategy)
     trim = settings.trim_padding and not tpu
+    exact = not (settings.jit_compile or tpu or _uses_gpu(strategy))
     return Batching(trim=trim, bucket_window=BUCKET_WINDOW if trim and settings.bucket_by_length
-                    else 0, pack=settings.pack_examples and not tpu)
+                    else 0, pack=settings.pack_examples and not tpu,
+                    width_multiple=1 if exact else LENGTH_MULTIPLE)
+
+
+def _uses_gpu(strategy) -> bool:
+    import tensorflow as tf
+
+    try:
+        devices = strategy.extended.worker_devices
+    except (RuntimeError, NotImplementedError):  # the default strategy: wherever TF places ops
+        return bool(tf.config.list_logical_devices("GPU"))
+    return any("GPU" in device.upper() for device in devices)
 
 
 def _is_tpu(strategy) -> bool:

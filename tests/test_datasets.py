@@ -167,6 +167,42 @@ def test_trim_to_the_longest_example_rounded_up_to_8():
             assert b[name].shape[1] == b["input_ids"].shape[1]
 
 
+def test_trim_to_the_exact_longest_example_with_width_multiple_1():
+    lengths = [3, 5, 2, 7,    9, 4, 4, 4,    25, 2, 2, 2,    8, 8, 1, 1,    16, 3, 3, 3,
+               17, 3, 2]
+    features = synthetic_features(lengths, 30)
+    exact = datasets.Batching(width_multiple=1)
+    out = batches(datasets.in_memory_dataset(features, 4, is_training=False, batching=exact))
+    assert [b["input_ids"].shape[1] for b in out] == [7, 9, 25, 8, 16, 17]
+    for b in out:
+        assert_rows_match(b, features)
+    # Bucketed training batches: each as wide as its longest row, no wider.
+    bucketed = datasets.Batching(bucket_window=2, width_multiple=1)
+    lengths = np.random.default_rng(3).integers(2, 40, 64)
+    features = synthetic_features(lengths, 40)
+    for b in batches(datasets.in_memory_dataset(features, 8, True, seed=2, batching=bucketed), 16):
+        assert b["input_ids"].shape[1] == lengths[b["example_index"]].max()
+        assert_rows_match(b, features)
+
+
+def test_the_driver_asks_for_exact_widths_only_on_a_cpu_without_xla():
+    from engine.distribution import get_strategy
+    from engine.finetuning import FinetuneSettings, batching_of
+
+    if tf.config.list_logical_devices("GPU"):
+        pytest.skip("this machine has a GPU; the test checks the CPU-only choice")
+    settings = FinetuneSettings(output_dir="unused")
+    for strategy in (tf.distribute.get_strategy(), get_strategy("one_device")):
+        assert batching_of(settings, strategy).width_multiple == 1
+        xla = FinetuneSettings(output_dir="unused", jit_compile=True)
+        assert batching_of(xla, strategy).width_multiple == 8
+
+    class OnGpu:
+        class extended:
+            worker_devices = ("/job:localhost/replica:0/task:0/device:GPU:0",)
+    assert batching_of(settings, OnGpu()).width_multiple == 8
+
+
 def test_trim_in_training_batches():
     lengths = np.random.default_rng(7).integers(2, 40, 64)
     features = synthetic_features(lengths, 40)
