@@ -10,9 +10,9 @@ Every fine-tuning task's features (one row per example or window, NumPy arrays b
   padded to a multiple of the global batch with copies of row 0 marked `example_index` -1 and
   `is_real_example` 0 (the original padded for TPUs the same way);
 - with `trim`, each batch's per-position features are cut to its longest row, rounded up to a
-  multiple of `width_multiple`, instead of `max_seq_length`: padded positions are masked out of attention, so
-  the outputs are the same, and training steps run 1.6x (MRPC) to 2.8x (SST-2) faster
-  (bench/trim_padding.py);
+  multiple of `width_multiple`, instead of `max_seq_length`: padded positions are masked out of
+  attention, so the outputs are the same, and training steps run 1.6x (MRPC) to 2.8x (SST-2)
+  faster (bench/trim_padding.py);
 - with `bucket_window` (batches), examples of similar length share a batch, so that trimming
   leaves little padding: training cuts its permuted stream into windows of that many batches,
   sorts each window by length (stable), batches it and shuffles the window's batches (seeded by
