@@ -78,18 +78,25 @@ class BertEncoder(keras.Model):
         return cls(**config)
 
 
+def _run_layers(encoder: BertEncoder, inputs: dict, bias, position_ids=None, training=None,
+                first_token_only=False):
+    """The embeddings and every block of `encoder` (its own layers, the same weights) under an
+    attention `bias`; with `first_token_only`, the last block for each row's first token alone."""
+    x = encoder.embeddings(inputs["input_word_ids"], inputs["input_type_ids"],
+                           position_ids=position_ids, training=training)
+    for block in encoder.blocks[:-1]:
+        x = block(x, bias, training=training)
+    return encoder.blocks[-1](x, bias, training=training, first_token_only=first_token_only)
+
+
 def packed_sequence_output(encoder: BertEncoder, inputs: dict, training=None):
     """`encoder`'s final layer over packed rows (`data_gen.example_packing`): `input_mask` holds
     each token's example number in its row (1, 2, ...; 0: padding), so attention stays within
     each example and positions restart at 0 for each; every example's outputs are those it has
-    alone in a row of its own. Runs the encoder's own layers (the same weights)."""
+    alone in a row of its own."""
     mask = inputs["input_mask"]
-    x = encoder.embeddings(inputs["input_word_ids"], inputs["input_type_ids"],
-                           position_ids=packed_positions(mask), training=training)
-    bias = packed_attention_bias(mask)
-    for block in encoder.blocks:
-        x = block(x, bias, training=training)
-    return x
+    return _run_layers(encoder, inputs, packed_attention_bias(mask),
+                       position_ids=packed_positions(mask), training=training)
 
 
 def first_token_output(encoder: BertEncoder, inputs: dict, training=None):
@@ -97,10 +104,12 @@ def first_token_output(encoder: BertEncoder, inputs: dict, training=None):
     pooler, and so every sentence-level head, reads. The last layer runs for that token alone
     (its attention still reads every token): the other tokens' final states are never used, and
     skipping them saves most of one layer's work (a sixth of MiniLM's), in training and in
-    prediction. Equal to `encoder(inputs)["sequence_output"][:, 0]` up to float32 round-off;
-    runs the encoder's own layers (the same weights)."""
-    x = encoder.embeddings(inputs["input_word_ids"], inputs["input_type_ids"], training=training)
-    bias = attention_bias(inputs["input_mask"])
-    for block in encoder.blocks[:-1]:
-        x = block(x, bias, training=training)
-    return encoder.blocks[-1](x, bias, training=training, first_token_only=True)[:, 0, :]
+    prediction. Equal to `encoder(inputs)["sequence_output"][:, 0]` up to float32 round-off."""
+    return _run_layers(encoder, inputs, attention_bias(inputs["input_mask"]), training=training,
+                       first_token_only=True)[:, 0, :]
+
+
+def pooled_output(encoder: BertEncoder, inputs: dict, training=None):
+    """[B, H]: the encoder's `pooled_output` by way of `first_token_output`; what every
+    sentence-level model's `call` feeds its head."""
+    return encoder.pooler.dense(first_token_output(encoder, inputs, training))

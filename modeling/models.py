@@ -11,8 +11,8 @@ import keras
 from keras import ops
 
 from modeling import checkpoint_names as names
-from modeling.encoder import (INPUT_NAMES, BertEncoder, encoder_inputs, first_token_output,
-                              packed_sequence_output)
+from modeling.encoder import (INPUT_NAMES, BertEncoder, encoder_inputs, packed_sequence_output,
+                              pooled_output)
 from modeling.heads import (BiLstmTaggingHead, ClassificationHead, MaskedLMHead,
                             MultipleChoiceHead, NextSentenceHead, SpanHead, TokenTaggingHead)
 
@@ -108,8 +108,8 @@ class BertClassifier(_EncoderTask):
 
     def call(self, inputs, training=None):
         """What the functional graph above computes, with the last layer run for [CLS] alone
-        (`first_token_output`): the same logits up to round-off, a sixth less work on MiniLM."""
-        pooled = self.encoder.pooler.dense(first_token_output(self.encoder, inputs, training))
+        (`encoder.pooled_output`): the same logits up to round-off, a sixth less work on MiniLM."""
+        pooled = pooled_output(self.encoder, inputs, training)
         return {"logits": self.head(pooled, training=training)}
 
     def packed_logits(self, inputs: dict, example_starts, training=None):
@@ -224,10 +224,10 @@ class BertMultipleChoice(_EncoderTask):
 
     def call(self, inputs, training=None):
         """The functional graph above with the last layer run for [CLS] alone
-        (`first_token_output`), as `BertClassifier.call`."""
+        (`encoder.pooled_output`), as `BertClassifier.call`."""
         flat = {name: ops.reshape(inputs[name], (-1, ops.shape(inputs[name])[-1]))
                 for name in INPUT_NAMES}
-        pooled = self.encoder.pooler.dense(first_token_output(self.encoder, flat, training))
+        pooled = pooled_output(self.encoder, flat, training)
         return {"logits": self.head(pooled, training=training)}
 
 
