@@ -7,18 +7,18 @@ longest first, each into the first row with room left (first-fit decreasing, row
 - `input_ids`, `segment_ids`: the examples' tokens, back to back, each as it was ([CLS] A [SEP]
   B [SEP]), zeros after the last;
 - `input_mask`: each token's example number within its row (1, 2, ...; 0: padding), which the
-  packed encoder (`modeling.encoder.packed_sequence_output`) turns into a block-diagonal
+  packed encoder (`modeling.encoder.packed_first_token_output`) turns into a block-diagonal
   attention mask and positions restarting at 0 for every example;
 and adds `example_starts` [examples]: where each example's [CLS] lies in the row-major
 flattened batch, in the batch's example order, so that per-example features (`label_ids`,
 `example_index`, `is_real_example`) keep their shape and order. Rows are cut to the longest,
-rounded up to a multiple of 8 (`datasets.rounded_width`, as trimmed batches are).
+rounded up to a multiple of `width_multiple` (`datasets.rounded_width`, as trimmed batches are).
 
 Not to be confused with `data_gen.packing`, which packs one example's texts into one row.
 """
 from __future__ import annotations
 
-from data_gen.datasets import SEQUENCE_FEATURES, rounded_width
+from data_gen.datasets import LENGTH_MULTIPLE, SEQUENCE_FEATURES, rounded_width
 
 
 def _first_fit_decreasing(lengths, capacity):
@@ -43,9 +43,11 @@ def _first_fit_decreasing(lengths, capacity):
     return tf.gather(rows, back), tf.gather(placed[:, 0], back), tf.gather(placed[:, 1], back)
 
 
-def pack_batch(batch: dict, max_seq_length: int, sequence_features=SEQUENCE_FEATURES) -> dict:
+def pack_batch(batch: dict, max_seq_length: int, sequence_features=SEQUENCE_FEATURES,
+               width_multiple: int = LENGTH_MULTIPLE) -> dict:
     """`batch` (rows of one example each, `[examples, length]` sequence features) packed into
-    rows of `max_seq_length` as the module docstring says."""
+    rows of `max_seq_length` as the module docstring says, cut to the fullest row rounded up to
+    `width_multiple` (`datasets.Batching.width_multiple`)."""
     import tensorflow as tf
 
     mask = tf.cast(batch["input_mask"], tf.int32)
@@ -53,7 +55,7 @@ def pack_batch(batch: dict, max_seq_length: int, sequence_features=SEQUENCE_FEAT
     rows, offsets, numbers = _first_fit_decreasing(lengths, max_seq_length)
     num_rows = tf.reduce_max(rows) + 1
     longest = tf.reduce_max(tf.math.unsorted_segment_max(offsets + lengths, rows, num_rows))
-    width = rounded_width(longest, max_seq_length)
+    width = rounded_width(longest, max_seq_length, width_multiple)
     starts = rows * width + offsets  # [examples]
     real = mask > 0
     positions = tf.range(tf.shape(mask)[1])[None, :]

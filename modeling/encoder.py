@@ -8,6 +8,7 @@ original's `get_all_encoder_layers`) and `embedding_output`. The model is rebuil
 from __future__ import annotations
 
 import keras
+from keras import ops
 
 from modeling.config import BertConfig
 from modeling.layers import (AttentionMask, BertEmbeddings, Pooler, TransformerBlock,
@@ -79,24 +80,39 @@ class BertEncoder(keras.Model):
 
 
 def _run_layers(encoder: BertEncoder, inputs: dict, bias, position_ids=None, training=None,
-                first_token_only=False):
+                **last_block):
     """The embeddings and every block of `encoder` (its own layers, the same weights) under an
-    attention `bias`; with `first_token_only`, the last block for each row's first token alone."""
+    attention `bias`; `last_block` picks the last block's queries (`TransformerBlock.call`)."""
     x = encoder.embeddings(inputs["input_word_ids"], inputs["input_type_ids"],
                            position_ids=position_ids, training=training)
     for block in encoder.blocks[:-1]:
         x = block(x, bias, training=training)
-    return encoder.blocks[-1](x, bias, training=training, first_token_only=first_token_only)
+    return encoder.blocks[-1](x, bias, training=training, **last_block)
 
 
-def packed_sequence_output(encoder: BertEncoder, inputs: dict, training=None):
-    """`encoder`'s final layer over packed rows (`data_gen.example_packing`): `input_mask` holds
-    each token's example number in its row (1, 2, ...; 0: padding), so attention stays within
-    each example and positions restart at 0 for each; every example's outputs are those it has
-    alone in a row of its own."""
-    mask = inputs["input_mask"]
-    return _run_layers(encoder, inputs, packed_attention_bias(mask),
-                       position_ids=packed_positions(mask), training=training)
+def packed_first_token_output(encoder: BertEncoder, inputs: dict, example_starts,
+                              training=None):
+    """[examples, H]: each packed example's final [CLS] state in packed rows
+    (`data_gen.example_packing`), in the order of `example_starts`
+    (the row-major flat index of each example's first token). As `first_token_output`, the last
+    layer runs for those tokens alone. `input_mask` holds each token's example number in its row
+    (1, 2, ...; 0: padding), so attention stays within each example and positions restart at 0
+    for each: every example's state is the one it gets alone in a row of its own."""
+    mask = ops.cast(inputs["input_mask"], "int32")
+    width = ops.shape(mask)[1]
+    slots = ops.max(mask)  # examples in the fullest row
+    numbers = ops.arange(1, slots + 1, dtype="int32")
+    # Row b's k-th example starts at its first token numbered k (a row with fewer examples
+    # points its spare slots at token 0; nothing reads them).
+    query_positions = ops.cast(ops.argmax(ops.cast(
+        mask[:, None, :] == numbers[None, :, None], "int32"), axis=-1), "int32")  # [B, slots]
+    first = _run_layers(encoder, inputs, packed_attention_bias(mask),
+                        position_ids=packed_positions(mask), training=training,
+                        query_positions=query_positions)  # [B, slots, H]
+    starts = ops.cast(example_starts, "int32")
+    slot = ops.take(ops.reshape(mask, (-1,)), starts) - 1
+    return ops.take(ops.reshape(first, (-1, encoder.config.hidden_size)),
+                    (starts // width) * slots + slot, axis=0)
 
 
 def first_token_output(encoder: BertEncoder, inputs: dict, training=None):

@@ -243,10 +243,17 @@ class TransformerBlock(keras.layers.Layer):
         self.output_layer_norm.build(hidden)
         self.built = True
 
-    def call(self, x, bias, training=None, first_token_only=False):
+    def call(self, x, bias, training=None, first_token_only=False, query_positions=None):
         """[B, L, H] -> [B, L, H]; with `first_token_only`, [B, 1, H]: the first token's output
-        alone (it still attends to every token), all that the pooler reads from the last layer."""
-        queries = x[:, :1, :] if first_token_only else x
+        alone (it still attends to every token), all that the pooler reads from the last layer;
+        with `query_positions` ([B, Q] int), [B, Q, H]: the outputs of those tokens of each row
+        alone (packed rows' [CLS] tokens), under their rows of a per-token `bias` [B, 1, L, L]."""
+        if query_positions is not None:
+            queries = ops.take_along_axis(x, query_positions[:, :, None], axis=1)
+            if bias.shape[2] != 1:  # per-token rows (packed), not one row for all
+                bias = ops.take_along_axis(bias, query_positions[:, None, :, None], axis=2)
+        else:
+            queries = x[:, :1, :] if first_token_only else x
         attended = self.attention(x, bias, training=training, queries=queries)
         attended = self.attention_dropout(self.attention_output(attended), training=training)
         x = self.attention_layer_norm(attended + queries)

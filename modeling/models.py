@@ -11,8 +11,8 @@ import keras
 from keras import ops
 
 from modeling import checkpoint_names as names
-from modeling.encoder import (INPUT_NAMES, BertEncoder, encoder_inputs, packed_sequence_output,
-                              pooled_output)
+from modeling.encoder import (INPUT_NAMES, BertEncoder, encoder_inputs,
+                              packed_first_token_output, pooled_output)
 from modeling.heads import (BiLstmTaggingHead, ClassificationHead, MaskedLMHead,
                             MultipleChoiceHead, NextSentenceHead, SpanHead, TokenTaggingHead)
 
@@ -113,12 +113,11 @@ class BertClassifier(_EncoderTask):
         return {"logits": self.head(pooled, training=training)}
 
     def packed_logits(self, inputs: dict, example_starts, training=None):
-        """The logits [examples, num_labels] of packed rows (`encoder.packed_sequence_output`):
-        the pooler and head on each example's [CLS], found at `example_starts` in the row-major
-        flattened rows; each example's logits are those it gets alone, by the same weights."""
-        sequence = packed_sequence_output(self.encoder, inputs, training=training)
-        first = ops.take(ops.reshape(sequence, (-1, self.encoder.config.hidden_size)),
-                         example_starts, axis=0)
+        """The logits [examples, num_labels] of packed rows (`data_gen.example_packing`): the
+        pooler and head on each example's [CLS], found at `example_starts` in the row-major
+        flattened rows (`encoder.packed_first_token_output`); each example's logits are those it
+        gets alone, by the same weights."""
+        first = packed_first_token_output(self.encoder, inputs, example_starts, training=training)
         return self.head(self.encoder.pooler.dense(first), training=training)
 
 

@@ -52,6 +52,20 @@ def test_packing_keeps_every_example_whole_in_fewer_rows():
         assert list(dict.fromkeys(real)) == list(range(1, len(set(real)) + 1))
 
 
+def test_exact_width_packing_cuts_rows_to_the_fullest_row():
+    """On a CPU without XLA the driver asks for `width_multiple=1`: rows end at the fullest
+    row's last token, and every example still unpacks whole."""
+    lengths = np.array([3, 5, 7, 9, 10, 30, 28])  # first fit: rows 30+10+7 and 28+9+5+3
+    features = synthetic_features(lengths, 48, seed=2)
+    batch = {name: tf.constant(value) for name, value in features.items()}
+    packed = {k: v.numpy() for k, v in pack_batch(batch, 48, width_multiple=1).items()}
+    assert (packed["input_mask"] > 0).sum(axis=1).tolist() == [47, 45]
+    assert packed["input_ids"].shape == (2, 47)
+    assert pack_batch(batch, 48)["input_ids"].shape == (2, 48)  # the default rounds up to 8
+    for i, got in enumerate(unpack(packed, lengths)):
+        np.testing.assert_array_equal(got["input_ids"], features["input_ids"][i, :lengths[i]])
+
+
 def test_packed_positions_and_attention_bias():
     mask = np.array([[1, 1, 1, 2, 2, 3, 0, 0],
                      [1, 1, 1, 1, 1, 0, 0, 0]], np.int32)

@@ -119,7 +119,8 @@ class ClassificationTask(FinetuningTask):
             return in_memory_dataset(
                 features, batch_size, is_training, seed=seed, input_context=input_context,
                 batching=dataclasses.replace(batching, trim=False, bucket_window=0),
-                transform=lambda batch: pack_batch(batch, length))
+                transform=lambda batch: pack_batch(
+                    batch, length, width_multiple=batching.width_multiple))
         return in_memory_dataset(features, batch_size, is_training, seed=seed,
                                  input_context=input_context, batching=batching)
 
