@@ -17,7 +17,8 @@ transformers, accelerate), made on first use; the project never depends on it.
     python bench/finetune_vs_pytorch.py --tasks SST-2 --seeds 1 --max_steps 200 --ours default,packed --no_peer
 
 Prints a Markdown table (wall time, training sequences/s, dev metrics, mean and spread over the
-seeds, ratio to the peer) and writes every run to bench/results/finetune_vs_pytorch.json.
+seeds, ratio to the peer) and writes every run to bench/results/finetune_vs_pytorch.json, and each
+run's output, every line stamped with its second, to bench/results/logs/.
 """
 from __future__ import annotations
 
@@ -62,21 +63,29 @@ def peer_python() -> str:
     return str(python)
 
 
-def timed(command: list, env=None) -> tuple[float, str]:
+def timed(command: list, log: str) -> tuple[float, str]:
+    """Runs `command`, returning its wall time and output; the output is also written to `log`,
+    each line stamped with the seconds since the start (where a slow run lost its time)."""
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    lines = []
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          cwd=REPO) as child, open(log, "w") as out:
+        for line in child.stdout:
+            lines.append(line)
+            out.write(f"{time.perf_counter() - start:8.1f} {line}")
     wall = time.perf_counter() - start
-    if done.returncode:
-        raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}\n"
-                         f"{done.stderr[-3000:]}")
-    return wall, done.stdout + done.stderr
+    if child.returncode:
+        raise SystemExit(f"failed ({child.returncode}): {' '.join(command)}\n"
+                         f"{''.join(lines)[-3000:]}")
+    return wall, "".join(lines)
 
 
-def run_peer(task: str, data_dir: str, seed: int, max_steps: int, work: str) -> dict:
+def run_peer(task: str, data_dir: str, seed: int, max_steps: int, work: str, logs: str) -> dict:
     wall, out = timed([peer_python(), "bench/_hf_finetune.py", f"--task={task}",
                        f"--data_dir={data_dir}", f"--model_dir={minilm_dir()}",
                        f"--output_dir={work}/peer", f"--seed={seed}",
-                       f"--max_steps={max_steps}"])
+                       f"--max_steps={max_steps}"], f"{logs}/transformers-{task}-{seed}.log")
     result = json.loads([line for line in out.splitlines()
                          if line.startswith('{"train_seconds"')][-1])
     return {"side": "transformers", "task": task, "seed": seed, "wall": wall,
@@ -86,7 +95,7 @@ def run_peer(task: str, data_dir: str, seed: int, max_steps: int, work: str) -> 
 
 
 def run_ours(config: str, task: str, data_dir: str, seed: int, max_steps: int,
-             work: str) -> dict:
+             work: str, logs: str) -> dict:
     output_dir = f"{work}/ours-{config}"
     shutil.rmtree(output_dir, ignore_errors=True)
     flags = [f"--task_name={task}", f"--data_dir={data_dir}", f"--output_dir={output_dir}",
@@ -96,7 +105,8 @@ def run_ours(config: str, task: str, data_dir: str, seed: int, max_steps: int,
              *OURS[config]]
     if max_steps > 0:
         flags.append(f"--num_train_steps={max_steps}")
-    wall, out = timed([sys.executable, "run_classifier.py", *flags])
+    wall, out = timed([sys.executable, "run_classifier.py", *flags],
+                      f"{logs}/ours-{config}-{task}-{seed}.log")
     loops = [(int(m.group(1)), float(m.group(2))) for m in
              re.finditer(r"step (\d+)/\d+ \|.*?\| ([\d.]+) examples/s", out)]
     # Training sequences/s over the whole of training: every loop's steps at its speed.
@@ -158,6 +168,7 @@ def main():
     args = parser.parse_args()
     configs = [c for c in args.ours.split(",") if c]
     runs = []
+    logs = os.path.join(os.path.dirname(args.out), "logs")  # every run's output, time-stamped
     with tempfile.TemporaryDirectory() as work:
         for seed in range(1, args.seeds + 1):
             for task in args.tasks.split(","):
@@ -166,8 +177,9 @@ def main():
                 if seed % 2 == 0:  # alternate who goes first
                     sides.reverse()
                 for side in sides:
-                    run = (run_peer(task, data_dir, seed, args.max_steps, work) if side == "peer"
-                           else run_ours(side, task, data_dir, seed, args.max_steps, work))
+                    run = (run_peer(task, data_dir, seed, args.max_steps, work, logs)
+                           if side == "peer" else
+                           run_ours(side, task, data_dir, seed, args.max_steps, work, logs))
                     runs.append(run)
                     print(json.dumps(run), flush=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
