@@ -17,9 +17,11 @@ $(VENV)/.installed: setup.py
 
 venv: $(VENV)/.installed
 
-# The main job end to end on text every Python has (no ../shared needed): pretrain a small BERT.
+# Both halves of BERT, on data every install has (no ../shared needed): pretrain a small BERT
+# from raw text, then fine-tune the real MiniLM weights and serve raw text from a fresh process.
 demo: $(VENV)/.installed
-	$(PY) examples/pretrain_demo.py --output_dir out/demo
+	$(PY) examples/pretrain_demo.py --output_dir out/demo/pretrain
+	$(PY) examples/finetune_demo.py --output_dir out/demo/finetune
 
 # Real pretrained weights (MiniLM) through a TF1 checkpoint, encoding sentences.
 demo-encode: $(VENV)/.installed
