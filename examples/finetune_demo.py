@@ -81,7 +81,8 @@ def main():
     describe_data(train, dev)
     run("fine-tune MiniLM on the docstring topics, evaluate on dev, export a SavedModel",
         shown(EXAMPLES.parent / "run_classifier.py"), "--task_name=generic",
-        f"--data_dir={shown(DATA)}", "--text_a_column=sentence", "--label_column=label", "--id_column=id",
+        f"--data_dir={shown(DATA)}", "--text_a_column=sentence", "--label_column=label",
+        "--id_column=id",
         f"--init_checkpoint={minilm_folder()}", f"--output_dir={out}",
         "--do_train", "--do_eval", f"--export_dir={out}/serving", "--max_seq_length=64",
         "--train_batch_size=32", f"--learning_rate={args.learning_rate}",
