@@ -86,6 +86,16 @@ def test_majority_baseline_of_the_committed_data():
     assert demo.majority_baseline(train, dev) == ("files", 40 / 168)
 
 
+def test_readme_shows_the_demos_sentences_with_the_right_labels():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"\n  label +probability +sentence\n(.*?)\n```", readme, re.S).group(1)
+    rows = [line.split(maxsplit=2) for line in block.splitlines()]
+    demo = load_example("finetune_demo")
+    assert [sentence for _, _, sentence in rows] == demo.SENTENCES
+    assert [label for label, _, _ in rows] == [label for label in LABELS for _ in range(2)]
+    assert all(0.2 < float(probability) <= 1 for _, probability, _ in rows)
+
+
 def test_a_step_prints_the_command_it_runs(capfd):
     steps = load_example("demo_steps")
     seconds = steps.run("say hello", "-c", "print('hello')")
@@ -146,7 +156,12 @@ def test_finetuning_half_on_minilm_learns_and_serves(minilm_dir, tmp_path):
     accuracy = read_results(tmp_path / "finetune" / "best" / "eval_results.txt")["eval_accuracy"]
     assert accuracy >= 0.85  # always answering one label scores 0.238
     answers = re.split(r"\n +label +probability +sentence\n", result.stdout)[1].splitlines()
-    labels = [line.split()[0] for line in answers if line.startswith("  ")]
-    demo = load_example("finetune_demo")
-    assert labels == [label for label in LABELS for _ in range(2)], answers
-    assert len(demo.SENTENCES) == 10
+    served = [line.split(maxsplit=2) for line in answers if line.startswith("  ")]
+    # What the README shows: the same labels, and probabilities within round-off of another CPU.
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"\n  label +probability +sentence\n(.*?)\n```", readme, re.S).group(1)
+    shown = [line.split(maxsplit=2) for line in block.splitlines()]
+    assert [(label, text) for label, _, text in served] == [
+        (label, text) for label, _, text in shown], answers
+    for (_, probability, _), (_, expected, _) in zip(served, shown, strict=True):
+        assert abs(float(probability) - float(expected)) <= 0.03, answers
