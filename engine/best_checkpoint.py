@@ -47,7 +47,7 @@ class BestCheckpoint:
         staging = staging_directory(self.directory)
         tf.train.Checkpoint(model=model).write(os.path.join(staging, "model"))
         write_eval_results(os.path.join(staging, RESULTS_FILE), results)
-        replace_directory(staging, self.directory)
+        replace_directory(staging, self.directory, fault_point="best_swap")
         logger.info("new best %s = %.4f at step %d (was %s): saved in %s", self.metric, score,
                     int(results.get("global_step", -1)),
                     "none" if self.score is None else f"{self.score:.4f}", self.directory)

@@ -29,6 +29,8 @@ from typing import Callable, Protocol
 import tensorflow as tf
 import keras
 
+from modeling import fault_points
+
 logger = logging.getLogger(__name__)
 
 
@@ -241,11 +243,15 @@ class Trainer:
         return float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
 
     # ------------------------------------------------------------------------- public
-    def train(self, dataset_fn: Callable, on_loop_end: Callable | None = None) -> dict:
+    def train(self, dataset_fn: Callable, on_loop_end: Callable | None = None,
+              on_resume: Callable | None = None) -> dict:
         """Train to `num_train_steps` updates from wherever the newest checkpoint left off.
 
         `dataset_fn(input_context)` returns this input pipeline's dataset, batched per replica
-        with `num_accumulation_steps` micro-batches per element. Returns the last loop's metrics.
+        with `num_accumulation_steps` micro-batches per element. `on_loop_end(step, metrics)`
+        runs after each loop (and its checkpoint); `on_resume(step)` runs once after a checkpoint
+        is restored, before training goes on (to finish what a killed run left undone at that
+        step). Returns the last loop's metrics.
         """
         cfg = self.config
         single = (self.strategy.num_replicas_in_sync == 1) and cfg.checkpoint_iterator
@@ -256,6 +262,8 @@ class Trainer:
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
             logger.info("resumed from %s at step %d", manager.latest_checkpoint, self.global_step)
+            if on_resume:
+                on_resume(self.global_step)
         step = self.global_step
         if not single:
             iterator = iter(self.strategy.distribute_datasets_from_function(
@@ -283,8 +291,10 @@ class Trainer:
                         cfg.num_train_steps,
                         " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), lr, speed,
                         format_duration(eta))
+            fault_points.reached("train_loop")
             if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
                     or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
+                fault_points.reached("checkpoint_write", self.work_dir)
                 path = manager.save(checkpoint_number=step)
                 logger.info("saved %s", path)
             if on_loop_end:

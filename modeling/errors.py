@@ -23,6 +23,9 @@ from typing import Callable
 
 TRACEBACK_VARIABLE = "BERT_TRACEBACK"
 USAGE_STATUS = 2
+# Called (no arguments) when a program stops on a user error, before it exits: each undoes what
+# the refused run began to write (`modeling.output_lock.roll_back`).
+ON_USER_ERROR: list = []
 
 
 class UserError(ValueError):
@@ -88,6 +91,9 @@ def guarded(main: Callable) -> Callable:
             return main(argv)
         except Exception as error:  # noqa: BLE001 - sorted into user errors and the rest
             status = user_error_status(error)
+            if status is not None:
+                for undo in ON_USER_ERROR:
+                    undo()
             if status is None or os.environ.get(TRACEBACK_VARIABLE):
                 raise
             report(message_of(error), status)

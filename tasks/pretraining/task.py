@@ -70,6 +70,13 @@ class PretrainingTask:
         self.masking = {"vocab_size": config.vocab_size, "mask_id": mask_id, "cls_id": cls_id,
                         "sep_id": sep_id, "masked_lm_prob": self.masked_lm_prob}
 
+    def identity(self) -> dict:
+        """What an output folder's run is trained on (`engine.run_config`)."""
+        return {"task": "pretraining", "max_seq_length": self.max_seq_length,
+                "max_predictions_per_seq": self.max_predictions_per_seq,
+                "dynamic_masking": self.dynamic_masking,
+                "masked_lm_prob": self.masked_lm_prob if self.dynamic_masking else None}
+
     def describe(self) -> str:
         return f"{len(self.files)} input files"
 
