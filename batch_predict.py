@@ -38,7 +38,7 @@ flags.DEFINE_integer("num_output_shards", 0, "--beam: output shards (0: the runn
 
 
 def main(argv):
-    from engine.errors import SettingsError
+    from modeling.errors import SettingsError
     from engine.saved_model_predict import SavedModelPredictor, predict_file
 
     runner_flags.setup_logging()

@@ -24,7 +24,7 @@ from absl import flags, logging
 
 from data_gen import tokenization
 from modeling.atomic_files import write_text
-from modeling.errors import as_user_error, run_main
+from modeling.errors import SettingsError, as_user_error, run_main
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 UNUSED_BEFORE_SPECIALS = 99  # [unused0]..[unused98] sit between [PAD] and [UNK] = 100
@@ -35,7 +35,7 @@ MAX_TOKEN_CHARS = 50  # FastWordpieceTokenizer takes entries up to 256 bytes
 def reserved_tokens(num_unused: int = NUM_UNUSED_TOKENS) -> list:
     """`[PAD]`, the unused slots and the special tokens at the original vocabularies' ids."""
     if num_unused < UNUSED_BEFORE_SPECIALS:
-        raise ValueError(f"--num_unused_tokens={num_unused}: [UNK] is id 100 only with at least "
+        raise SettingsError(f"--num_unused_tokens={num_unused}: [UNK] is id 100 only with at least "
                          f"{UNUSED_BEFORE_SPECIALS} unused tokens before it")
     unused = [f"[unused{i}]" for i in range(num_unused)]
     return (["[PAD]"] + unused[:UNUSED_BEFORE_SPECIALS] + list(SPECIAL_TOKENS)
@@ -125,7 +125,7 @@ def build_vocab(word_counts, vocab_size: int, num_unused: int = NUM_UNUSED_TOKEN
     chars = sorted({char for word in word_counts for char in word})
     needed = len(reserved) + 2 * len(chars)
     if vocab_size < needed:
-        raise ValueError(
+        raise SettingsError(
             f"--vocab_size={vocab_size} is too small: {len(reserved)} reserved entries "
             f"(--num_unused_tokens={num_unused}) and {len(chars)} characters seen, each alone "
             f"and with '##', need {needed} before anything is learned")

@@ -21,6 +21,7 @@ import os
 
 from data_gen.errors import DataError
 from data_gen import tfrecord_frames
+from modeling import fault_points
 from modeling.atomic_files import is_remote, temporary_name
 
 
@@ -113,6 +114,8 @@ class ShardedRecordWriter:
             raise ValueError(f"{len(chunks)} chunks for {len(self._files)} shards")
         for j, chunk in enumerate(chunks):
             self._files[(self.written + j) % len(self._files)].write(chunk)
+            if j == 0 and self.written == 0:
+                fault_points.reached("records")
         self.written += count
 
     def __exit__(self, error_type, error, traceback) -> None:

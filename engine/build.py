@@ -15,8 +15,7 @@ import logging
 import os
 from typing import Callable
 
-from engine.errors import SettingsError
-from modeling import output_lock
+from modeling.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -81,24 +80,32 @@ def model_files(settings: RunSettings, vocab_required: bool = True):
     return config, vocab
 
 
+def held_outputs(settings: RunSettings, **others) -> dict:
+    """The outputs this process must hold for the run (`modeling.output_lock.holding`):
+    `output_dir` and `others` (`export_dir=...`), for the process that writes them."""
+    from engine.distribution import writes_outputs
+
+    check_output_dir(settings.output_dir)
+    if not writes_outputs(settings.distribution_strategy):
+        return {}
+    outputs = {settings.output_dir: "--output_dir"}
+    outputs.update({path: f"--{name}" for name, path in others.items() if path})
+    return outputs
+
+
 def start_run(settings: RunSettings, config, vocab_file: str | None) -> Run:
-    """Seeds, precision, the strategy, and this process's hold on `output_dir`; call before
-    building any model. Nothing is written yet: `open_output` makes the folders, once every
-    check that can refuse the run has passed."""
+    """Seeds, precision and the strategy; call before building any model. Nothing is written
+    yet: `open_output` makes the folders, once every check that can refuse the run passed."""
     import keras
 
     from engine.distribution import get_strategy, set_precision
     from engine.training import worker_dir
 
-    check_output_dir(settings.output_dir)
     keras.utils.set_random_seed(settings.random_seed)
     set_precision(settings.dtype)
     strategy = get_strategy(settings.distribution_strategy, settings.tpu_address)
     work_dir = worker_dir(strategy, settings.output_dir)
-    chief = work_dir == settings.output_dir
-    if chief:  # one run per output_dir: a second process is refused here, having written nothing
-        output_lock.hold(settings.output_dir, "--output_dir")
-    return Run(config, vocab_file, strategy, work_dir, chief=chief)
+    return Run(config, vocab_file, strategy, work_dir, chief=work_dir == settings.output_dir)
 
 
 def check_output_dir(output_dir: str) -> None:

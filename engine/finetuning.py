@@ -27,9 +27,9 @@ from typing import Callable
 import numpy as np
 
 from engine.best_checkpoint import BestCheckpoint
-from engine.build import (RunSettings, build_trainer, check_batch_split, model_files,
-                          open_output, start_run)
-from engine.errors import SettingsError
+from engine.build import (RunSettings, build_trainer, check_batch_split, held_outputs,
+                          model_files, open_output, start_run)
+from modeling.errors import SettingsError
 from engine.results import (RESULTS_FILE, format_results, log_results, read_eval_results,
                             write_eval_results)
 from engine.run_config import check_run_config, record_run_config
@@ -66,11 +66,17 @@ class NoTrainedWeightsError(SettingsError):
 
 # ------------------------------------------------------------------------------------ the driver
 def finetune(task, settings: FinetuneSettings) -> None:
-    """Run `task` as `settings` say (see the module docstring)."""
+    """Run `task` as `settings` say (see the module docstring), holding `output_dir` and
+    `export_dir` against other processes (`modeling.output_lock`) from the start."""
+    check_settings(settings)
+    with output_lock.holding(held_outputs(settings, export_dir=settings.export_dir)):
+        _finetune(task, settings)
+
+
+def _finetune(task, settings: FinetuneSettings) -> None:
     from data_gen.tokenization import FullTokenizer, special_token_ids
     from engine.task import Setup
 
-    check_settings(settings)
     task.check(settings)
     if settings.pack_examples and not task.packs_examples:
         raise SettingsError(f"--pack_examples: {task.title} cannot pack several examples into "
@@ -83,8 +89,6 @@ def finetune(task, settings: FinetuneSettings) -> None:
         raise SettingsError(f"--max_seq_length={settings.max_seq_length} exceeds the model's "
                             f"max_position_embeddings={config.max_position_embeddings}")
     run = start_run(settings, config, vocab_file)
-    if run.chief and settings.export_dir:
-        output_lock.hold(settings.export_dir, "--export_dir")
     batching = batching_of(settings, run.strategy)
     tokenizer = FullTokenizer(vocab_file, do_lower_case=settings.do_lower_case)
     # A DataError naming the file; without [UNK] the first unknown character would fail.

@@ -14,9 +14,9 @@ import dataclasses
 import logging
 import os
 
-from engine.build import (RunSettings, build_trainer, check_batch_split, model_files,
-                          open_output, start_run)
-from engine.errors import SettingsError
+from engine.build import (RunSettings, build_trainer, check_batch_split, held_outputs,
+                          model_files, open_output, start_run)
+from modeling.errors import SettingsError
 from engine.results import RESULTS_FILE, log_results, write_eval_results
 from engine.run_config import PRETRAINING, check_run_config, record_run_config
 from modeling import fault_points, output_lock
@@ -34,6 +34,12 @@ class PretrainSettings(RunSettings):
 
 
 def pretrain(task, settings: PretrainSettings) -> None:
+    """Train and evaluate as `settings` say, holding `output_dir` against other processes."""
+    with output_lock.holding(held_outputs(settings)):
+        _pretrain(task, settings)
+
+
+def _pretrain(task, settings: PretrainSettings) -> None:
     from modeling import checkpoints, convert
     from modeling.atomic_files import recover_directory, replace_directory, staging_directory
 

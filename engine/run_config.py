@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 
-from engine.errors import SettingsError
+from modeling.errors import SettingsError
 from engine.training import is_training_checkpoint
 from modeling.atomic_files import write_text
 

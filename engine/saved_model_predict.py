@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from data_gen.errors import DataError, decode_line
-from engine.errors import SettingsError
+from modeling.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 

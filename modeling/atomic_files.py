@@ -65,10 +65,10 @@ def atomic_path(path, suffix: str = ""):
 _TEMPORARY = re.compile(r"^\..+\.tmp(\d+)(\.[A-Za-z0-9]+)?$")
 
 
-def remove_temporary_files(directory) -> list:
+def remove_temporary_files(directory, names=None) -> list:
     """Delete the hidden temporary files (`.NAME.tmp<pid>`) that writes killed before their
-    rename left in `directory`; call only while holding the folder (`modeling.output_lock`), so
-    that no live writer owns them. Returns the paths removed."""
+    rename left in `directory` (only those of `names`, when given); call only while holding the
+    outputs (`modeling.output_lock`), so that no live writer owns them. Returns what was removed."""
     removed = []
     directory = os.fspath(directory)
     if is_remote(directory) or not os.path.isdir(directory):
@@ -76,7 +76,8 @@ def remove_temporary_files(directory) -> list:
     for name in sorted(os.listdir(directory)):
         match = _TEMPORARY.match(name)
         path = os.path.join(directory, name)
-        if match and int(match.group(1)) != os.getpid() and os.path.isfile(path):
+        if (match and int(match.group(1)) != os.getpid() and os.path.isfile(path)
+                and (names is None or match.group(1) and name[1:name.rindex(".tmp")] in names)):
             os.remove(path)
             removed.append(path)
     return removed

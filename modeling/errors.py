@@ -2,7 +2,7 @@
 
 A user error is a mistake the user can fix: bad data, a bad config or checkpoint, a flag that cannot
 work, a missing file. Each layer raises its own kind (`ConfigError`, `CheckpointError`,
-`data_gen.errors.DataError`, `engine.errors.SettingsError`, ...), all `UserError`s whose message
+`data_gen.errors.DataError`, `modeling.errors.SettingsError`, ...), all `UserError`s whose message
 starts with the file (and line) at fault. Every program's front door (the runners, the data tools,
 the converter) runs its `main` through `run_main`, which prints such an error as
 
@@ -23,15 +23,19 @@ from typing import Callable
 
 TRACEBACK_VARIABLE = "BERT_TRACEBACK"
 USAGE_STATUS = 2
-# Called (no arguments) when a program stops on a user error, before it exits: each undoes what
-# the refused run began to write (`modeling.output_lock.roll_back`).
-ON_USER_ERROR: list = []
 
 
 class UserError(ValueError):
     """A mistake the user can fix; the message names the file (and line) or flag at fault."""
 
     exit_status = 1
+
+
+class SettingsError(UserError):
+    """Settings that cannot work (a flag out of range, a missing file or flag, a setting the model
+    or the output folder does not fit): exit status 2, as a bad flag."""
+
+    exit_status = USAGE_STATUS
 
 
 def as_user_error(error: Exception) -> Exception:
@@ -91,9 +95,6 @@ def guarded(main: Callable) -> Callable:
             return main(argv)
         except Exception as error:  # noqa: BLE001 - sorted into user errors and the rest
             status = user_error_status(error)
-            if status is not None:
-                for undo in ON_USER_ERROR:
-                    undo()
             if status is None or os.environ.get(TRACEBACK_VARIABLE):
                 raise
             report(message_of(error), status)

@@ -12,13 +12,14 @@ a stale one (left by a kill) is simply locked again. Where the parent folder is 
 output folder itself is locked (`flock` on the directory; no pid to show). Remote outputs
 (`gs://...`) are not locked: no OS lock reaches them.
 
-Until the run calls `setup_done`, a user error rolls the outputs back (`roll_back`, called by
-`modeling.errors`): a refused run leaves each output as it found it, whatever it had begun to
-write (features, run_config.json).
+Programs hold their outputs for a block (`holding`). Until the run calls `setup_done`, a user
+error in the block rolls each output back (`roll_back`): a refused run leaves each output as it
+found it, whatever it had begun to write (features, run_config.json).
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import fcntl
 import os
@@ -145,31 +146,56 @@ def setup_done(output) -> None:
     _setups.pop(os.path.abspath(os.fspath(output)), None)
 
 
-def roll_back() -> list:
-    """For a run refused during its set-up (a user error): remove what it added to each output
-    it holds (an output folder it created, new files and folders in one that existed, parent
-    folders `hold` made). Entries that were there before are never touched. Returns the paths
-    removed."""
+def roll_back(output) -> list:
+    """For a run refused during its set-up: remove what it added to `output` (the folder, if it
+    created it; else new files and folders in it; parent folders `hold` made). Entries that were
+    there before are never touched, nor a file output that existed. Returns the paths removed."""
     import shutil
 
+    key = os.path.abspath(os.fspath(output))
     removed = []
-    for key, (entries, made) in list(_setups.items()):
-        if entries is None:
-            if os.path.lexists(key):
-                shutil.rmtree(key, ignore_errors=True) if os.path.isdir(key) else os.remove(key)
-                removed.append(key)
-        elif entries is not FILE and os.path.isdir(key):
-            for name in sorted(set(os.listdir(key)) - entries):
-                path = os.path.join(key, name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    os.remove(path)
-                removed.append(path)
-        _setups.pop(key)
-        release(key)
-        _remove_made(made)
+    if key not in _setups:
+        return removed
+    entries, made = _setups.pop(key)
+    if entries is None:
+        if os.path.isdir(key) and not os.path.islink(key):
+            shutil.rmtree(key, ignore_errors=True)
+            removed.append(key)
+        elif os.path.lexists(key):
+            os.remove(key)
+            removed.append(key)
+    elif entries is not FILE and os.path.isdir(key):
+        for name in sorted(set(os.listdir(key)) - entries):
+            path = os.path.join(key, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
+            removed.append(path)
+    release(key)
+    _remove_made(made)
     return removed
+
+
+@contextlib.contextmanager
+def holding(outputs: dict):
+    """Hold each output of `{path: what}` (`what` names it in a refusal, `--output_dir`) for the
+    block; on a user error during set-up (before `setup_done`) roll each back, then release."""
+    newly = []
+    try:
+        for path, what in outputs.items():
+            if path and not is_held(path):
+                hold(path, what)
+                newly.append(path)
+        yield
+    except BaseException as error:
+        if errors.user_error_status(error) is not None:
+            for path in newly:
+                roll_back(path)
+        raise
+    finally:
+        for path in newly:
+            release(path)
 
 
 def release(output) -> None:
@@ -185,9 +211,6 @@ def release(output) -> None:
         except OSError:
             pass
     os.close(fd)
-
-
-errors.ON_USER_ERROR.append(roll_back)
 
 
 @atexit.register

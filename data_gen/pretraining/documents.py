@@ -32,7 +32,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 
 from absl import logging
 
-from modeling.errors import UserError
+from modeling.errors import SettingsError, UserError
 
 
 class InputFormatError(UserError):
@@ -211,7 +211,7 @@ class InputOptions(NamedTuple):
 
     def check(self) -> "InputOptions":
         if self.input_format not in READERS:
-            raise ValueError(f"--input_format={self.input_format!r}: expected one of "
+            raise SettingsError(f"--input_format={self.input_format!r}: expected one of "
                              f"{', '.join(READERS)}")
         return self
 

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import os
 
-from engine.errors import SettingsError
+from modeling.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ def layers() -> tuple:
     try:
         return tuple(int(x) for x in FLAGS.layers.split(","))
     except ValueError:
-        from engine.errors import SettingsError
+        from modeling.errors import SettingsError
 
         raise SettingsError(f"--layers={FLAGS.layers}: comma-separated integers, such as "
                             f"-1,-2,-3,-4") from None

@@ -18,7 +18,7 @@ import os
 import numpy as np
 from keras import ops
 
-from engine.errors import SettingsError
+from modeling.errors import SettingsError
 from engine.task import FinetuningTask, Split
 from modeling import losses
 from tasks.multiple_choice.features import MASKED_LOGIT

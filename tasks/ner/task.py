@@ -20,7 +20,7 @@ import os
 
 from keras import ops
 
-from engine.errors import SettingsError
+from modeling.errors import SettingsError
 from engine.task import FinetuningTask, Split
 from modeling import losses
 from tasks.tensors import model_inputs, pad_positions

@@ -15,7 +15,7 @@ import glob
 
 from keras import ops
 
-from engine.errors import SettingsError
+from modeling.errors import SettingsError
 from modeling import losses
 from tasks.tensors import model_inputs
 
