@@ -20,6 +20,7 @@ from absl import flags
 
 import runner_flags
 from modeling import environment  # noqa: F401  (before TensorFlow)
+from modeling import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -35,6 +36,8 @@ flags.DEFINE_integer("batch_size", 32, "Lines per call of the SavedModel.")
 flags.DEFINE_integer("lines_per_shard", 1000, "Lines per unit of work.")
 flags.DEFINE_bool("beam", False, "Run as an Apache Beam pipeline (Beam's flags after --).")
 flags.DEFINE_integer("num_output_shards", 0, "--beam: output shards (0: the runner decides).")
+flag_ranges.at_least_one("batch_size", "lines_per_shard")
+flag_ranges.check("num_output_shards", 0, why="0: the runner decides")
 
 
 def main(argv):

@@ -10,16 +10,19 @@ original's metrics for at most `max_eval_steps` batches to `eval_results.txt`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 
+from data_gen.errors import DataError
 from engine.build import (RunSettings, build_trainer, check_batch_split, held_outputs,
                           model_files, open_output, start_run)
-from modeling.errors import SettingsError
 from engine.results import RESULTS_FILE, log_results, write_eval_results
 from engine.run_config import PRETRAINING, check_run_config, record_run_config
+from engine.training import EmptyInputError
 from modeling import fault_points, output_lock
+from modeling.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +34,17 @@ class PretrainSettings(RunSettings):
     do_train: bool = False
     do_eval: bool = False
     max_eval_steps: int = 100
+
+
+@contextlib.contextmanager
+def unreadable_input_reported(task):
+    """TensorFlow's DataLossError on a damaged record file, as a DataError naming the file."""
+    import tensorflow as tf
+
+    try:
+        yield
+    except tf.errors.DataLossError as error:
+        raise task.input_error(error) from None
 
 
 def pretrain(task, settings: PretrainSettings) -> None:
@@ -81,7 +95,8 @@ def _pretrain(task, settings: PretrainSettings) -> None:
 
     if settings.do_train:
         # Each dataset element holds the micro-batches of one update.
-        trainer.train(dataset_fn(settings.train_batch_size, True))
+        with unreadable_input_reported(task):
+            trainer.train(dataset_fn(settings.train_batch_size, True))
         export = os.path.join(settings.output_dir, TF1_EXPORT)
         if run.chief:  # staged and swapped in: tf1/ is complete or absent, whatever the kill
             recover_directory(export)
@@ -96,8 +111,14 @@ def _pretrain(task, settings: PretrainSettings) -> None:
                             f"{settings.output_dir} and no --init_checkpoint")
 
     if settings.do_eval:
-        results = trainer.evaluate(dataset_fn(settings.eval_batch_size, False),
-                                   max_steps=settings.max_eval_steps)
+        with unreadable_input_reported(task):
+            try:
+                results = trainer.evaluate(dataset_fn(settings.eval_batch_size, False),
+                                           max_steps=settings.max_eval_steps)
+            except EmptyInputError:
+                raise DataError(f"{', '.join(task.files)}: fewer records than "
+                                f"--eval_batch_size={settings.eval_batch_size}, nothing to "
+                                f"evaluate; use a smaller --eval_batch_size") from None
         fault_points.reached("evaluation")
         results["global_step"] = trainer.global_step
         path = os.path.join(settings.output_dir, RESULTS_FILE)

@@ -69,6 +69,10 @@ def remove_partial_checkpoints(directory: str) -> list[str]:
     return removed
 
 
+class EmptyInputError(ValueError):
+    """An evaluation or prediction dataset yielded no batch."""
+
+
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite; the run stopped without saving."""
 
@@ -311,7 +315,7 @@ class Trainer:
             step = self._eval_step(batch)
             totals = step if totals is None else {k: totals[k] + step[k] for k in totals}
         if totals is None:
-            raise ValueError("evaluation dataset is empty")
+            raise EmptyInputError("evaluation dataset is empty")
         metrics = _ratio(totals)
         self._summary("eval", metrics, self.global_step)
         return metrics

@@ -83,6 +83,15 @@ def remove_temporary_files(directory, names=None) -> list:
     return removed
 
 
+def remove_partial_files(path) -> list:
+    """The hidden temporary files of `path` (`.NAME.tmp<pid>`) that killed writes left beside
+    it; call while holding `path` (`modeling.output_lock`). Returns what was removed."""
+    if is_remote(path):
+        return []
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    return remove_temporary_files(folder, [name])
+
+
 def write_text(path, text: str) -> None:
     """`text` (UTF-8) as the whole content of `path`, local or remote, atomically."""
     with atomic_path(path) as tmp:

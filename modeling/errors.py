@@ -17,7 +17,9 @@ This module sits in the lowest layer so that every layer's errors and every fron
 """
 from __future__ import annotations
 
+import errno
 import os
+import re
 import sys
 from typing import Callable
 
@@ -76,10 +78,53 @@ def user_error_status(error: BaseException) -> int | None:
     tf = sys.modules.get("tensorflow")
     if tf is not None and isinstance(error, tf.errors.NotFoundError):
         return 1
+    if environment_failure(error):
+        return 1
     return None
 
 
+# What the operating system says when a write cannot be done, in TensorFlow's messages too.
+_ENVIRONMENT = {"No space left on device": "free some space", "File too large": "free some "
+                "space or raise the file size limit", "Disk quota exceeded": "free some space",
+                "Read-only file system": "write elsewhere", "Permission denied": "check the "
+                "folder's permissions"}
+_PATH = re.compile(r"(/[^\s;:'\"]+)")
+
+
+def environment_failure(error: BaseException) -> str | None:
+    """For a write the machine refused (disk full, file size limit, read-only, permission),
+    raised as an OSError or by TensorFlow: `PATH: reason; what to do`, else None."""
+    if isinstance(error, OSError) and error.errno in _ERRNOS:
+        reason = os.strerror(error.errno)
+        path = error.filename
+    else:
+        tf = sys.modules.get("tensorflow")
+        if tf is None or not isinstance(error, tf.errors.OpError):
+            return None
+        text = getattr(error, "message", str(error))
+        reason = next((r for r in _ENVIRONMENT if r in text), None)
+        if reason is None:
+            return None
+        path = next((p for p in _PATH.findall(text)
+                     if os.path.dirname(p) != os.sep and os.path.isdir(os.path.dirname(p))), None)
+    advice = _ENVIRONMENT.get(reason, "free some space")
+    where = path
+    if path:  # a checkpoint or shard is written under a temporary name: name its folder
+        parts = path.split(os.sep)
+        temporary = [i for i, part in enumerate(parts) if part.endswith("_temp") or ".tmp" in part]
+        if temporary:
+            where = os.sep.join(parts[:temporary[0]]) or os.sep
+    return (f"{where or 'an output'}: {reason.lower()} while writing; {advice}, then run the "
+            f"same command again (it resumes where it stopped)")
+
+
+_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}
+
+
 def message_of(error: BaseException) -> str:
+    failure = environment_failure(error)
+    if failure:
+        return failure
     if isinstance(error, OSError) and error.filename is not None:
         return f"{error.filename}: {error.strerror or error}"
     if not isinstance(error, UserError) and type(error).__module__.startswith("tensorflow"):

@@ -39,7 +39,7 @@ from data_gen.pretraining.records import RecordMaker
 from data_gen.pretraining.stats import PretrainingStats
 from data_gen.records import ShardedRecordWriter, check_output_files
 from modeling import output_lock
-from modeling.atomic_files import remove_temporary_files, write_text
+from modeling.atomic_files import remove_partial_files, write_text
 from modeling.errors import SettingsError, as_user_error, run_main
 
 FLAGS = flags.FLAGS
@@ -115,10 +115,7 @@ def create_pretraining_data(input_files: list, output_files: list, vocab_file: s
 def remove_leftovers(outputs: list) -> None:
     """The hidden temporary shards a killed run of these outputs left (the outputs are held)."""
     for path in outputs:
-        if "://" in path:
-            continue
-        folder, name = os.path.split(os.path.abspath(path))
-        for removed in remove_temporary_files(folder, [name]):
+        for removed in remove_partial_files(path):
             logging.info("removed %s, a partial file left by an interrupted run", removed)
 
 

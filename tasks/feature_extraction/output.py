@@ -20,7 +20,8 @@ import shutil
 
 import numpy as np
 
-from modeling.atomic_files import atomic_path
+from modeling import fault_points
+from modeling.atomic_files import atomic_path, remove_partial_files
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,9 @@ class ShardedOutput:
         folder, name = os.path.split(os.path.abspath(output_file))
         self.parts = os.path.join(folder, f".{name}.parts")
         self.vectors, self.handle, self.in_shard = [], None, 0
+        for path in remove_partial_files(output_file):
+            logger.info("removed %s, a partial file left by an interrupted run", path)
+        self.created = not os.path.isdir(self.parts)
         settings = os.path.join(self.parts, "settings.json")
         previous = None
         if os.path.isfile(settings):
@@ -68,6 +72,8 @@ class ShardedOutput:
         for name in os.listdir(self.parts):
             if name.endswith(".tmp"):
                 os.remove(os.path.join(self.parts, name))
+                logger.info("removed %s, a partial shard left by an interrupted run",
+                            os.path.join(self.parts, name))
         self.shards = len(self._shard_files())
         self.done = self.shards * lines_per_shard
         self.total = self.done
@@ -93,6 +99,8 @@ class ShardedOutput:
                 self.handle = open(self._shard_path() + ".tmp", "w", encoding="utf-8")
             self.handle.write(item + "\n")
         self.in_shard += 1
+        if self.in_shard == 1:
+            fault_points.reached("parts")
         self.total += 1
         if self.in_shard == self.lines_per_shard:
             self._close_shard()
@@ -111,6 +119,14 @@ class ShardedOutput:
         os.replace(path + ".tmp", path)
         self.shards += 1
         self.in_shard = 0
+
+    def discard_new(self) -> None:
+        """Remove the shards folder if this run made it (a run refused on bad input)."""
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+        if self.created:
+            shutil.rmtree(self.parts, ignore_errors=True)
 
     def finish(self, width: int | None = None) -> int:
         """Join the shards into the output file (atomically) and remove them; returns the number
