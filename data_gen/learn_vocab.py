@@ -165,9 +165,6 @@ def main(argv) -> None:
     try:
         paths = input_paths(FLAGS.input_file)
         reserved_tokens(FLAGS.num_unused_tokens)  # a wrong layout fails before the long count
-        output_folder = os.path.dirname(os.path.abspath(FLAGS.output_file))
-        if not os.path.isdir(output_folder):
-            raise FileNotFoundError(f"--output_file: folder {output_folder} does not exist")
         with output_lock.holding({FLAGS.output_file: "--output_file"}):
             counts = count_words(paths, FLAGS.do_lower_case, FLAGS.skip_invalid_utf8)
             if not counts:

@@ -60,14 +60,15 @@ def read_records(path, spec: dict) -> dict:
     return {name: np.concatenate([batch[name] for batch in batches]) for name in spec}
 
 
-def check_output_files(paths: list) -> list:
-    """The `--output_file` list: non-empty and without repeats; missing folders are created."""
+def check_output_files(paths: list, make_folders: bool = True) -> list:
+    """The `--output_file` list: non-empty and without repeats; missing folders are created
+    (unless `make_folders` is False: a check before anything is written)."""
     if not paths:
         raise ValueError("--output_file names no file")
     repeated = sorted({path for path in paths if paths.count(path) > 1})
     if repeated:
         raise ValueError(f"--output_file lists {', '.join(repeated)} more than once")
-    for path in paths:
+    for path in paths if make_folders else ():
         directory = os.path.dirname(path)
         if not directory:
             continue

@@ -100,13 +100,14 @@ def restore(model, source: TensorSource, allow_new_heads: bool = False,
         hint = ("" if allow_new_heads or not any(names.is_head(n) for n in missing) else
                 "\n(heads that fine-tuning adds on purpose are allowed with allow_new_heads=True)")
         unset = _unset_config_keys(model)
-        if unset:
-            hint += (f"\nthe bert config does not set {', '.join(unset)}: the original's "
-                     f"defaults were used; copy the checkpoint's own bert_config.json")
-        shown = errors[:MAX_LISTED]
+        cause = ""
+        if unset:  # the likely cause first, and a few variables as evidence
+            cause = (f": the bert config does not set {', '.join(unset)}, so the original's "
+                     f"defaults were used; use the checkpoint's own bert_config.json")
+        shown = errors[:2 if unset else MAX_LISTED]
         if len(errors) > len(shown):
             shown.append(f"... and {len(errors) - len(shown)} more")
-        raise CheckpointError(f"{source.description} does not fit {model.name} "
+        raise CheckpointError(f"{source.description} does not fit {model.name}{cause} "
                               f"({len(errors)} variable(s)):\n  " + "\n  ".join(shown) + hint)
     loaded = [n for n in expected if n in source.shapes]
     for n in loaded:

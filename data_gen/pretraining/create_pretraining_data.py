@@ -35,9 +35,10 @@ from data_gen.pretraining import flags as pretraining_flags
 from data_gen.pretraining.documents import InputOptions
 from data_gen.pretraining.parallel import OrderedPool, start_method
 from data_gen.pretraining.instances import InstanceSettings
-from data_gen.pretraining.records import RecordMaker
+from data_gen.pretraining.records import REQUIRED_TOKENS, RecordMaker
 from data_gen.pretraining.stats import PretrainingStats
 from data_gen.records import ShardedRecordWriter, check_output_files
+from data_gen.tokenization import load_vocab, special_token_ids
 from modeling import output_lock
 from modeling.atomic_files import remove_partial_files, write_text
 from modeling.errors import SettingsError, as_user_error, run_main
@@ -102,7 +103,9 @@ def create_pretraining_data(input_files: list, output_files: list, vocab_file: s
                          f"drop --num_workers={num_workers}")
     if not input_files:
         raise documents.InputFormatError("--input_file names no file")
-    output_files = check_output_files(list(output_files))
+    # The vocabulary's special tokens, before anything is written (a DataError naming the file).
+    special_token_ids(load_vocab(vocab_file), REQUIRED_TOKENS, source=vocab_file)
+    output_files = check_output_files(list(output_files), make_folders=False)
     stats_file = stats_file or output_files[0] + ".stats.json"
     with output_lock.holding({**{path: "--output_file" for path in output_files},
                               stats_file: "--stats_file"}):

@@ -3,17 +3,20 @@
 The most common pretraining mistake is records made with another `--max_seq_length` or
 `--max_predictions_per_seq` than the run is given; TensorFlow then fails deep in the input
 pipeline with a traceback about feature shapes. So the first record of every input file is read
-up front (`check_first_records`): a file that is empty, that is not TFRecord framing (a text file,
+up front (`check_record_files`): a file that is empty, that is not TFRecord framing (a text file,
 random bytes), whose first record is not a pretraining `tf.train.Example`, or whose feature
-lengths differ from the flags, is a `DataError` naming the file and what to do. A file damaged
-further on (a truncated copy) shows only when training reaches it; `find_damaged_frame` then walks
-the files' framing to name the file and the byte where it breaks.
+lengths differ from the flags, is a `DataError` naming the file and what to do. Each file's
+framing is then walked to its end (record lengths only, compiled, at the speed of reading the
+file), so that a truncated copy is refused too, not met hours into training. Damage the walk
+cannot see (a flipped byte inside a record) shows when training reaches it; `find_damaged_frame`
+then names the file and the byte where a frame breaks, or TensorFlow's message stands.
 """
 from __future__ import annotations
 
 import os
 import struct
 
+import numba
 import numpy as np
 
 from data_gen import tfrecord_frames
@@ -75,6 +78,45 @@ def record_lengths(path: str, record: bytes) -> dict:
     return lengths
 
 
+@numba.njit(cache=True)
+def _walk(data) -> tuple:
+    """(offset where the framing stops, records before it, whether it ends at the file's end),
+    from the records' lengths alone."""
+    size, offset, count = data.shape[0], 0, 0
+    while offset + 12 <= size:
+        length = 0
+        for k in range(8):
+            length |= np.int64(data[offset + k]) << (8 * k)
+        end = offset + 16 + length
+        if length < 0 or end > size:
+            return offset, count, False
+        offset, count = end, count + 1
+    return offset, count, offset == size
+
+
+def walk_frames(path: str) -> str | None:
+    """None when `path` is whole TFRecord frames to its last byte, else where it breaks."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return None
+    offset, count, whole = _walk(np.memmap(path, dtype=np.uint8, mode="r"))
+    if whole:
+        return None
+    return (f"{path}: truncated or damaged at byte {offset} (after {count} whole records, in a "
+            f"file of {size} bytes)")
+
+
+def check_record_files(files: list, max_seq_length: int, max_predictions_per_seq: int) -> None:
+    """Each local file's first record against the flags, and its framing to the end (see the
+    module docstring)."""
+    check_first_records(files, max_seq_length, max_predictions_per_seq)
+    for path in files:
+        if "://" not in path:
+            broken = walk_frames(path)
+            if broken:
+                raise DataError(f"{broken}; {_REMAKE}")
+
+
 def check_first_records(files: list, max_seq_length: int, max_predictions_per_seq: int) -> None:
     """Each local file's first record against the flags (see the module docstring)."""
     expected = schema.feature_lengths(max_seq_length, max_predictions_per_seq)
@@ -101,22 +143,11 @@ def check_first_records(files: list, max_seq_length: int, max_predictions_per_se
 
 
 def find_damaged_frame(files: list) -> str | None:
-    """The first place where a file's framing breaks, as 'PATH: ... at byte N (record K)'."""
+    """The first place where a file's framing breaks ('PATH: truncated or damaged at byte N
+    ...'), or None when every file is whole frames."""
     for path in files:
-        if "://" in path:
-            continue
-        size, offset, number = os.path.getsize(path), 0, 0
-        with open(path, "rb") as f:
-            while offset < size:
-                number += 1
-                head = f.read(tfrecord_frames.HEADER_BYTES)
-                length = (_header(head) if len(head) == tfrecord_frames.HEADER_BYTES else None)
-                end = offset + tfrecord_frames.HEADER_BYTES + (length or 0) + \
-                    tfrecord_frames.FOOTER_BYTES
-                if length is None or end > size:
-                    what = "truncated" if length is not None or len(head) < 12 else "damaged"
-                    return (f"{path}: {what} at byte {offset} (record {number}, file of {size} "
-                            f"bytes)")
-                f.seek(end)
-                offset = end
+        if "://" not in path:
+            broken = walk_frames(path)
+            if broken:
+                return broken
     return None

@@ -58,9 +58,9 @@ class PretrainingTask:
             raise SettingsError(f"--max_predictions_per_seq={self.max_predictions_per_seq} "
                                 f"exceeds --max_seq_length={self.max_seq_length}")
         self.files = input_files(self.input_file)
-        from data_gen.pretraining.record_files import check_first_records
+        from data_gen.pretraining.record_files import check_record_files
 
-        check_first_records(self.files, self.max_seq_length, self.max_predictions_per_seq)
+        check_record_files(self.files, self.max_seq_length, self.max_predictions_per_seq)
         if not self.dynamic_masking:
             return
         if not vocab_file:
