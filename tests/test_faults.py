@@ -126,3 +126,266 @@ def test_killed_evaluation_is_run_on_resume(mrpc, tiny_checkpoint, tmp_path):
     assert resumed.stderr.count("] evaluation at step ") == 4
     best = json.dumps(sorted((out / "best" / "eval_results.txt").read_text().splitlines()))
     assert '"global_step = 9"' in best
+
+
+# ----------------------------------------------------------------------------- the other runners
+def squad_command(data, checkpoint, out):
+    return ["run_squad.py", f"--train_file={data}/train.json", f"--predict_file={data}/dev.json",
+            f"--output_dir={out}", f"--init_checkpoint={checkpoint}/bert_model.ckpt",
+            "--max_seq_length=128", "--doc_stride=48", "--max_query_length=32",
+            "--train_batch_size=8", "--num_train_epochs=2", "--learning_rate=1e-3",
+            "--do_train", "--do_eval", "--do_predict"]
+
+
+def ner_command(data, checkpoint, out):
+    return ["run_ner.py", f"--data_dir={data}", f"--output_dir={out}",
+            f"--init_checkpoint={checkpoint}/bert_model.ckpt", "--max_seq_length=32",
+            "--doc_stride=16", "--train_batch_size=16", "--num_train_epochs=2",
+            "--learning_rate=2e-3", "--do_train", "--do_eval"]
+
+
+def multiple_choice_command(data, checkpoint, out):
+    return ["run_multiple_choice.py", "--task_name=generic", f"--data_dir={data}",
+            f"--output_dir={out}", f"--init_checkpoint={checkpoint}", "--max_seq_length=32",
+            "--train_batch_size=8", "--num_train_epochs=2", "--learning_rate=1e-3",
+            "--do_train", "--do_eval", "--do_predict"]
+
+
+def squad_data(shared_data, folder):
+    from tasks.squad.files import load_squad, write_json
+
+    squad = load_squad(shared_data / "squad" / "dev-v1.1.json")
+    folder.mkdir()
+    for name, article, count in (("train", 0, 4), ("dev", 40, 2)):
+        source = squad["data"][article]
+        write_json(folder / f"{name}.json", {"version": "1.1", "data": [
+            {"title": source["title"], "paragraphs": source["paragraphs"][:count]}]})
+    return folder
+
+
+def ner_data(shared_data, folder):
+    from tests.test_run_ner import conll_slice
+
+    return conll_slice(shared_data, folder, {"train.txt": 800, "valid.txt": 300})
+
+
+def multiple_choice_data(shared_data, folder):
+    from tests.test_multiple_choice import generic_rows, write_jsonl
+
+    folder.mkdir()
+    write_jsonl(folder / "train.jsonl", generic_rows(24))
+    write_jsonl(folder / "val.jsonl", generic_rows(12))
+    write_jsonl(folder / "test.jsonl", generic_rows(9, labelled=False))
+    return folder
+
+
+# What each writes beyond checkpoints and best/: its evaluation and prediction files.
+OTHER_RUNNERS = {
+    "squad": (squad_data, squad_command, ["predictions.json", "nbest_predictions.json"]),
+    "ner": (ner_data, ner_command, ["eval_predictions.txt"]),
+    "multiple_choice": (multiple_choice_data, multiple_choice_command,
+                        ["test_results.tsv", "test_predictions.tsv", "eval_predictions.tsv"]),
+}
+
+
+@pytest.mark.parametrize("runner", sorted(OTHER_RUNNERS))
+def test_each_fine_tuning_runner_killed_in_evaluation_and_prediction_ends_the_same(
+        runner, shared_data, tiny_checkpoint, tmp_path):
+    """Their tasks read, score and write their own files; the engine around them is the
+    classifier's, tried at every point above. Killed inside the first evaluation, while the first
+    best/ is swapped in, and between prediction files, each ends as its uninterrupted run."""
+    make_data, command, files = OTHER_RUNNERS[runner]
+    data = make_data(shared_data, tmp_path / "data")
+    straight = run(command(data, tiny_checkpoint, tmp_path / "reference"))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    run_chain(command(data, tiny_checkpoint, tmp_path / "resumed"),
+              ["evaluation@1", "best_swap@1", "prediction@1"])
+    reference = tmp_path / "reference"
+    steps = sorted(p.name for p in reference.glob("model.ckpt-*.index"))
+    assert_same_run(reference, tmp_path / "resumed", [
+        "eval_results.txt", "best/eval_results.txt", "best/model.data-00000-of-00001",
+        steps[-1], steps[-1].replace(".index", ".data-00000-of-00001"), *files])
+
+
+# ----------------------------------------------------------------------------- pretraining
+@pytest.fixture(scope="module")
+def records(shared_data, tiny_checkpoint, tmp_path_factory):
+    path = tmp_path_factory.mktemp("records") / "records.tfrecord"
+    made = run(["-m", "data_gen.pretraining.create_pretraining_data",
+                f"--input_file={shared_data}/corpus/wikitext-2/valid.txt",
+                f"--output_file={path}", f"--vocab_file={tiny_checkpoint}/vocab.txt",
+                "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=1"])
+    assert made.returncode == 0, made.stderr[-3000:]
+    return path
+
+
+def pretraining_command(records, checkpoint, out):
+    return ["run_pretraining.py", f"--input_file={records}", f"--output_dir={out}",
+            f"--bert_config_file={checkpoint}/bert_config.json", "--max_seq_length=64",
+            "--max_predictions_per_seq=10", "--train_batch_size=8", "--learning_rate=1e-3",
+            "--num_train_steps=20", "--num_warmup_steps=3", "--steps_per_loop=5",
+            "--save_checkpoints_steps=10", "--do_train", "--do_eval", "--max_eval_steps=5",
+            f"--vocab_file={checkpoint}/vocab.txt"]
+
+
+def test_pretraining_killed_at_every_phase_ends_as_the_uninterrupted_run(records, tiny_checkpoint,
+                                                                         tmp_path):
+    straight = run(pretraining_command(records, tiny_checkpoint, tmp_path / "reference"))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    run_chain(pretraining_command(records, tiny_checkpoint, tmp_path / "resumed"),
+              ["train_loop@1", "checkpoint_write@1", "train_loop@3", "checkpoint_write@1",
+               "tf1_export@1", "evaluation@1"])
+    assert_same_run(tmp_path / "reference", tmp_path / "resumed", [
+        "eval_results.txt", "model.ckpt-20.index", "model.ckpt-20.data-00000-of-00001",
+        "tf1/bert_model.ckpt.index", "tf1/bert_model.ckpt.data-00000-of-00001",
+        "tf1/bert_config.json", "tf1/vocab.txt", "run_config.json"])
+
+
+# ----------------------------------------------------------------------------- the data tools
+def test_create_pretraining_data_killed_while_writing_leaves_nothing_and_reruns_the_same(
+        shared_data, tiny_checkpoint, tmp_path):
+    """Killed with its pool folder and half-written shards on disk, the rerun removes both
+    (saying so) and writes the uninterrupted run's bytes."""
+    def command(folder):
+        return ["-m", "data_gen.pretraining.create_pretraining_data",
+                f"--input_file={shared_data}/corpus/wikitext-2/valid.txt",
+                f"--output_file={folder}/a.tfrecord,{folder}/b.tfrecord",
+                f"--vocab_file={tiny_checkpoint}/vocab.txt", "--max_seq_length=64",
+                "--max_predictions_per_seq=10", "--dupe_factor=1", "--num_workers=2",
+                "--pool_bytes=200000"]
+
+    assert run(command(tmp_path / "reference")).returncode == 0
+    killed = run(command(tmp_path / "resumed"), {KILL_VARIABLE: "records@1"})
+    assert killed.returncode == -signal.SIGKILL
+    left = sorted(os.listdir(tmp_path / "resumed"))
+    assert any(".pools-" in name for name in left) and any(".tmp" in name for name in left), left
+    final = run(command(tmp_path / "resumed"))
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert "the pool files of an interrupted run" in final.stderr
+    assert "a partial file left by an interrupted run" in final.stderr
+    assert_same_run(tmp_path / "reference", tmp_path / "resumed",
+                    ["a.tfrecord", "b.tfrecord", "a.tfrecord.stats.json"])
+
+
+def test_extract_features_killed_in_a_part_resumes_to_the_same_lines(
+        shared_data, tiny_checkpoint, tmp_path):
+    lines = tmp_path / "lines.txt"
+    text = (shared_data / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8")
+    lines.write_text("\n".join(row.split("\t")[0] for row in text.splitlines()[1:121]) + "\n")
+
+    def command(folder):
+        return ["extract_features.py", f"--input_file={lines}",
+                f"--output_file={folder}/features.jsonl",
+                f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=32",
+                "--layers=-1", "--lines_per_shard=40"]
+
+    assert run(command(tmp_path / "reference")).returncode == 0
+    (tmp_path / "resumed").mkdir()
+    run_chain(command(tmp_path / "resumed"), ["parts@2", "parts@1"])
+    assert_same_run(tmp_path / "reference", tmp_path / "resumed", ["features.jsonl"])
+
+
+# ----------------------------------------------------------------------------- one run per output
+def wait_until_stopped(process, deadline=600):
+    import time
+
+    start = time.time()
+    while time.time() - start < deadline:
+        assert process.poll() is None, process.stderr.read()[-3000:]
+        with open(f"/proc/{process.pid}/stat") as f:
+            if f.read().split(") ", 1)[1].startswith("T"):
+                return
+        time.sleep(0.2)
+    raise AssertionError("the first run never reached its stop point")
+
+
+def frozen(command, point):
+    """`command` started and frozen (SIGSTOP) at fault point `point`, holding its outputs."""
+    from modeling.fault_points import STOP_VARIABLE
+
+    process = subprocess.Popen([sys.executable, *command], cwd=REPO, text=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               env={**os.environ, STOP_VARIABLE: point})
+    wait_until_stopped(process)
+    return process
+
+
+def snapshot(folder):
+    return {str(p.relative_to(folder)): p.stat().st_size if p.is_file() else "folder"
+            for p in folder.rglob("*")}
+
+
+def test_a_second_run_on_a_held_output_dir_is_refused_and_writes_nothing(mrpc, tiny_checkpoint,
+                                                                          tmp_path):
+    out = tmp_path / "out"
+    first = frozen(classifier(mrpc, tiny_checkpoint, out), "train_loop@1")
+    try:
+        before = snapshot(out)
+        second = run(classifier(mrpc, tiny_checkpoint, out) + ["--learning_rate=2e-5"])
+        assert second.returncode == 1, second.stderr[-3000:]
+        line = second.stderr.strip().splitlines()[-1]
+        assert line == (f"run_classifier.py: error: {out}: --output_dir in use by "
+                        f"run_classifier.py (pid {first.pid}, since "
+                        f"{line.split('since ')[1].split(')')[0]}); wait for it to finish, or use "
+                        f"another --output_dir"), line
+        assert snapshot(out) == before
+        # Another tool on the same folder is refused the same way.
+        other = run(["run_pretraining.py", f"--input_file={mrpc}/train.tsv",
+                     f"--output_dir={out}", f"--bert_config_file={tiny_checkpoint}/"
+                     f"bert_config.json", "--do_train"])
+        assert other.returncode == 1 and f"(pid {first.pid}," in other.stderr, other.stderr
+        assert snapshot(out) == before
+    finally:
+        first.kill()
+        first.wait()
+    # The OS released the lock with the process: the same command now resumes and finishes.
+    again = run(classifier(mrpc, tiny_checkpoint, out))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert not (tmp_path / ".out.lock").exists()
+
+
+def test_two_extract_features_runs_on_one_output(shared_data, tiny_checkpoint, tmp_path):
+    lines = tmp_path / "lines.txt"
+    text = (shared_data / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8")
+    lines.write_text("\n".join(row.split("\t")[0] for row in text.splitlines()[1:81]) + "\n")
+    command = ["extract_features.py", f"--input_file={lines}",
+               f"--output_file={tmp_path}/features.jsonl",
+               f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=32",
+               "--layers=-1", "--lines_per_shard=20"]
+    first = frozen(command, "parts@2")
+    try:
+        before = snapshot(tmp_path)
+        second = run(command)
+        assert second.returncode == 1
+        assert (f"features.jsonl: --output_file in use by extract_features.py (pid {first.pid}"
+                in second.stderr.strip().splitlines()[-1]), second.stderr[-2000:]
+        assert snapshot(tmp_path) == before
+    finally:
+        first.kill()
+        first.wait()
+    assert run(command).returncode == 0
+    assert len((tmp_path / "features.jsonl").read_text().splitlines()) == 80
+
+
+def test_a_full_disk_is_one_line_and_the_rerun_resumes(mrpc, tiny_checkpoint, tmp_path):
+    """A file size limit (RLIMIT_FSIZE: the same refusal as a full disk, without filling one)
+    stops the first checkpoint write; the run says so in one line naming its folder, and the same
+    command, with room again, removes the partial checkpoint and ends as an uninterrupted run."""
+    import resource
+
+    out = tmp_path / "out"
+    limited = subprocess.run(
+        [sys.executable, *classifier(mrpc, tiny_checkpoint, out)], cwd=REPO, text=True,
+        capture_output=True, timeout=900,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (2_000_000, 2_000_000)))
+    assert limited.returncode == 1, limited.stderr[-3000:]
+    assert "Traceback" not in limited.stderr
+    assert limited.stderr.strip().splitlines()[-1] == (
+        f"run_classifier.py: error: {out}: file too large while writing; free some space or "
+        f"raise the file size limit, then run the same command again (it resumes where it "
+        f"stopped)")
+    assert (out / "model.ckpt-3_temp").is_dir()
+    again = run(classifier(mrpc, tiny_checkpoint, out))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "a partial checkpoint left by an interrupted run" in again.stderr
+    assert not list(out.glob("*_temp"))
