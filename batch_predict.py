@@ -61,11 +61,13 @@ def main(argv):
 
     from data_gen.pretraining.beam_pipeline import match_input_files
     from engine.beam_jobs import shard_pipeline, write_lines
+    from modeling import output_lock
 
     predictor.load()  # a wrong model or signature fails here, before the workers start
     files = [path for path, _ in match_input_files(FLAGS.input_file)]
     fresh = predictor.unloaded()  # each worker loads its own copy
-    with beam.Pipeline(options=PipelineOptions(argv[1:])) as root:
+    with output_lock.holding({FLAGS.output_file: "--output_file"}), \
+            beam.Pipeline(options=PipelineOptions(argv[1:])) as root:
         lines = shard_pipeline(root, files, FLAGS.lines_per_shard, fresh.unloaded)
         write_lines(lines, FLAGS.output_file, FLAGS.num_output_shards)
 

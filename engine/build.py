@@ -89,7 +89,10 @@ def held_outputs(settings: RunSettings, **others) -> dict:
     if not writes_outputs(settings.distribution_strategy):
         return {}
     outputs = {settings.output_dir: "--output_dir"}
-    outputs.update({path: f"--{name}" for name, path in others.items() if path})
+    for name, path in others.items():
+        if path:
+            check_output_dir(path, f"--{name}")
+            outputs[path] = f"--{name}"
     return outputs
 
 
@@ -108,10 +111,10 @@ def start_run(settings: RunSettings, config, vocab_file: str | None) -> Run:
     return Run(config, vocab_file, strategy, work_dir, chief=work_dir == settings.output_dir)
 
 
-def check_output_dir(output_dir: str) -> None:
-    """`--output_dir` must be a folder (or not exist yet)."""
+def check_output_dir(output_dir: str, flag: str = "--output_dir") -> None:
+    """`--output_dir` (or another output folder's `flag`) must be a folder, or not exist yet."""
     if "://" not in output_dir and os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise SettingsError(f"--output_dir {output_dir}: is a file, not a folder; name a folder "
+        raise SettingsError(f"{flag} {output_dir}: is a file, not a folder; name a folder "
                             f"(it is created if missing)")
 
 
