@@ -165,6 +165,7 @@ def main(argv) -> None:
     try:
         paths = input_paths(FLAGS.input_file)
         reserved_tokens(FLAGS.num_unused_tokens)  # a wrong layout fails before the long count
+        output_lock.check_file_output(FLAGS.output_file, "--output_file")
         with output_lock.holding({FLAGS.output_file: "--output_file"}):
             counts = count_words(paths, FLAGS.do_lower_case, FLAGS.skip_invalid_utf8)
             if not counts:

@@ -104,8 +104,14 @@ class ShardedRecordWriter:
         return self
 
     def write(self, record: bytes) -> None:
-        self._files[self.written % len(self._files)].write(tfrecord_frames.framed(record))
+        self._write(self.written % len(self._files), tfrecord_frames.framed(record))
         self.written += 1
+
+    def _write(self, shard: int, data: bytes) -> None:
+        try:
+            self._files[shard].write(data)
+        except OSError as error:  # a full disk: name the output, not a hidden temporary file
+            raise OSError(error.errno, error.strerror, self.paths[shard]) from None
 
     def write_dealt(self, chunks: list, count: int) -> None:
         """`count` framed records dealt in advance: `chunks[j]` holds, back to back, those whose
@@ -114,7 +120,7 @@ class ShardedRecordWriter:
         if len(chunks) != len(self._files):
             raise ValueError(f"{len(chunks)} chunks for {len(self._files)} shards")
         for j, chunk in enumerate(chunks):
-            self._files[(self.written + j) % len(self._files)].write(chunk)
+            self._write((self.written + j) % len(self._files), chunk)
             if j == 0 and self.written == 0:
                 fault_points.reached("records")
         self.written += count

@@ -54,6 +54,9 @@ class BestCheckpoint:
         self.results = dict(results)
         return True
 
+    def exists(self) -> bool:
+        return os.path.isfile(os.path.join(self.directory, "model.index"))
+
     def restore(self, model) -> bool:
         import tensorflow as tf
 

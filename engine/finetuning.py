@@ -123,6 +123,8 @@ def _finetune(task, settings: FinetuneSettings) -> None:
     trainer = build_trainer(lambda: task.build_model(config), task, run.strategy, settings,
                             num_train_steps, num_warmup_steps, callback_every_steps=every,
                             save_at_callbacks=True, checkpoint_iterator=False)
+    if train is None:
+        check_trained_weights(trainer, settings.use_best_checkpoint)
     open_output(run, settings)
     if run.chief:
         record_run_config(settings.output_dir, identity, training)
@@ -433,7 +435,27 @@ def choose_weights(trainer, best_metric: str, trained: bool, evaluated: bool,
     latest = trainer.restore_latest()
     if latest:
         return f"training checkpoint {latest}", trainer.global_step
-    raise NoTrainedWeightsError(
+    raise no_trained_weights(trainer)
+
+
+def check_trained_weights(trainer, use_best: bool) -> None:
+    """Before a run that does not train writes anything: some weights with a trained head must
+    be there for `choose_weights` to find (else the run is refused, having written nothing)."""
+    import tensorflow as tf
+
+    report = trainer.init_report
+    if report is not None and not report.initialised:
+        return
+    if use_best and BestCheckpoint(trainer.work_dir, "").exists():
+        return
+    if os.path.isdir(trainer.work_dir) and tf.train.latest_checkpoint(trainer.work_dir):
+        return
+    raise no_trained_weights(trainer)
+
+
+def no_trained_weights(trainer) -> NoTrainedWeightsError:
+    report = trainer.init_report
+    return NoTrainedWeightsError(
         f"no trained weights: {trainer.config.output_dir} has no checkpoint and "
         f"--init_checkpoint lacks {', '.join(report.initialised) if report else 'the head'}; "
         f"train first (--do_train)")

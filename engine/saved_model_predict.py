@@ -145,6 +145,7 @@ def predict_file(predictor: SavedModelPredictor, input_file: str, output_file: s
     from modeling import output_lock
     from modeling.atomic_files import remove_partial_files
 
+    output_lock.check_file_output(output_file, "--output_file")
     predictor.load()
     progress = Progress(count_lines(input_file))
     written = 0

@@ -30,6 +30,7 @@ import tensorflow as tf
 import keras
 
 from modeling import fault_points
+from modeling.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +74,9 @@ class EmptyInputError(ValueError):
     """An evaluation or prediction dataset yielded no batch."""
 
 
-class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or infinite; the run stopped without saving."""
+class NonFiniteLossError(UserError):
+    """The loss became NaN or infinite; the run stopped without saving (a one-line error: the
+    learning rate or the data is the usual cause)."""
 
 
 @dataclasses.dataclass
@@ -284,8 +286,10 @@ class Trainer:
             step = self.global_step
             if not math.isfinite(metrics["loss"]):
                 raise NonFiniteLossError(
-                    f"loss is {metrics['loss']} in the {n} steps ending at step {step}; stopped "
-                    f"without saving. Last good checkpoint: {manager.latest_checkpoint or 'none'}")
+                    f"{cfg.output_dir}: the loss is {metrics['loss']} in the {n} steps ending at "
+                    f"step {step}; stopped without saving (last good checkpoint: "
+                    f"{manager.latest_checkpoint or 'none'}). Lower --learning_rate or check the "
+                    f"data, then run again")
             lr = self.current_learning_rate()
             speed = cfg.examples_per_step * n / elapsed if cfg.examples_per_step else 0.0
             self._summary("train", {**metrics, "learning_rate": lr,
@@ -299,7 +303,11 @@ class Trainer:
             if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
                     or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
                 fault_points.reached("checkpoint_write", self.work_dir)
-                path = manager.save(checkpoint_number=step)
+                try:
+                    path = manager.save(checkpoint_number=step)
+                except BaseException:  # a full disk, say: leave no partial checkpoint behind
+                    remove_partial_checkpoints(self.work_dir)
+                    raise
                 logger.info("saved %s", path)
             if on_loop_end:
                 on_loop_end(step, metrics)

@@ -137,4 +137,5 @@ def recover_directory(directory) -> None:
                        "while replacing it)", directory, olds[-1])
         os.replace(olds.pop(), directory)
     for leftover in olds + glob.glob(glob.escape(directory) + ".tmp[0-9]*"):
+        logger.info("removed %s, left by an interrupted run", leftover)
         shutil.rmtree(leftover, ignore_errors=True)

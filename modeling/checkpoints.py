@@ -98,7 +98,7 @@ def restore(model, source: TensorSource, allow_new_heads: bool = False,
                           f"{tuple(var.shape)}")
     if errors:
         hint = ("" if allow_new_heads or not any(names.is_head(n) for n in missing) else
-                "\n(heads that fine-tuning adds on purpose are allowed with allow_new_heads=True)")
+                " (heads that fine-tuning adds on purpose are allowed with allow_new_heads=True)")
         unset = _unset_config_keys(model)
         cause = ""
         if unset:  # the likely cause first, and a few variables as evidence
@@ -108,7 +108,7 @@ def restore(model, source: TensorSource, allow_new_heads: bool = False,
         if len(errors) > len(shown):
             shown.append(f"... and {len(errors) - len(shown)} more")
         raise CheckpointError(f"{source.description} does not fit {model.name}{cause} "
-                              f"({len(errors)} variable(s)):\n  " + "\n  ".join(shown) + hint)
+                              f"({len(errors)} variable(s)): " + "; ".join(shown) + hint)
     loaded = [n for n in expected if n in source.shapes]
     for n in loaded:
         expected[n].assign(source.read(n).astype(np.float32, copy=False))

@@ -47,6 +47,14 @@ def lock_path(output) -> str:
     return os.path.join(parent, f".{name}.lock")
 
 
+def check_file_output(path, flag: str) -> None:
+    """An output file's path must not name a folder (refused before anything is written)."""
+    from modeling.errors import SettingsError
+
+    if path and "://" not in os.fspath(path) and os.path.isdir(path):
+        raise SettingsError(f"{flag} {path}: is a folder; name the file to write")
+
+
 def is_held(output) -> bool:
     return os.path.abspath(os.fspath(output)) in _held
 
@@ -63,7 +71,7 @@ def hold(output, what: str = "output") -> None:
     if key in _held:
         return
     path = lock_path(key)
-    made = _make_parents(os.path.dirname(path))
+    made = _make_parents(os.path.dirname(path), output, what)
     for _ in range(10):
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -121,10 +129,16 @@ def _listing(path: str):
 FILE = "file"
 
 
-def _make_parents(parent: str) -> list:
-    """Create `parent` and its missing ancestors; returns those made, deepest first."""
+def _make_parents(parent: str, output: str, what: str) -> list:
+    """Create `parent` and its missing ancestors; returns those made, deepest first. A file in
+    the way is a `SettingsError` naming it."""
+    from modeling.errors import SettingsError
+
     made = []
     while not os.path.isdir(parent):
+        if os.path.lexists(parent):
+            raise SettingsError(f"{what} {output}: {parent} is a file, not a folder; name a path "
+                                f"whose folders are folders")
         made.append(parent)
         parent = os.path.dirname(parent)
     for folder in reversed(made):

@@ -106,6 +106,8 @@ def create_pretraining_data(input_files: list, output_files: list, vocab_file: s
     # The vocabulary's special tokens, before anything is written (a DataError naming the file).
     special_token_ids(load_vocab(vocab_file), REQUIRED_TOKENS, source=vocab_file)
     output_files = check_output_files(list(output_files), make_folders=False)
+    for path in output_files:
+        output_lock.check_file_output(path, "--output_file")
     stats_file = stats_file or output_files[0] + ".stats.json"
     with output_lock.holding({**{path: "--output_file" for path in output_files},
                               stats_file: "--stats_file"}):

@@ -57,6 +57,7 @@ def check(settings: ExtractSettings) -> None:
         raise SettingsError(f"--pooling={settings.pooling}: one of {', '.join(POOLINGS)}")
     if settings.output_file and settings.output_file.endswith(".npy") and not settings.pooling:
         raise SettingsError("a .npy --output_file holds pooled vectors: set --pooling=mean or cls")
+    output_lock.check_file_output(settings.output_file, "--output_file")
     if settings.input_file and not os.path.isfile(settings.input_file) \
             and "://" not in settings.input_file:
         raise SettingsError(f"--input_file {settings.input_file}: no such file")

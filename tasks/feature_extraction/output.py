@@ -13,6 +13,7 @@ A `.npy` output holds the vectors as one float32 array, [lines, hidden].
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -40,6 +41,17 @@ def json_line(index: int, tokens: list, layers: list, outputs: dict) -> str:
 def embedding_line(index: int, vector: np.ndarray) -> str:
     return json.dumps({"linex_index": index,
                        "embedding": [round(x, 8) for x in vector.tolist()]})
+
+
+@contextlib.contextmanager
+def naming(path: str):
+    """An OSError without a file name (a write that found the disk full) names `path`."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        raise OSError(error.errno, error.strerror, path) from None
 
 
 class ShardedOutput:
@@ -97,7 +109,8 @@ class ShardedOutput:
         else:
             if self.handle is None:
                 self.handle = open(self._shard_path() + ".tmp", "w", encoding="utf-8")
-            self.handle.write(item + "\n")
+            with naming(self.output_file):
+                self.handle.write(item + "\n")
         self.in_shard += 1
         if self.in_shard == 1:
             fault_points.reached("parts")
@@ -106,6 +119,10 @@ class ShardedOutput:
             self._close_shard()
 
     def _close_shard(self) -> None:
+        with naming(self.output_file):
+            self._write_shard()
+
+    def _write_shard(self) -> None:
         if self.in_shard == 0:
             return
         path = self._shard_path()
@@ -133,7 +150,7 @@ class ShardedOutput:
         of lines. `width`: the vector size, for an empty `.npy` output."""
         self._close_shard()
         shards = [os.path.join(self.parts, n) for n in self._shard_files()]
-        with atomic_path(self.output_file) as tmp:
+        with naming(self.output_file), atomic_path(self.output_file) as tmp:
             if self.npy:  # the header, then each shard's rows: one shard in memory at a time
                 shapes = [np.load(p, mmap_mode="r").shape for p in shards]
                 rows = sum(shape[0] for shape in shapes)
