@@ -29,12 +29,12 @@ import numpy as np
 from engine.best_checkpoint import BestCheckpoint
 from engine.build import (RunSettings, build_trainer, check_batch_split, held_outputs,
                           model_files, open_output, start_run)
-from modeling.errors import SettingsError
 from engine.results import (RESULTS_FILE, format_results, log_results, read_eval_results,
                             write_eval_results)
 from engine.run_config import check_run_config, record_run_config
 from engine.training import is_boundary
 from modeling import fault_points, output_lock
+from modeling.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import os
 
-from modeling.errors import SettingsError
 from engine.training import is_training_checkpoint
 from modeling.atomic_files import write_text
+from modeling.errors import SettingsError
 
 RUN_CONFIG = "run_config.json"
 FINE_TUNING = "fine-tuning"

@@ -400,6 +400,15 @@ def output_dir_is_a_file(case, tmp_path):
     return classifier(case, case["glue"], "--do_train", f"--output_dir={tmp_path / 'out'}")
 
 
+def predict_without_trained_weights(case, tmp_path):
+    return classifier(case, case["glue"], "--do_predict", f"--output_dir={tmp_path / 'out'}")
+
+
+def file_in_the_way(case, tmp_path):
+    (tmp_path / "afile").write_text("a file\n")
+    return classifier(case, case["glue"], "--do_train", f"--output_dir={tmp_path}/afile/out")
+
+
 def truncated_records(case):
     data = case["records"].read_bytes()
     return data[:len(data) // 2]
@@ -477,6 +486,11 @@ CASES += [
      r"does not fit bert_classifier: the bert config does not set num_hidden_layers"),
     ("--output_dir is a file", output_dir_is_a_file, 2,
      r"--output_dir \S+/out: is a file, not a folder"),
+    ("a file in the way of --output_dir", file_in_the_way, 2,
+     r"--output_dir \S+/afile/out: \S+/afile is a file, not a folder"),
+    ("prediction without trained weights", predict_without_trained_weights, 2,
+     r"no trained weights: \S+/out has no checkpoint and --init_checkpoint lacks output_weights, "
+     r"output_bias; train first \(--do_train\)"),
 ]
 
 

@@ -20,9 +20,9 @@ import os
 
 from keras import ops
 
-from modeling.errors import SettingsError
 from engine.task import FinetuningTask, Split
 from modeling import losses
+from modeling.errors import SettingsError
 from tasks.tensors import model_inputs, pad_positions
 
 logger = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ import glob
 
 from keras import ops
 
-from modeling.errors import SettingsError
 from modeling import losses
+from modeling.errors import SettingsError
 from tasks.tensors import model_inputs
 
 
