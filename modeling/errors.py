@@ -105,17 +105,27 @@ def environment_failure(error: BaseException) -> str | None:
         reason = next((r for r in _ENVIRONMENT if r in text), None)
         if reason is None:
             return None
-        path = next((p for p in _PATH.findall(text)
-                     if os.path.dirname(p) != os.sep and os.path.isdir(os.path.dirname(p))), None)
+        path = next((p for p in _PATH.findall(text) if _written_in(p)), None)
     advice = _ENVIRONMENT.get(reason, "free some space")
-    where = path
-    if path:  # a checkpoint or shard is written under a temporary name: name its folder
-        parts = path.split(os.sep)
-        temporary = [i for i, part in enumerate(parts) if part.endswith("_temp") or ".tmp" in part]
-        if temporary:
-            where = os.sep.join(parts[:temporary[0]]) or os.sep
+    where = _outside_temporary(path) if path else None
     return (f"{where or 'an output'}: {reason.lower()} while writing; {advice}, then run the "
             f"same command again (it resumes where it stopped)")
+
+
+def _outside_temporary(path: str) -> str:
+    """A checkpoint or shard is written under a temporary name (removed when the write fails):
+    the folder that holds it."""
+    parts = path.split(os.sep)
+    temporary = [i for i, part in enumerate(parts) if part.endswith("_temp") or ".tmp" in part]
+    return os.sep.join(parts[:temporary[0]]) or os.sep if temporary else path
+
+
+def _written_in(path: str) -> bool:
+    """Whether a path in an error message is one this machine writes in (not a source file's)."""
+    folder = os.path.dirname(path)
+    if _outside_temporary(path) != path:
+        folder = _outside_temporary(path)
+    return folder != os.sep and os.path.isdir(folder)
 
 
 _ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}

@@ -384,8 +384,7 @@ def test_a_full_disk_is_one_line_and_the_rerun_resumes(mrpc, tiny_checkpoint, tm
         f"run_classifier.py: error: {out}: file too large while writing; free some space or "
         f"raise the file size limit, then run the same command again (it resumes where it "
         f"stopped)")
-    assert (out / "model.ckpt-3_temp").is_dir()
+    assert not list(out.glob("*_temp"))  # the failed write's partial folder is removed
     again = run(classifier(mrpc, tiny_checkpoint, out))
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "a partial checkpoint left by an interrupted run" in again.stderr
     assert not list(out.glob("*_temp"))

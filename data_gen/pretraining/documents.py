@@ -65,7 +65,8 @@ def expand_input_files(patterns: str) -> list:
     return files
 
 
-def file_size(path: str) -> int:
+def file_size(path) -> int:
+    path = os.fspath(path)
     if "://" in path:
         import tensorflow as tf
 
@@ -73,7 +74,8 @@ def file_size(path: str) -> int:
     return os.path.getsize(path)
 
 
-def open_binary(path: str):
+def open_binary(path):
+    path = os.fspath(path)
     if "://" in path:
         import tensorflow as tf
 
