@@ -20,6 +20,7 @@ from absl import flags
 
 import runner_flags
 from modeling import environment  # noqa: F401  (before TensorFlow)
+from modeling import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -35,10 +36,12 @@ flags.DEFINE_integer("batch_size", 32, "Lines per call of the SavedModel.")
 flags.DEFINE_integer("lines_per_shard", 1000, "Lines per unit of work.")
 flags.DEFINE_bool("beam", False, "Run as an Apache Beam pipeline (Beam's flags after --).")
 flags.DEFINE_integer("num_output_shards", 0, "--beam: output shards (0: the runner decides).")
+flag_ranges.at_least_one("batch_size", "lines_per_shard")
+flag_ranges.check("num_output_shards", 0, why="0: the runner decides")
 
 
 def main(argv):
-    from engine.errors import SettingsError
+    from modeling.errors import SettingsError
     from engine.saved_model_predict import SavedModelPredictor, predict_file
 
     runner_flags.setup_logging()
@@ -58,11 +61,13 @@ def main(argv):
 
     from data_gen.pretraining.beam_pipeline import match_input_files
     from engine.beam_jobs import shard_pipeline, write_lines
+    from modeling import output_lock
 
     predictor.load()  # a wrong model or signature fails here, before the workers start
     files = [path for path, _ in match_input_files(FLAGS.input_file)]
     fresh = predictor.unloaded()  # each worker loads its own copy
-    with beam.Pipeline(options=PipelineOptions(argv[1:])) as root:
+    with output_lock.holding({FLAGS.output_file: "--output_file"}), \
+            beam.Pipeline(options=PipelineOptions(argv[1:])) as root:
         lines = shard_pipeline(root, files, FLAGS.lines_per_shard, fresh.unloaded)
         write_lines(lines, FLAGS.output_file, FLAGS.num_output_shards)
 

@@ -20,6 +20,7 @@ from absl import flags
 
 import runner_flags
 from modeling import environment  # noqa: F401  (before TensorFlow)
+from modeling import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -31,6 +32,7 @@ runner_flags.define_data_file_flags("train.csv|jsonl", "val.csv|jsonl (or dev.js
                                     "test.csv|jsonl")
 flags.DEFINE_integer("num_choices", 0, "Choices the model scores (0: 4 for swag, else the most "
                      "of any training example).")
+flag_ranges.check("num_choices", 0, why="0: 4 for swag, else the most of any training example")
 flags.DEFINE_string("best_metric", "eval_accuracy", "Keep the best checkpoint by this "
                     "eval_results.txt key.")
 

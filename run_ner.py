@@ -20,6 +20,7 @@ from absl import flags
 
 import runner_flags
 from modeling import environment  # noqa: F401  (before TensorFlow)
+from modeling import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -41,6 +42,8 @@ flags.DEFINE_integer("lstm_layers", 2, "feature_based: BiLSTM layers.")
 flags.DEFINE_integer("lstm_units", 0, "feature_based: units per direction (0: hidden_size).")
 flags.DEFINE_string("best_metric", "eval_f1", "Keep the best checkpoint by this "
                     "eval_results.txt key.")
+flag_ranges.at_least_one("doc_stride", "feature_layers", "lstm_layers")
+flag_ranges.check("lstm_units", 0, why="0: the encoder's hidden_size")
 
 
 def main(argv):

@@ -16,6 +16,7 @@ from absl import app, flags
 
 import runner_flags
 from modeling import environment  # noqa: F401  (before TensorFlow)
+from modeling import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -48,6 +49,9 @@ flags.DEFINE_string("vocab_file", None, "vocab.txt: needed by --dynamic_masking;
 flags.DEFINE_float("masked_lm_prob", 0.15, "--dynamic_masking: share of tokens masked.")
 flags.DEFINE_integer("keep_checkpoint_max", 5, "How many checkpoints to keep.")
 flags.DEFINE_integer("random_seed", 12345, "Seed of initialisation, dropout and input order.")
+runner_flags.check_training_flags()
+flag_ranges.at_least_one("max_seq_length", "max_predictions_per_seq", "max_eval_steps")
+flag_ranges.check("masked_lm_prob", 0, 1, above=True)
 
 
 def main(argv):

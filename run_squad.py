@@ -22,6 +22,7 @@ from absl import flags
 
 import runner_flags
 from modeling import environment  # noqa: F401  (before TensorFlow)
+from modeling import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -42,6 +43,8 @@ flags.DEFINE_float("null_score_diff_threshold", 0.0, "v2: answer null when null 
                    "non-null score exceeds this.")
 flags.DEFINE_string("best_metric", "eval_f1", "Keep the best checkpoint by this "
                     "eval_results.txt key.")
+flag_ranges.at_least_one("doc_stride", "max_query_length", "n_best_size", "max_answer_length")
+flag_ranges.check("null_score_diff_threshold")
 
 
 def main(argv):

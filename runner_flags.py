@@ -15,6 +15,8 @@ import logging
 
 from absl import flags
 
+from modeling import flag_ranges
+
 FLAGS = flags.FLAGS
 
 
@@ -42,6 +44,16 @@ def define_engine_flags() -> None:
     flags.DEFINE_enum("distribution_strategy", "one_device",
                       ["one_device", "mirrored", "multi_worker_mirrored", "tpu"],
                       "How to spread the work (multi_worker_mirrored reads TF_CONFIG).")
+    flag_ranges.at_least_one("num_tpu_cores", "steps_per_loop", "num_accumulation_steps")
+
+
+def check_training_flags() -> None:
+    """The ranges of the flags fine-tuning and pretraining share (`modeling.flag_ranges`)."""
+    flag_ranges.at_least_one("train_batch_size", "eval_batch_size", "save_checkpoints_steps",
+                             "iterations_per_loop", "num_train_steps", "keep_checkpoint_max")
+    flag_ranges.check("learning_rate", 0, above=True)
+    flag_ranges.check("num_warmup_steps", 0)
+    flag_ranges.check("random_seed", 0, 2**31 - 1)
 
 
 def define_finetuning_flags(max_seq_length: int = 128, learning_rate: float = 5e-5,
@@ -90,6 +102,12 @@ def define_finetuning_flags(max_seq_length: int = 128, learning_rate: float = 5e
                       "padding is computed; classification only.")
     flags.DEFINE_integer("random_seed", 12345, "Seed of the head's initialisation, dropout and "
                          "the order of training examples.")
+    check_training_flags()
+    flag_ranges.check("max_seq_length", 3, why="[CLS], a token and [SEP]")
+    flag_ranges.at_least_one("predict_batch_size")
+    flag_ranges.check("num_train_epochs", 0, above=True)
+    flag_ranges.check("warmup_proportion", 0, 1)
+    flag_ranges.check("eval_every_steps", 0, why="0: at the end of every epoch")
 
 
 def define_data_file_flags(train: str, evaluation: str, prediction: str) -> None:

@@ -17,6 +17,7 @@ import os
 from typing import Callable, Iterable
 
 from data_gen.records import ShardedRecordWriter
+from modeling import fault_points
 from modeling.atomic_files import write_text
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ def cached_records(path: str, key: dict, make_records: Callable[[], Iterable[byt
     with ShardedRecordWriter([path]) as writer:
         for record in make_records():
             writer.write(record)
+            if writer.written == 1:
+                fault_points.reached("features")
     write_text(meta_path, json.dumps({"key": key, "num_records": writer.written},
                                                 indent=1, sort_keys=True))
     logger.info("wrote %d records of %s to %s", writer.written, what, path)

@@ -23,8 +23,9 @@ import os
 from absl import flags, logging
 
 from data_gen import tokenization
+from modeling import output_lock
 from modeling.atomic_files import write_text
-from modeling.errors import as_user_error, run_main
+from modeling.errors import SettingsError, as_user_error, run_main
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 UNUSED_BEFORE_SPECIALS = 99  # [unused0]..[unused98] sit between [PAD] and [UNK] = 100
@@ -35,21 +36,26 @@ MAX_TOKEN_CHARS = 50  # FastWordpieceTokenizer takes entries up to 256 bytes
 def reserved_tokens(num_unused: int = NUM_UNUSED_TOKENS) -> list:
     """`[PAD]`, the unused slots and the special tokens at the original vocabularies' ids."""
     if num_unused < UNUSED_BEFORE_SPECIALS:
-        raise ValueError(f"--num_unused_tokens={num_unused}: [UNK] is id 100 only with at least "
+        raise SettingsError(f"--num_unused_tokens={num_unused}: [UNK] is id 100 only with at least "
                          f"{UNUSED_BEFORE_SPECIALS} unused tokens before it")
     unused = [f"[unused{i}]" for i in range(num_unused)]
     return (["[PAD]"] + unused[:UNUSED_BEFORE_SPECIALS] + list(SPECIAL_TOKENS)
             + unused[UNUSED_BEFORE_SPECIALS:])
 
 
-def count_words(paths, do_lower_case: bool) -> collections.Counter:
-    """How often each basic-tokenizer word occurs in the files (invalid UTF-8 dropped, as ever)."""
+def count_words(paths, do_lower_case: bool,
+                skip_invalid_utf8: bool = False) -> collections.Counter:
+    """How often each basic-tokenizer word occurs in the files. Bytes that are not UTF-8 stop the
+    count with an error naming the file and line, as `create_pretraining_data` does (a Latin-1
+    corpus would otherwise lose every accented letter without a word), unless
+    `skip_invalid_utf8` drops them."""
+    from data_gen.pretraining.documents import file_lines
+
     basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
     counts = collections.Counter()
     for path in paths:
-        with open(path, "rb") as f:
-            for line in f:
-                counts.update(basic.tokenize(line))
+        for line in file_lines(path, skip_invalid_utf8):
+            counts.update(basic.tokenize(line.text))
         logging.info("counted %s: %d distinct words so far", path, len(counts))
     return counts
 
@@ -125,7 +131,7 @@ def build_vocab(word_counts, vocab_size: int, num_unused: int = NUM_UNUSED_TOKEN
     chars = sorted({char for word in word_counts for char in word})
     needed = len(reserved) + 2 * len(chars)
     if vocab_size < needed:
-        raise ValueError(
+        raise SettingsError(
             f"--vocab_size={vocab_size} is too small: {len(reserved)} reserved entries "
             f"(--num_unused_tokens={num_unused}) and {len(chars)} characters seen, each alone "
             f"and with '##', need {needed} before anything is learned")
@@ -159,16 +165,17 @@ def main(argv) -> None:
     try:
         paths = input_paths(FLAGS.input_file)
         reserved_tokens(FLAGS.num_unused_tokens)  # a wrong layout fails before the long count
-        output_folder = os.path.dirname(os.path.abspath(FLAGS.output_file))
-        if not os.path.isdir(output_folder):
-            raise FileNotFoundError(f"--output_file: folder {output_folder} does not exist")
-        counts = count_words(paths, FLAGS.do_lower_case)
-        if not counts:
-            raise ValueError(f"--input_file={FLAGS.input_file!r}: no words in {len(paths)} files")
-        vocab = build_vocab(counts, FLAGS.vocab_size, FLAGS.num_unused_tokens, FLAGS.min_frequency)
+        output_lock.check_file_output(FLAGS.output_file, "--output_file")
+        with output_lock.holding({FLAGS.output_file: "--output_file"}):
+            counts = count_words(paths, FLAGS.do_lower_case, FLAGS.skip_invalid_utf8)
+            if not counts:
+                raise ValueError(f"--input_file={FLAGS.input_file!r}: no words in {len(paths)} "
+                                 f"files")
+            vocab = build_vocab(counts, FLAGS.vocab_size, FLAGS.num_unused_tokens,
+                                FLAGS.min_frequency)
+            write_text(FLAGS.output_file, "".join(token + "\n" for token in vocab))
     except (OSError, ValueError) as error:  # bad flags or input, named in the message
         raise as_user_error(error) from None
-    write_text(FLAGS.output_file, "".join(token + "\n" for token in vocab))
     logging.info("wrote %d entries to %s", len(vocab), FLAGS.output_file)
 
 
@@ -179,11 +186,15 @@ def define_flags() -> None:
     flags.DEFINE_string("input_file", None,
                         "Raw text files: comma-separated paths or glob patterns.")
     flags.DEFINE_string("output_file", None, "Where to write vocab.txt (one token per line).")
-    flags.DEFINE_integer("vocab_size", None, "Number of entries, reserved ones included.")
+    flags.DEFINE_integer("vocab_size", None, "Number of entries, reserved ones included.",
+                         lower_bound=1)
     flags.DEFINE_bool("do_lower_case", True, "Lowercase and strip accents, as the model will.")
     flags.DEFINE_integer("num_unused_tokens", NUM_UNUSED_TOKENS,
                          "[unusedN] slots (at least 99; 994 in the released uncased vocabulary).")
-    flags.DEFINE_integer("min_frequency", 2, "Stop when no pair of pieces occurs this often.")
+    flags.DEFINE_integer("min_frequency", 2, "Stop when no pair of pieces occurs this often.",
+                         lower_bound=1)
+    flags.DEFINE_bool("skip_invalid_utf8", False, "Drop bytes that are not UTF-8 instead of "
+                      "stopping at the first (as create_pretraining_data).")
 
 
 def console_main():

@@ -21,6 +21,7 @@ import os
 
 from data_gen.errors import DataError
 from data_gen import tfrecord_frames
+from modeling import fault_points
 from modeling.atomic_files import is_remote, temporary_name
 
 
@@ -59,14 +60,15 @@ def read_records(path, spec: dict) -> dict:
     return {name: np.concatenate([batch[name] for batch in batches]) for name in spec}
 
 
-def check_output_files(paths: list) -> list:
-    """The `--output_file` list: non-empty and without repeats; missing folders are created."""
+def check_output_files(paths: list, make_folders: bool = True) -> list:
+    """The `--output_file` list: non-empty and without repeats; missing folders are created
+    (unless `make_folders` is False: a check before anything is written)."""
     if not paths:
         raise ValueError("--output_file names no file")
     repeated = sorted({path for path in paths if paths.count(path) > 1})
     if repeated:
         raise ValueError(f"--output_file lists {', '.join(repeated)} more than once")
-    for path in paths:
+    for path in paths if make_folders else ():
         directory = os.path.dirname(path)
         if not directory:
             continue
@@ -102,8 +104,14 @@ class ShardedRecordWriter:
         return self
 
     def write(self, record: bytes) -> None:
-        self._files[self.written % len(self._files)].write(tfrecord_frames.framed(record))
+        self._write(self.written % len(self._files), tfrecord_frames.framed(record))
         self.written += 1
+
+    def _write(self, shard: int, data: bytes) -> None:
+        try:
+            self._files[shard].write(data)
+        except OSError as error:  # a full disk: name the output, not a hidden temporary file
+            raise OSError(error.errno, error.strerror, self.paths[shard]) from None
 
     def write_dealt(self, chunks: list, count: int) -> None:
         """`count` framed records dealt in advance: `chunks[j]` holds, back to back, those whose
@@ -112,7 +120,9 @@ class ShardedRecordWriter:
         if len(chunks) != len(self._files):
             raise ValueError(f"{len(chunks)} chunks for {len(self._files)} shards")
         for j, chunk in enumerate(chunks):
-            self._files[(self.written + j) % len(self._files)].write(chunk)
+            self._write((self.written + j) % len(self._files), chunk)
+            if j == 0 and self.written == 0:
+                fault_points.reached("records")
         self.written += count
 
     def __exit__(self, error_type, error, traceback) -> None:

@@ -47,12 +47,15 @@ class BestCheckpoint:
         staging = staging_directory(self.directory)
         tf.train.Checkpoint(model=model).write(os.path.join(staging, "model"))
         write_eval_results(os.path.join(staging, RESULTS_FILE), results)
-        replace_directory(staging, self.directory)
+        replace_directory(staging, self.directory, fault_point="best_swap")
         logger.info("new best %s = %.4f at step %d (was %s): saved in %s", self.metric, score,
                     int(results.get("global_step", -1)),
                     "none" if self.score is None else f"{self.score:.4f}", self.directory)
         self.results = dict(results)
         return True
+
+    def exists(self) -> bool:
+        return os.path.isfile(os.path.join(self.directory, "model.index"))
 
     def restore(self, model) -> bool:
         import tensorflow as tf

@@ -15,7 +15,7 @@ import logging
 import os
 from typing import Callable
 
-from engine.errors import SettingsError
+from modeling.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -80,20 +80,53 @@ def model_files(settings: RunSettings, vocab_required: bool = True):
     return config, vocab
 
 
+def held_outputs(settings: RunSettings, **others) -> dict:
+    """The outputs this process must hold for the run (`modeling.output_lock.holding`):
+    `output_dir` and `others` (`export_dir=...`), for the process that writes them."""
+    from engine.distribution import writes_outputs
+
+    check_output_dir(settings.output_dir)
+    if not writes_outputs(settings.distribution_strategy):
+        return {}
+    outputs = {settings.output_dir: "--output_dir"}
+    for name, path in others.items():
+        if path:
+            check_output_dir(path, f"--{name}")
+            outputs[path] = f"--{name}"
+    return outputs
+
+
 def start_run(settings: RunSettings, config, vocab_file: str | None) -> Run:
-    """Seeds, precision, the strategy and the output folders; call before building any model."""
+    """Seeds, precision and the strategy; call before building any model. Nothing is written
+    yet: `open_output` makes the folders, once every check that can refuse the run passed."""
     import keras
 
     from engine.distribution import get_strategy, set_precision
     from engine.training import worker_dir
 
-    os.makedirs(settings.output_dir, exist_ok=True)
     keras.utils.set_random_seed(settings.random_seed)
     set_precision(settings.dtype)
     strategy = get_strategy(settings.distribution_strategy, settings.tpu_address)
     work_dir = worker_dir(strategy, settings.output_dir)
-    os.makedirs(work_dir, exist_ok=True)
     return Run(config, vocab_file, strategy, work_dir, chief=work_dir == settings.output_dir)
+
+
+def check_output_dir(output_dir: str, flag: str = "--output_dir") -> None:
+    """`--output_dir` (or another output folder's `flag`) must be a folder, or not exist yet."""
+    if "://" not in output_dir and os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise SettingsError(f"{flag} {output_dir}: is a file, not a folder; name a folder "
+                            f"(it is created if missing)")
+
+
+def open_output(run: Run, settings: RunSettings) -> None:
+    """Make the output folders: the first write of a run, after every check passed; remove the
+    temporary files a killed run left there (the lock is held: no live writer owns them)."""
+    from modeling.atomic_files import remove_temporary_files
+
+    os.makedirs(settings.output_dir, exist_ok=True)
+    os.makedirs(run.work_dir, exist_ok=True)
+    for path in remove_temporary_files(run.work_dir):
+        logger.info("removed %s, a partial file left by an interrupted run", path)
 
 
 def check_batch_split(settings: RunSettings, replicas: int) -> None:

@@ -34,6 +34,22 @@ def get_strategy(name: str = "one_device", tpu_address: str | None = None):
     raise ValueError(f"unknown distribution_strategy {name!r}; one of {', '.join(STRATEGIES)}")
 
 
+def writes_outputs(name: str) -> bool:
+    """Whether this process writes the run's outputs (and so holds them), known before the
+    strategy is built: always, but for the non-chief workers that TF_CONFIG names (the chief is
+    task `chief`, or `worker` 0 when there is none), as `engine.training.is_chief` decides."""
+    if name != "multi_worker_mirrored":
+        return True
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    except ValueError:
+        return True  # get_strategy reports the bad TF_CONFIG
+    task = config.get("task") or {}
+    kind, index = task.get("type"), int(task.get("index", 0))
+    return kind in (None, "chief") or (kind == "worker" and index == 0
+                                       and "chief" not in (config.get("cluster") or {}))
+
+
 def set_precision(dtype: str) -> None:
     """Set the global Keras dtype policy; variables stay float32 under the mixed ones."""
     import keras

@@ -45,7 +45,7 @@ def save(module: tf.Module, export_dir: str, extra_files: dict | None = None) ->
         os.makedirs(extra, exist_ok=True)
         for name, source in extra_files.items():
             shutil.copyfile(source, os.path.join(extra, name))
-    replace_directory(staging, export_dir)
+    replace_directory(staging, export_dir, fault_point="export")
     logger.info("SavedModel written to %s (signatures: %s)", export_dir,
                 ", ".join(sorted(module.signatures())))
     return export_dir

@@ -27,11 +27,14 @@ from typing import Callable
 import numpy as np
 
 from engine.best_checkpoint import BestCheckpoint
-from engine.build import RunSettings, build_trainer, check_batch_split, model_files, start_run
-from engine.errors import SettingsError
-from engine.results import RESULTS_FILE, format_results, log_results, write_eval_results
+from engine.build import (RunSettings, build_trainer, check_batch_split, held_outputs,
+                          model_files, open_output, start_run)
+from engine.results import (RESULTS_FILE, format_results, log_results, read_eval_results,
+                            write_eval_results)
 from engine.run_config import check_run_config, record_run_config
 from engine.training import is_boundary
+from modeling import fault_points, output_lock
+from modeling.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -63,11 +66,17 @@ class NoTrainedWeightsError(SettingsError):
 
 # ------------------------------------------------------------------------------------ the driver
 def finetune(task, settings: FinetuneSettings) -> None:
-    """Run `task` as `settings` say (see the module docstring)."""
+    """Run `task` as `settings` say (see the module docstring), holding `output_dir` and
+    `export_dir` against other processes (`modeling.output_lock`) from the start."""
+    check_settings(settings)
+    with output_lock.holding(held_outputs(settings, export_dir=settings.export_dir)):
+        _finetune(task, settings)
+
+
+def _finetune(task, settings: FinetuneSettings) -> None:
     from data_gen.tokenization import FullTokenizer, special_token_ids
     from engine.task import Setup
 
-    check_settings(settings)
     task.check(settings)
     if settings.pack_examples and not task.packs_examples:
         raise SettingsError(f"--pack_examples: {task.title} cannot pack several examples into "
@@ -82,7 +91,8 @@ def finetune(task, settings: FinetuneSettings) -> None:
     run = start_run(settings, config, vocab_file)
     batching = batching_of(settings, run.strategy)
     tokenizer = FullTokenizer(vocab_file, do_lower_case=settings.do_lower_case)
-    special_token_ids(tokenizer.vocab, source=vocab_file)  # a DataError naming the file
+    # A DataError naming the file; without [UNK] the first unknown character would fail.
+    special_token_ids(tokenizer.vocab, ("[CLS]", "[SEP]", "[UNK]"), source=vocab_file)
     task.prepare(Setup(config, vocab_file, tokenizer, settings.max_seq_length,
                        settings.do_lower_case))
     # What decides the features and the head; an output_dir holds one such run.
@@ -113,11 +123,15 @@ def finetune(task, settings: FinetuneSettings) -> None:
     trainer = build_trainer(lambda: task.build_model(config), task, run.strategy, settings,
                             num_train_steps, num_warmup_steps, callback_every_steps=every,
                             save_at_callbacks=True, checkpoint_iterator=False)
+    if train is None:
+        check_trained_weights(trainer, settings.use_best_checkpoint)
+    open_output(run, settings)
     if run.chief:
         record_run_config(settings.output_dir, identity, training)
     for split in [train, *evals, *predicts]:
         if split is not None:
             data.convert(split)
+    output_lock.setup_done(settings.output_dir)  # from here on, what the run writes is kept
     logger.info("%s: %s on %d replica(s); %s", task.title,
                 f"{describe(task, train, 'training ')}, {num_train_steps} steps "
                 f"({num_warmup_steps} warmup)" if train else "no training", replicas,
@@ -161,10 +175,12 @@ def finetune(task, settings: FinetuneSettings) -> None:
         if train is None or last_step != step:  # else: these weights were just evaluated
             predicted = predictions(split, settings.eval_batch_size)
         task.write_eval_outputs(split, predicted, settings.output_dir)
+        fault_points.reached("prediction")
     for split in predicts:
         predicted = predictions(split, settings.predict_batch_size)
         path = task.write_predictions(split, predicted, settings.output_dir)
         logger.info("predictions for %s: %s", split.name, path)
+        fault_points.reached("prediction")
         if split.labelled:  # full precision: a threshold found here is pasted back as a flag
             log_results(task.score(split, predicted), logger,
                         f"Scores of the predictions for {split.name}")
@@ -324,37 +340,67 @@ def train_and_evaluate(trainer, train_dataset_fn: Callable, evaluate: Callable[[
                        best_metric: str | None = None) -> dict | None:
     """Train to the last step, evaluating every `every` steps (rounded) and at the last one;
     returns the last evaluation. `evaluate()` returns the task's metrics for the model as it
-    stands (`eval_` prefixed keys); `best_metric` names the one to keep the best weights by."""
+    stands (`eval_` prefixed keys); `best_metric` names the one to keep the best weights by.
+
+    Each evaluation happens exactly once, whatever the kill point: the checkpoint of an
+    evaluation step is saved first, then the evaluation offers its weights to `best/`, and only
+    then is `eval_results.txt` written with that step. A run that resumes at an evaluation step
+    whose results are not in `eval_results.txt` was stopped in between: it evaluates the restored
+    weights (the same weights) before training on, so `best/` and the results end as an
+    uninterrupted run's.
+    """
     best = BestCheckpoint(trainer.work_dir, best_metric) if best_metric else None
     last = {}
     num_train_steps = trainer.config.num_train_steps
+    output_dir = trainer.config.output_dir
 
-    def on_loop_end(step, train_metrics):
-        if evaluate is None:
-            return
-        if not is_boundary(step, every) and step < num_train_steps:
-            return
-        results = evaluate_and_record(trainer, evaluate, trainer.config.output_dir)
+    def evaluates_at(step):
+        return evaluate is not None and step > 0 and (is_boundary(step, every)
+                                                      or step >= num_train_steps)
+
+    def evaluate_now(step):
+        results = evaluate_and_record(trainer, evaluate, output_dir, offer=best.offer
+                                      if best is not None else None)
         epoch = step / steps_per_epoch if steps_per_epoch else None
         logger.info("evaluation at step %d%s: %s", step,
                     f" (epoch {epoch:.2f})" if epoch else "", format_results(results))
-        if best is not None:
-            best.offer(trainer.model, results)
         last.clear()
         last.update(results)
 
-    trainer.train(train_dataset_fn, on_loop_end)
+    def on_loop_end(step, train_metrics):
+        if evaluates_at(step):
+            evaluate_now(step)
+
+    def on_resume(step):
+        if evaluates_at(step) and recorded_step(output_dir) != step:
+            logger.info("the evaluation at step %d did not finish before the run was stopped: "
+                        "evaluating the restored weights now", step)
+            evaluate_now(step)
+
+    trainer.train(train_dataset_fn, on_loop_end, on_resume)
     return last or None
 
 
+def recorded_step(output_dir: str) -> int | None:
+    """The step of the evaluation in `eval_results.txt` (None when there is none)."""
+    step = read_eval_results(os.path.join(output_dir, RESULTS_FILE)).get("global_step")
+    return None if step is None else int(step)
+
+
 def evaluate_and_record(trainer, evaluate: Callable[[], dict], output_dir: str,
-                        step: int | None = None) -> dict:
+                        step: int | None = None, offer: Callable | None = None) -> dict:
     """Run `evaluate()`, add `global_step` (the trainer's, unless `step` says which weights
-    these are), write eval_results.txt and TensorBoard's eval/."""
+    these are), offer the results to `best/` (`offer(model, results)`), then write
+    eval_results.txt and TensorBoard's eval/; eval_results.txt is written last, so that its
+    step says the whole evaluation was recorded."""
     step = trainer.global_step if step is None else step
     results = dict(evaluate())
+    fault_points.reached("evaluation")
     trainer._summary("eval", results, step)
     results["global_step"] = step
+    if offer is not None:
+        offer(trainer.model, results)
+    fault_points.reached("eval_results")
     if trainer.is_chief:
         write_eval_results(os.path.join(output_dir, RESULTS_FILE), results)
         log_results(results, logger)
@@ -389,7 +435,27 @@ def choose_weights(trainer, best_metric: str, trained: bool, evaluated: bool,
     latest = trainer.restore_latest()
     if latest:
         return f"training checkpoint {latest}", trainer.global_step
-    raise NoTrainedWeightsError(
+    raise no_trained_weights(trainer)
+
+
+def check_trained_weights(trainer, use_best: bool) -> None:
+    """Before a run that does not train writes anything: some weights with a trained head must
+    be there for `choose_weights` to find (else the run is refused, having written nothing)."""
+    import tensorflow as tf
+
+    report = trainer.init_report
+    if report is not None and not report.initialised:
+        return
+    if use_best and BestCheckpoint(trainer.work_dir, "").exists():
+        return
+    if os.path.isdir(trainer.work_dir) and tf.train.latest_checkpoint(trainer.work_dir):
+        return
+    raise no_trained_weights(trainer)
+
+
+def no_trained_weights(trainer) -> NoTrainedWeightsError:
+    report = trainer.init_report
+    return NoTrainedWeightsError(
         f"no trained weights: {trainer.config.output_dir} has no checkpoint and "
         f"--init_checkpoint lacks {', '.join(report.initialised) if report else 'the head'}; "
         f"train first (--do_train)")

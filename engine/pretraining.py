@@ -10,13 +10,19 @@ original's metrics for at most `max_eval_steps` batches to `eval_results.txt`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 
-from engine.build import RunSettings, build_trainer, check_batch_split, model_files, start_run
-from engine.errors import SettingsError
+from data_gen.errors import DataError
+from engine.build import (RunSettings, build_trainer, check_batch_split, held_outputs,
+                          model_files, open_output, start_run)
 from engine.results import RESULTS_FILE, log_results, write_eval_results
+from engine.run_config import PRETRAINING, check_run_config, record_run_config
+from engine.training import EmptyInputError
+from modeling import fault_points, output_lock
+from modeling.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +36,26 @@ class PretrainSettings(RunSettings):
     max_eval_steps: int = 100
 
 
+@contextlib.contextmanager
+def unreadable_input_reported(task):
+    """TensorFlow's DataLossError on a damaged record file, as a DataError naming the file."""
+    import tensorflow as tf
+
+    try:
+        yield
+    except tf.errors.DataLossError as error:
+        raise task.input_error(error) from None
+
+
 def pretrain(task, settings: PretrainSettings) -> None:
+    """Train and evaluate as `settings` say, holding `output_dir` against other processes."""
+    with output_lock.holding(held_outputs(settings)):
+        _pretrain(task, settings)
+
+
+def _pretrain(task, settings: PretrainSettings) -> None:
     from modeling import checkpoints, convert
+    from modeling.atomic_files import recover_directory, replace_directory, staging_directory
 
     if not (settings.do_train or settings.do_eval):
         raise SettingsError("at least one of --do_train or --do_eval must be set")
@@ -41,12 +65,28 @@ def pretrain(task, settings: PretrainSettings) -> None:
     config, vocab_file = model_files(settings, vocab_required=False)
     task.prepare(config, vocab_file)
     run = start_run(settings, config, vocab_file)
+    # One run per output_dir, as fine-tuning: the records' shape and the model decide the run,
+    # the schedule must match to resume.
+    identity = {**task.identity(), "model": config.to_dict()}
+    training = ({"init_checkpoint": settings.init_checkpoint,
+                 "learning_rate": settings.learning_rate,
+                 "train_batch_size": settings.train_batch_size,
+                 "num_train_steps": settings.num_train_steps,
+                 "num_warmup_steps": settings.num_warmup_steps,
+                 "optimizer": settings.optimizer,
+                 "num_accumulation_steps": settings.num_accumulation_steps,
+                 "random_seed": settings.random_seed} if settings.do_train else None)
+    check_run_config(settings.output_dir, identity, training, kind=PRETRAINING)
     replicas = run.strategy.num_replicas_in_sync
     check_batch_split(settings, replicas)
     logger.info("%s, %s on %d replica(s), dtype %s", task.describe(),
                 settings.distribution_strategy, replicas, settings.dtype)
     trainer = build_trainer(lambda: task.build_model(config), task, run.strategy, settings,
                             settings.num_train_steps, settings.num_warmup_steps)
+    open_output(run, settings)
+    if run.chief:
+        record_run_config(settings.output_dir, identity, training, kind=PRETRAINING)
+    output_lock.setup_done(settings.output_dir)
 
     def dataset_fn(batch_size: int, is_training: bool):
         return lambda context: task.dataset(
@@ -55,21 +95,34 @@ def pretrain(task, settings: PretrainSettings) -> None:
 
     if settings.do_train:
         # Each dataset element holds the micro-batches of one update.
-        trainer.train(dataset_fn(settings.train_batch_size, True))
+        with unreadable_input_reported(task):
+            trainer.train(dataset_fn(settings.train_batch_size, True))
         export = os.path.join(settings.output_dir, TF1_EXPORT)
-        convert.save_any(trainer.model, export, "tf1", global_step=trainer.global_step)
-        if vocab_file:
-            checkpoints.copy_vocab(vocab_file, export)
-        logger.info("TF1 checkpoint of the trained model: %s", export)
+        if run.chief:  # staged and swapped in: tf1/ is complete or absent, whatever the kill
+            recover_directory(export)
+            staging = staging_directory(export)
+            convert.save_any(trainer.model, staging, "tf1", global_step=trainer.global_step)
+            if vocab_file:
+                checkpoints.copy_vocab(vocab_file, staging)
+            replace_directory(staging, export, fault_point="tf1_export")
+            logger.info("TF1 checkpoint of the trained model: %s", export)
     elif not trainer.restore_latest() and not settings.init_checkpoint:
         raise SettingsError(f"--do_eval without --do_train: no checkpoint in "
                             f"{settings.output_dir} and no --init_checkpoint")
 
     if settings.do_eval:
-        results = trainer.evaluate(dataset_fn(settings.eval_batch_size, False),
-                                   max_steps=settings.max_eval_steps)
+        with unreadable_input_reported(task):
+            try:
+                results = trainer.evaluate(dataset_fn(settings.eval_batch_size, False),
+                                           max_steps=settings.max_eval_steps)
+            except EmptyInputError:
+                raise DataError(f"{', '.join(task.files)}: fewer records than "
+                                f"--eval_batch_size={settings.eval_batch_size}, nothing to "
+                                f"evaluate; use a smaller --eval_batch_size") from None
+        fault_points.reached("evaluation")
         results["global_step"] = trainer.global_step
         path = os.path.join(settings.output_dir, RESULTS_FILE)
-        write_eval_results(path, results)
-        log_results(results, logger)
-        logger.info("eval results written to %s", path)
+        if run.chief:
+            write_eval_results(path, results)
+            log_results(results, logger)
+            logger.info("eval results written to %s", path)

@@ -1,54 +1,101 @@
 """`run_config.json`: one run per `output_dir`, refused before any of its files is touched.
 
 An `output_dir` holds one run's features, checkpoints and best weights; a second run with other
-settings would mix them. `identity` (task, labels, sequence length, casing, ...) must match any
-earlier run; `training` (learning rate, batch, steps, initial weights; None when not training)
-must match too when a training checkpoint is there to resume from: resuming with another schedule
-is never what was meant.
+settings would mix them. The file records which kind of run made the folder (`fine-tuning` or
+`pretraining`), its `identity` (task, labels, sequence length, casing, ...), which must match any
+earlier run, and its `training` settings (learning rate, batch, steps, initial weights; None when
+it did not train), which must match too when a training checkpoint is there to resume from:
+resuming with another schedule is never what was meant. A folder of the other kind is refused
+outright, as is a folder holding training checkpoints that no run_config.json explains. Keys an
+older version did not record are not compared.
 """
 from __future__ import annotations
 
 import json
 import os
 
-from engine.errors import SettingsError
 from engine.training import is_training_checkpoint
 from modeling.atomic_files import write_text
+from modeling.errors import SettingsError
 
 RUN_CONFIG = "run_config.json"
+FINE_TUNING = "fine-tuning"
+PRETRAINING = "pretraining"
+# What a fine-tuning run leaves that a pretraining run never does (folders of older versions,
+# which recorded no kind, or evaluation-only runs, which recorded no file).
+_FINE_TUNING_MARKS = ("best", "train.tf_record.json", "dev.tf_record.json",
+                      "eval.tf_record.json", "test.tf_record.json")
 
 
 class RunConfigError(SettingsError):
-    """`output_dir` holds a run made with other settings."""
+    """`output_dir` holds a run made with other settings, or by another tool."""
 
 
-def check_run_config(output_dir: str, identity: dict, training: dict | None) -> None:
-    """Refuse to mix runs in one `output_dir` (writes nothing)."""
+def read_run_config(output_dir: str) -> dict | None:
+    """The recorded run (None when there is none); a damaged file is a one-line error."""
+    from data_gen.errors import DataError
+
     path = os.path.join(output_dir, RUN_CONFIG)
-    current = _canonical(identity, training)
-    previous = None
-    if os.path.isfile(path):
+    if not os.path.isfile(path):
+        return None
+    try:
         with open(path, encoding="utf-8") as f:
-            previous = json.load(f)
-    if previous:
-        groups = ["identity"]
-        if training is not None and previous.get("training") is not None and any(
-                is_training_checkpoint(name) for name in os.listdir(output_dir)):
-            groups.append("training")
-        changed = [f"{key} was {previous[group].get(key)!r}, now {value!r}"
-                   for group in groups for key, value in current[group].items()
-                   if previous[group].get(key) != value]
-        if changed:
-            raise RunConfigError(f"{output_dir} holds a run with other settings "
-                                 f"({'; '.join(changed)}): use another --output_dir, or empty it")
+            recorded = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not a run_config.json this project wrote ({e}); use another "
+                        f"--output_dir, or remove the file if the folder is yours") from None
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("identity"), dict):
+        raise DataError(f"{path}: not a run_config.json this project wrote (no identity); use "
+                        f"another --output_dir")
+    return recorded
 
 
-def record_run_config(output_dir: str, identity: dict, training: dict | None) -> None:
-    """Record this run's settings (when it trains), once `check_run_config` has passed."""
-    if training is not None:
-        write_text(os.path.join(output_dir, RUN_CONFIG),
-                   json.dumps(_canonical(identity, training), indent=1, sort_keys=True) + "\n")
+def check_run_config(output_dir: str, identity: dict, training: dict | None,
+                     kind: str = FINE_TUNING) -> None:
+    """Refuse to mix runs in one `output_dir` (writes nothing)."""
+    current = _canonical(kind, identity, training)
+    previous = read_run_config(output_dir)
+    names = os.listdir(output_dir) if os.path.isdir(output_dir) else []
+    has_checkpoints = any(is_training_checkpoint(name) for name in names)
+    if previous is None:
+        other = _other_kind(kind, names, has_checkpoints)
+        if other:
+            raise RunConfigError(f"{output_dir} holds {other}: use another --output_dir")
+        return
+    previous_kind = previous.get("kind", FINE_TUNING)
+    if previous_kind != kind:
+        raise RunConfigError(f"{output_dir} holds a {previous_kind} run ({RUN_CONFIG}), not a "
+                             f"{kind} one: use another --output_dir")
+    groups = ["identity"]
+    if training is not None and previous.get("training") is not None and has_checkpoints:
+        groups.append("training")
+    changed = [f"{key} was {previous[group][key]!r}, now {value!r}"
+               for group in groups for key, value in current[group].items()
+               if key in previous[group] and previous[group][key] != value]
+    if changed:
+        raise RunConfigError(f"{output_dir} holds a run with other settings "
+                             f"({'; '.join(changed)}): use another --output_dir, or empty it")
 
 
-def _canonical(identity: dict, training: dict | None) -> dict:
-    return json.loads(json.dumps({"identity": identity, "training": training}))
+def _other_kind(kind: str, names: list, has_checkpoints: bool) -> str | None:
+    """What another tool left in a folder with no run_config.json, if anything."""
+    if kind == PRETRAINING and any(name in _FINE_TUNING_MARKS for name in names):
+        return "a fine-tuning run's files (best/, features)"
+    if kind == FINE_TUNING and has_checkpoints:
+        return (f"training checkpoints but no {RUN_CONFIG} (another tool's run, such as "
+                f"run_pretraining's)")
+    return None
+
+
+def record_run_config(output_dir: str, identity: dict, training: dict | None,
+                      kind: str = FINE_TUNING) -> None:
+    """Record this run's settings once `check_run_config` has passed: always when it trains,
+    else only when the folder has no record yet (an evaluation of a run keeps its record)."""
+    path = os.path.join(output_dir, RUN_CONFIG)
+    if training is not None or not os.path.isfile(path):
+        write_text(path, json.dumps(_canonical(kind, identity, training), indent=1,
+                                    sort_keys=True) + "\n")
+
+
+def _canonical(kind: str, identity: dict, training: dict | None) -> dict:
+    return json.loads(json.dumps({"kind": kind, "identity": identity, "training": training}))

@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from data_gen.errors import DataError, decode_line
-from engine.errors import SettingsError
+from modeling.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -50,13 +50,22 @@ class SavedModelPredictor:
                 os.path.join(self.export_dir, "saved_model.pb")):
             raise SettingsError(f"--saved_model={self.export_dir}: no saved_model.pb there (a "
                                 f"runner's --export_dir folder)")
-        model = tf.saved_model.load(self.export_dir)
+        try:
+            model = tf.saved_model.load(self.export_dir)
+        except Exception as e:  # noqa: BLE001 - TensorFlow, protobuf and OS errors alike
+            first = (getattr(e, "message", None) or str(e) or type(e).__name__).strip()
+            raise DataError(f"{self.export_dir}: not a readable SavedModel "
+                            f"({first.splitlines()[0][:200]}); export it again with the runner's "
+                            f"--export_dir") from None
         if self.signature_name not in model.signatures:
             raise SettingsError(f"--signature={self.signature_name}: {self.export_dir} has "
                                 f"{', '.join(sorted(model.signatures))}")
         self.model = model  # keeps the variables alive
         self.signature = model.signatures[self.signature_name]
-        self.inputs = sorted(self.signature.structured_input_signature[1])
+        specs = self.signature.structured_input_signature[1]
+        self.inputs = sorted(specs)
+        # A [batch] input takes one text per line; a [batch, n] input (choices) a list of them.
+        self.takes_list = {name: specs[name].shape.rank == 2 for name in self.inputs}
         if self.columns and sorted(c for c in self.columns if c) != self.inputs:
             raise SettingsError(f"--columns={','.join(self.columns)}: the signature takes "
                                 f"{', '.join(self.inputs)}")
@@ -81,6 +90,15 @@ class SavedModelPredictor:
         if missing:
             raise DataError(f"{path}:{line + 1}: no {', '.join(missing)} (the signature takes "
                             f"{', '.join(self.inputs)})")
+        for name in self.inputs:
+            text = value[name]
+            if self.takes_list[name]:
+                if not (isinstance(text, list) and all(isinstance(t, str) for t in text)):
+                    raise DataError(f"{path}:{line + 1}: {name!r} must be a list of texts (JSON "
+                                    f"strings), not {json.dumps(text)[:60]}")
+            elif not isinstance(text, str):
+                raise DataError(f"{path}:{line + 1}: {name!r} must be text (a JSON string), not "
+                                f"{json.dumps(text)[:60]}")
         return {name: value[name] for name in self.inputs}
 
     def __call__(self, shard):
@@ -124,15 +142,22 @@ def predict_file(predictor: SavedModelPredictor, input_file: str, output_file: s
     from engine.streaming import Progress
     from modeling.atomic_files import atomic_path
 
+    from modeling import output_lock
+    from modeling.atomic_files import remove_partial_files
+
+    output_lock.check_file_output(output_file, "--output_file")
     predictor.load()
     progress = Progress(count_lines(input_file))
     written = 0
-    with atomic_path(output_file) as tmp, open(tmp, "w", encoding="utf-8") as out:
-        for shard in file_shards(input_file, 0, lines_per_shard):
-            for line in predictor(shard):
-                out.write(line + "\n")
-                written += 1
-            progress.update(len(shard.lines))
+    with output_lock.holding({output_file: "--output_file"}):
+        for path in remove_partial_files(output_file):
+            logger.info("removed %s, a partial file left by an interrupted run", path)
+        with atomic_path(output_file) as tmp, open(tmp, "w", encoding="utf-8") as out:
+            for shard in file_shards(input_file, 0, lines_per_shard):
+                for line in predictor(shard):
+                    out.write(line + "\n")
+                    written += 1
+                progress.update(len(shard.lines))
     progress.log()
     logger.info("wrote %d predictions to %s", written, output_file)
     return written

@@ -29,6 +29,9 @@ from typing import Callable, Protocol
 import tensorflow as tf
 import keras
 
+from modeling import fault_points
+from modeling.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 
@@ -67,8 +70,13 @@ def remove_partial_checkpoints(directory: str) -> list[str]:
     return removed
 
 
-class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or infinite; the run stopped without saving."""
+class EmptyInputError(ValueError):
+    """An evaluation or prediction dataset yielded no batch."""
+
+
+class NonFiniteLossError(UserError):
+    """The loss became NaN or infinite; the run stopped without saving (a one-line error: the
+    learning rate or the data is the usual cause)."""
 
 
 @dataclasses.dataclass
@@ -241,11 +249,15 @@ class Trainer:
         return float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
 
     # ------------------------------------------------------------------------- public
-    def train(self, dataset_fn: Callable, on_loop_end: Callable | None = None) -> dict:
+    def train(self, dataset_fn: Callable, on_loop_end: Callable | None = None,
+              on_resume: Callable | None = None) -> dict:
         """Train to `num_train_steps` updates from wherever the newest checkpoint left off.
 
         `dataset_fn(input_context)` returns this input pipeline's dataset, batched per replica
-        with `num_accumulation_steps` micro-batches per element. Returns the last loop's metrics.
+        with `num_accumulation_steps` micro-batches per element. `on_loop_end(step, metrics)`
+        runs after each loop (and its checkpoint); `on_resume(step)` runs once after a checkpoint
+        is restored, before training goes on (to finish what a killed run left undone at that
+        step). Returns the last loop's metrics.
         """
         cfg = self.config
         single = (self.strategy.num_replicas_in_sync == 1) and cfg.checkpoint_iterator
@@ -256,6 +268,8 @@ class Trainer:
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
             logger.info("resumed from %s at step %d", manager.latest_checkpoint, self.global_step)
+            if on_resume:
+                on_resume(self.global_step)
         step = self.global_step
         if not single:
             iterator = iter(self.strategy.distribute_datasets_from_function(
@@ -272,8 +286,10 @@ class Trainer:
             step = self.global_step
             if not math.isfinite(metrics["loss"]):
                 raise NonFiniteLossError(
-                    f"loss is {metrics['loss']} in the {n} steps ending at step {step}; stopped "
-                    f"without saving. Last good checkpoint: {manager.latest_checkpoint or 'none'}")
+                    f"{cfg.output_dir}: the loss is {metrics['loss']} in the {n} steps ending at "
+                    f"step {step}; stopped without saving (last good checkpoint: "
+                    f"{manager.latest_checkpoint or 'none'}). Lower --learning_rate or check the "
+                    f"data, then run again")
             lr = self.current_learning_rate()
             speed = cfg.examples_per_step * n / elapsed if cfg.examples_per_step else 0.0
             self._summary("train", {**metrics, "learning_rate": lr,
@@ -283,9 +299,15 @@ class Trainer:
                         cfg.num_train_steps,
                         " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), lr, speed,
                         format_duration(eta))
+            fault_points.reached("train_loop")
             if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
                     or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
-                path = manager.save(checkpoint_number=step)
+                fault_points.reached("checkpoint_write", self.work_dir)
+                try:
+                    path = manager.save(checkpoint_number=step)
+                except BaseException:  # a full disk, say: leave no partial checkpoint behind
+                    remove_partial_checkpoints(self.work_dir)
+                    raise
                 logger.info("saved %s", path)
             if on_loop_end:
                 on_loop_end(step, metrics)
@@ -301,7 +323,7 @@ class Trainer:
             step = self._eval_step(batch)
             totals = step if totals is None else {k: totals[k] + step[k] for k in totals}
         if totals is None:
-            raise ValueError("evaluation dataset is empty")
+            raise EmptyInputError("evaluation dataset is empty")
         metrics = _ratio(totals)
         self._summary("eval", metrics, self.global_step)
         return metrics

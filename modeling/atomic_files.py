@@ -13,7 +13,10 @@ import contextlib
 import glob
 import logging
 import os
+import re
 import shutil
+
+from modeling import fault_points
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +62,36 @@ def atomic_path(path, suffix: str = ""):
         raise
 
 
+_TEMPORARY = re.compile(r"^\..+\.tmp(\d+)(\.[A-Za-z0-9]+)?$")
+
+
+def remove_temporary_files(directory, names=None) -> list:
+    """Delete the hidden temporary files (`.NAME.tmp<pid>`) that writes killed before their
+    rename left in `directory` (only those of `names`, when given); call only while holding the
+    outputs (`modeling.output_lock`), so that no live writer owns them. Returns what was removed."""
+    removed = []
+    directory = os.fspath(directory)
+    if is_remote(directory) or not os.path.isdir(directory):
+        return removed
+    for name in sorted(os.listdir(directory)):
+        match = _TEMPORARY.match(name)
+        path = os.path.join(directory, name)
+        if (match and int(match.group(1)) != os.getpid() and os.path.isfile(path)
+                and (names is None or match.group(1) and name[1:name.rindex(".tmp")] in names)):
+            os.remove(path)
+            removed.append(path)
+    return removed
+
+
+def remove_partial_files(path) -> list:
+    """The hidden temporary files of `path` (`.NAME.tmp<pid>`) that killed writes left beside
+    it; call while holding `path` (`modeling.output_lock`). Returns what was removed."""
+    if is_remote(path):
+        return []
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    return remove_temporary_files(folder, [name])
+
+
 def write_text(path, text: str) -> None:
     """`text` (UTF-8) as the whole content of `path`, local or remote, atomically."""
     with atomic_path(path) as tmp:
@@ -77,12 +110,15 @@ def staging_directory(directory) -> str:
     return staging
 
 
-def replace_directory(staging, directory) -> None:
-    """Swap the complete `staging` in for `directory` (which may not exist yet)."""
+def replace_directory(staging, directory, fault_point: str | None = None) -> None:
+    """Swap the complete `staging` in for `directory` (which may not exist yet); `fault_point`
+    names this swap for the kill tests (`modeling.fault_points`), reached between the renames."""
     directory = os.fspath(directory)
     old = f"{directory}.old{os.getpid()}"
     if os.path.isdir(directory):
         os.replace(directory, old)
+    if fault_point:
+        fault_points.reached(fault_point)
     os.replace(staging, directory)
     shutil.rmtree(old, ignore_errors=True)
 
@@ -101,4 +137,5 @@ def recover_directory(directory) -> None:
                        "while replacing it)", directory, olds[-1])
         os.replace(olds.pop(), directory)
     for leftover in olds + glob.glob(glob.escape(directory) + ".tmp[0-9]*"):
+        logger.info("removed %s, left by an interrupted run", leftover)
         shutil.rmtree(leftover, ignore_errors=True)

@@ -38,7 +38,8 @@ VOCAB = "vocab.txt"
 
 
 class CheckpointError(UserError):
-    """A checkpoint that does not fit the model; the message names every offending variable."""
+    """A checkpoint that does not fit the model; the message names the offending variables (the
+    first few, and how many there are) and config fields left to their defaults."""
 
 
 @dataclasses.dataclass
@@ -97,9 +98,17 @@ def restore(model, source: TensorSource, allow_new_heads: bool = False,
                           f"{tuple(var.shape)}")
     if errors:
         hint = ("" if allow_new_heads or not any(names.is_head(n) for n in missing) else
-                "\n(heads that fine-tuning adds on purpose are allowed with allow_new_heads=True)")
-        raise CheckpointError(f"{source.description} does not fit {model.name}:\n  "
-                              + "\n  ".join(errors) + hint)
+                " (heads that fine-tuning adds on purpose are allowed with allow_new_heads=True)")
+        unset = _unset_config_keys(model)
+        cause = ""
+        if unset:  # the likely cause first, and a few variables as evidence
+            cause = (f": the bert config does not set {', '.join(unset)}, so the original's "
+                     f"defaults were used; use the checkpoint's own bert_config.json")
+        shown = errors[:2 if unset else MAX_LISTED]
+        if len(errors) > len(shown):
+            shown.append(f"... and {len(errors) - len(shown)} more")
+        raise CheckpointError(f"{source.description} does not fit {model.name}{cause} "
+                              f"({len(errors)} variable(s)): " + "; ".join(shown) + hint)
     loaded = [n for n in expected if n in source.shapes]
     for n in loaded:
         expected[n].assign(source.read(n).astype(np.float32, copy=False))
@@ -107,6 +116,16 @@ def restore(model, source: TensorSource, allow_new_heads: bool = False,
                         [n for n in unexpected if names.is_head(n)])
     report.log()
     return report
+
+
+MAX_LISTED = 8  # mismatched variables named in the message; the rest are counted
+
+
+def _unset_config_keys(model) -> tuple:
+    """The shape fields the model's bert config file left to their defaults."""
+    config = getattr(model, "config", None) or getattr(getattr(model, "encoder", None),
+                                                      "config", None)
+    return tuple(getattr(config, "unset", ()))
 
 
 def _in_memory_source(description: str, tensors: dict) -> TensorSource:
@@ -291,7 +310,11 @@ def training_checkpoint_prefix(path: str | os.PathLike) -> str | None:
         prefix = resolve_tf1_prefix(path)
     except CheckpointError:
         return None
-    names = {name for name, _ in tf.train.list_variables(prefix)}
+    try:
+        names = {name for name, _ in tf.train.list_variables(prefix)}
+    except (tf.errors.OpError, ValueError, IndexError) as e:
+        raise CheckpointError(f"{prefix}.index: not a readable checkpoint index "
+                              f"({_first_line(e)}); copy the checkpoint again") from None
     return prefix if "_CHECKPOINTABLE_OBJECT_GRAPH" in names else None
 
 
@@ -334,6 +357,10 @@ def load_initial_weights(model, path: str | os.PathLike, allow_new_heads: bool =
             .assert_existing_objects_matched()
         logger.info("restored the model weights from training checkpoint %s", prefix)
         return LoadReport(prefix, [v.path for v in model.weights], [], [])
+    except tf.errors.OpError as e:
+        raise CheckpointError(f"{prefix}: cannot read the training checkpoint "
+                              f"({_first_line(e)}): a file is truncated or damaged; copy it "
+                              f"again") from None
     except (AssertionError, ValueError) as e:
         if not allow_new_heads:
             raise CheckpointError(

@@ -17,6 +17,11 @@ from modeling.errors import UserError
 
 # Hugging Face `config.json` keys that mean something other than the original's, or that the
 # original lacks. `layer_norm_eps` is honoured; the rest are metadata.
+# The fields that decide the weights' shapes: a config that leaves one to its default (as the
+# original allows) gets it named when a checkpoint then does not fit.
+SHAPE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "max_position_embeddings", "type_vocab_size")
+
 _HF_HIDDEN_ACT = {
     "gelu": "gelu_exact",  # Hugging Face's "gelu" is the erf form
     "gelu_new": "gelu",  # the tanh approximation, which the original calls "gelu"
@@ -52,6 +57,8 @@ class BertConfig:
         self.validate()
 
     # ----------------------------------------------------------------------------- validation
+    unset = ()  # set by from_dict
+
     def validate(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
@@ -93,7 +100,10 @@ class BertConfig:
         kwargs = {k: v for k, v in values.items() if k in known}
         extra = copy.deepcopy({k: v for k, v in values.items() if k not in known})
         extra.update(copy.deepcopy(values.get("extra", {})))
-        return cls(**kwargs, extra=extra)
+        config = cls(**kwargs, extra=extra)
+        # The shape fields left to the original's defaults, named when a checkpoint does not fit.
+        config.unset = tuple(k for k in SHAPE_FIELDS if k not in values)
+        return config
 
     def to_dict(self) -> dict[str, Any]:
         """The flat `bert_config.json` mapping: the fields plus the kept unknown keys.
@@ -116,6 +126,9 @@ class BertConfig:
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): "
                               f"{e.msg}") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at byte "
+                              f"{e.start + 1}); save the file as UTF-8") from None
         try:
             return cls.from_dict(values)
         except ConfigError as e:

@@ -14,7 +14,7 @@ import os
 
 from absl import app, flags
 
-from modeling import atomic_files, checkpoints
+from modeling import atomic_files, checkpoints, output_lock
 from modeling.config import BertConfig
 from modeling.errors import as_user_error, run_main
 from modeling.encoder import BertEncoder
@@ -91,8 +91,9 @@ def main(argv):
         if FLAGS[name].value is None:
             raise app.UsageError(f"--{name} is required")
     try:
-        written = convert(FLAGS.input, FLAGS["from"].value, FLAGS.output, FLAGS.to,
-                          FLAGS.bert_config_file, FLAGS.global_step)
+        with output_lock.holding({FLAGS.output: "--output"}):
+            written = convert(FLAGS.input, FLAGS["from"].value, FLAGS.output, FLAGS.to,
+                              FLAGS.bert_config_file, FLAGS.global_step)
     except (ValueError, OSError) as error:  # bad files, named in the message
         raise as_user_error(error) from None
     for path in written:

@@ -2,7 +2,7 @@
 
 A user error is a mistake the user can fix: bad data, a bad config or checkpoint, a flag that cannot
 work, a missing file. Each layer raises its own kind (`ConfigError`, `CheckpointError`,
-`data_gen.errors.DataError`, `engine.errors.SettingsError`, ...), all `UserError`s whose message
+`data_gen.errors.DataError`, `modeling.errors.SettingsError`, ...), all `UserError`s whose message
 starts with the file (and line) at fault. Every program's front door (the runners, the data tools,
 the converter) runs its `main` through `run_main`, which prints such an error as
 
@@ -17,7 +17,9 @@ This module sits in the lowest layer so that every layer's errors and every fron
 """
 from __future__ import annotations
 
+import errno
 import os
+import re
 import sys
 from typing import Callable
 
@@ -29,6 +31,13 @@ class UserError(ValueError):
     """A mistake the user can fix; the message names the file (and line) or flag at fault."""
 
     exit_status = 1
+
+
+class SettingsError(UserError):
+    """Settings that cannot work (a flag out of range, a missing file or flag, a setting the model
+    or the output folder does not fit): exit status 2, as a bad flag."""
+
+    exit_status = USAGE_STATUS
 
 
 def as_user_error(error: Exception) -> Exception:
@@ -69,10 +78,63 @@ def user_error_status(error: BaseException) -> int | None:
     tf = sys.modules.get("tensorflow")
     if tf is not None and isinstance(error, tf.errors.NotFoundError):
         return 1
+    if environment_failure(error):
+        return 1
     return None
 
 
+# What the operating system says when a write cannot be done, in TensorFlow's messages too.
+_ENVIRONMENT = {"No space left on device": "free some space", "File too large": "free some "
+                "space or raise the file size limit", "Disk quota exceeded": "free some space",
+                "Read-only file system": "write elsewhere", "Permission denied": "check the "
+                "folder's permissions"}
+_PATH = re.compile(r"(/[^\s;:'\"]+)")
+
+
+def environment_failure(error: BaseException) -> str | None:
+    """For a write the machine refused (disk full, file size limit, read-only, permission),
+    raised as an OSError or by TensorFlow: `PATH: reason; what to do`, else None."""
+    if isinstance(error, OSError) and error.errno in _ERRNOS:
+        reason = os.strerror(error.errno)
+        path = error.filename
+    else:
+        tf = sys.modules.get("tensorflow")
+        if tf is None or not isinstance(error, tf.errors.OpError):
+            return None
+        text = getattr(error, "message", str(error))
+        reason = next((r for r in _ENVIRONMENT if r in text), None)
+        if reason is None:
+            return None
+        path = next((p for p in _PATH.findall(text) if _written_in(p)), None)
+    advice = _ENVIRONMENT.get(reason, "free some space")
+    where = _outside_temporary(path) if path else None
+    return (f"{where or 'an output'}: {reason.lower()} while writing; {advice}, then run the "
+            f"same command again (it resumes where it stopped)")
+
+
+def _outside_temporary(path: str) -> str:
+    """A checkpoint or shard is written under a temporary name (removed when the write fails):
+    the folder that holds it."""
+    parts = path.split(os.sep)
+    temporary = [i for i, part in enumerate(parts) if part.endswith("_temp") or ".tmp" in part]
+    return os.sep.join(parts[:temporary[0]]) or os.sep if temporary else path
+
+
+def _written_in(path: str) -> bool:
+    """Whether a path in an error message is one this machine writes in (not a source file's)."""
+    folder = os.path.dirname(path)
+    if _outside_temporary(path) != path:
+        folder = _outside_temporary(path)
+    return folder != os.sep and os.path.isdir(folder)
+
+
+_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}
+
+
 def message_of(error: BaseException) -> str:
+    failure = environment_failure(error)
+    if failure:
+        return failure
     if isinstance(error, OSError) and error.filename is not None:
         return f"{error.filename}: {error.strerror or error}"
     if not isinstance(error, UserError) and type(error).__module__.startswith("tensorflow"):

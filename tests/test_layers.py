@@ -23,6 +23,7 @@ FRONT_DOORS = {"modeling/convert.py", "data_gen/learn_vocab.py",
                "data_gen/pretraining/create_pretraining_data.py",
                "data_gen/pretraining/beam_pipeline.py", "data_gen/pretraining/flags.py",
                "modeling/errors.py",  # the front doors' one-line errors, flag errors included
+               "modeling/flag_ranges.py",  # the front doors' range checks, registered on their flags
                "tasks/feature_extraction/beam_pipeline.py", "tasks/feature_extraction/flags.py"}
 
 

@@ -112,8 +112,9 @@ def test_errors_name_the_flag_and_leave_the_output_alone(poems, tmp_path, parsed
          "45 characters seen, each alone and with '##', need 1089 before anything is learned"),
         (dict(num_unused_tokens=50),
          "--num_unused_tokens=50: [UNK] is id 100 only with at least 99 unused tokens before it"),
-        (dict(output_file=f"{tmp_path}/nowhere/vocab.txt"),
-         f"--output_file: folder {tmp_path}/nowhere does not exist"),
+        (dict(output_file=f"{output}/vocab.txt"),  # a missing folder is made; a file is in the way
+         f"--output_file {output}/vocab.txt: {output} is a file, not a folder; name a path whose "
+         "folders are folders"),
         (dict(input_file=f"{empty}"), f"--input_file='{empty}': no words in 1 files"),
     ]
     for change, message in cases:

@@ -142,7 +142,8 @@ def test_non_finite_loss_stops_without_saving(tmp_path):
         loop.train(data)
     saved = sorted(f for f in os.listdir(tmp_path) if f.endswith(".index"))
     last_good = saved[-1][:-len(".index")]
-    assert f"Last good checkpoint: {tmp_path / last_good}" in str(err.value)
+    assert f"(last good checkpoint: {tmp_path / last_good})" in str(err.value)
+    assert "Lower --learning_rate or check the data" in str(err.value)
     # The step that produced the non-finite loss was not saved.
     bad_step = int(str(err.value).split("ending at step ")[1].split(";")[0])
     assert int(last_good.split("-")[1]) == bad_step - 1

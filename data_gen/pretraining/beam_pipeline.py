@@ -35,6 +35,7 @@ from data_gen.pretraining.documents import InputOptions
 from data_gen.pretraining.instances import InstanceSettings
 from data_gen.pretraining.records import RecordMaker
 from data_gen.pretraining.stats import PretrainingStats
+from modeling import output_lock
 from modeling.errors import as_user_error, parse_known_flags, run_main
 
 FLAGS = flags.FLAGS
@@ -156,7 +157,9 @@ def main(argv) -> None:
     options = PipelineOptions(pipeline_args)
     try:
         input_files = match_input_files(FLAGS.input_file)
-        with beam.Pipeline(options=options) as root:
+        # One pipeline per output prefix (a local one: no lock reaches gs://).
+        with output_lock.holding({FLAGS.output_file: "--output_file"}), \
+                beam.Pipeline(options=options) as root:
             build_pipeline(
                 root, input_files, FLAGS.output_file, FLAGS.vocab_file,
                 do_lower_case=FLAGS.do_lower_case, settings=pretraining_flags.instance_settings(),

@@ -21,6 +21,7 @@ printed and written as JSON (`stats`).
 """
 import os
 import random
+import shutil
 import tempfile
 import time
 
@@ -34,11 +35,13 @@ from data_gen.pretraining import flags as pretraining_flags
 from data_gen.pretraining.documents import InputOptions
 from data_gen.pretraining.parallel import OrderedPool, start_method
 from data_gen.pretraining.instances import InstanceSettings
-from data_gen.pretraining.records import RecordMaker
+from data_gen.pretraining.records import REQUIRED_TOKENS, RecordMaker
 from data_gen.pretraining.stats import PretrainingStats
-from data_gen.records import ShardedRecordWriter
-from modeling.atomic_files import write_text
-from modeling.errors import as_user_error, run_main
+from data_gen.records import ShardedRecordWriter, check_output_files
+from data_gen.tokenization import load_vocab, special_token_ids
+from modeling import output_lock
+from modeling.atomic_files import remove_partial_files, write_text
+from modeling.errors import SettingsError, as_user_error, run_main
 
 FLAGS = flags.FLAGS
 
@@ -94,12 +97,35 @@ def create_pretraining_data(input_files: list, output_files: list, vocab_file: s
     settings.check()
     input_options.check()
     if num_workers < 1:
-        raise ValueError(f"--num_workers={num_workers}: must be at least 1")
+        raise SettingsError(f"--num_workers={num_workers}: must be at least 1")
     if faithful_in_memory and num_workers != 1:
-        raise ValueError("--faithful_in_memory runs in one process, as the original does; "
+        raise SettingsError("--faithful_in_memory runs in one process, as the original does; "
                          f"drop --num_workers={num_workers}")
     if not input_files:
         raise documents.InputFormatError("--input_file names no file")
+    # The vocabulary's special tokens, before anything is written (a DataError naming the file).
+    special_token_ids(load_vocab(vocab_file), REQUIRED_TOKENS, source=vocab_file)
+    output_files = check_output_files(list(output_files), make_folders=False)
+    for path in output_files:
+        output_lock.check_file_output(path, "--output_file")
+    stats_file = stats_file or output_files[0] + ".stats.json"
+    with output_lock.holding({**{path: "--output_file" for path in output_files},
+                              stats_file: "--stats_file"}):
+        remove_leftovers(output_files + [stats_file])
+        return _create(input_files, output_files, vocab_file, do_lower_case, settings,
+                       random_seed, input_options, num_workers, pool_bytes, faithful_in_memory,
+                       stats_file, tmp_dir)
+
+
+def remove_leftovers(outputs: list) -> None:
+    """The hidden temporary shards a killed run of these outputs left (the outputs are held)."""
+    for path in outputs:
+        for removed in remove_partial_files(path):
+            logging.info("removed %s, a partial file left by an interrupted run", removed)
+
+
+def _create(input_files, output_files, vocab_file, do_lower_case, settings, random_seed,
+            input_options, num_workers, pool_bytes, faithful_in_memory, stats_file, tmp_dir):
     bucket_count = nsp_pools.bucket_count(sum(map(documents.file_size, input_files)), pool_bytes)
     progress = Progress()
     with ShardedRecordWriter(output_files) as writer:
@@ -110,9 +136,8 @@ def create_pretraining_data(input_files: list, output_files: list, vocab_file: s
         else:
             stats = _write_streaming(input_files, input_options, bucket_count, random_seed,
                                      (vocab_file, do_lower_case, settings), num_workers,
-                                     tmp_dir or _default_tmp_dir(writer.paths[0]), writer,
-                                     progress)
-    write_text(stats_file or writer.paths[0] + ".stats.json", stats.to_json())
+                                     spill_folder(tmp_dir, writer.paths[0]), writer, progress)
+    write_text(stats_file, stats.to_json())
     logging.info("wrote %s instances to %d file(s) in %.1f s\n%s", f"{stats.instances:,}",
                  len(writer.paths), time.monotonic() - progress.start, stats.summary())
     logging.info("seconds of work per stage, summed over processes: %s", stats.time_split())
@@ -134,43 +159,57 @@ def _write_in_memory(maker: RecordMaker, input_files: list, input_options: Input
 
 
 def _write_streaming(input_files: list, input_options: InputOptions, bucket_count: int,
-                     random_seed: int, maker_args: tuple, num_workers: int, tmp_dir: str,
+                     random_seed: int, maker_args: tuple, num_workers: int, spill_dir: str,
                      writer: ShardedRecordWriter, progress: Progress) -> PretrainingStats:
     """Two phases on the same workers: each input range is read, tokenized and spilled to bucket
-    files (`pool_worker.spill`); then each pool of buckets becomes records (`pool_worker.run`),
-    written here in pool order."""
+    files (`pool_worker.spill`) in `spill_dir`; then each pool of buckets becomes records
+    (`pool_worker.run`), written here in pool order. `spill_dir` is removed at the end, and at
+    the start when a killed run left it."""
     no_nsp = maker_args[2].no_nsp
     stats = PretrainingStats(maker_args[2].max_seq_length)
     ranges = documents.input_ranges(input_files, input_options,
                                     _range_bytes(input_files, num_workers))
-    os.makedirs(tmp_dir, exist_ok=True)
+    if os.path.isdir(spill_dir):  # the outputs are held: a killed run of them left it
+        logging.info("removed %s, the pool files of an interrupted run", spill_dir)
+        shutil.rmtree(spill_dir)
+    os.makedirs(spill_dir)
     if start_method() == "fork":
         pool_worker.start(*maker_args)  # once, here: forked workers inherit it
-    with tempfile.TemporaryDirectory(prefix=".create_pretraining_data-", dir=tmp_dir) as spill_dir, \
-            OrderedPool(num_workers, pool_worker.start, maker_args) as workers:
-        spill_jobs = [pool_worker.SpillJob(index, part, input_options, random_seed, bucket_count,
-                                           spill_dir) for index, part in enumerate(ranges)]
-        documents_per_bucket = np.zeros(bucket_count, dtype=np.int64)
-        for result in workers.map(pool_worker.spill, spill_jobs):
-            documents_per_bucket += result.documents_per_bucket
-            stats.seconds.update(result.seconds)
-            progress.read(result.documents, result.input_bytes)
-        documents_read = int(documents_per_bucket.sum())
-        nsp_pools.check_document_count(documents_read, no_nsp, input_files)
-        pools = nsp_pools.pools_of_buckets(
-            nsp_pools.group_buckets(documents_per_bucket.tolist(), no_nsp))
-        logging.info("%s documents in %d pools; making records with %d worker(s)",
-                     f"{documents_read:,}", len(pools), num_workers)
-        jobs = (pool_worker.PoolJob(index, [nsp_pools.spill_path(spill_dir, bucket, part)
-                                            for bucket in buckets for part in range(len(ranges))],
-                                    random_seed, len(writer.paths))
-                for index, buckets in enumerate(pools))
-        for done, result in enumerate(workers.map(pool_worker.run, jobs), start=1):
-            start = time.perf_counter()
-            writer.write_dealt(result.chunks, result.count)
-            result.stats.seconds["writing"] += time.perf_counter() - start
-            stats.merge(result.stats)
-            progress.pool_done(done, len(pools), stats, final=done == len(pools))
+    try:
+        with OrderedPool(num_workers, pool_worker.start, maker_args) as workers:
+            return _spill_and_write(ranges, input_files, input_options, bucket_count,
+                                    random_seed, spill_dir, no_nsp, stats, workers, writer,
+                                    num_workers, progress)
+    finally:
+        shutil.rmtree(spill_dir, ignore_errors=True)
+
+
+def _spill_and_write(ranges, input_files, input_options, bucket_count, random_seed, spill_dir,
+                     no_nsp, stats, workers, writer, num_workers, progress) -> PretrainingStats:
+    """The two phases of `_write_streaming` on its workers."""
+    spill_jobs = [pool_worker.SpillJob(index, part, input_options, random_seed, bucket_count,
+                                       spill_dir) for index, part in enumerate(ranges)]
+    documents_per_bucket = np.zeros(bucket_count, dtype=np.int64)
+    for result in workers.map(pool_worker.spill, spill_jobs):
+        documents_per_bucket += result.documents_per_bucket
+        stats.seconds.update(result.seconds)
+        progress.read(result.documents, result.input_bytes)
+    documents_read = int(documents_per_bucket.sum())
+    nsp_pools.check_document_count(documents_read, no_nsp, input_files)
+    pools = nsp_pools.pools_of_buckets(
+        nsp_pools.group_buckets(documents_per_bucket.tolist(), no_nsp))
+    logging.info("%s documents in %d pools; making records with %d worker(s)",
+                 f"{documents_read:,}", len(pools), num_workers)
+    jobs = (pool_worker.PoolJob(index, [nsp_pools.spill_path(spill_dir, bucket, part)
+                                        for bucket in buckets for part in range(len(ranges))],
+                                random_seed, len(writer.paths))
+            for index, buckets in enumerate(pools))
+    for done, result in enumerate(workers.map(pool_worker.run, jobs), start=1):
+        start = time.perf_counter()
+        writer.write_dealt(result.chunks, result.count)
+        result.stats.seconds["writing"] += time.perf_counter() - start
+        stats.merge(result.stats)
+        progress.pool_done(done, len(pools), stats, final=done == len(pools))
     return stats
 
 
@@ -189,9 +228,17 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def _default_tmp_dir(first_output: str) -> str:
-    directory = os.path.dirname(os.path.abspath(first_output))
-    return tempfile.gettempdir() if "://" in first_output else directory
+def spill_folder(tmp_dir: str | None, first_output: str) -> str:
+    """The pool files' folder, named after the first output (`.NAME.pools-HASH`, in `--tmp_dir`,
+    by default beside it), so that the next run of the same outputs finds and removes what a
+    killed one left."""
+    import hashlib
+
+    absolute = os.path.abspath(first_output) if "://" not in first_output else first_output
+    folder = tmp_dir or (tempfile.gettempdir() if "://" in first_output
+                         else os.path.dirname(absolute))
+    digest = hashlib.sha1(absolute.encode("utf-8")).hexdigest()[:8]
+    return os.path.join(folder, f".{os.path.basename(first_output)}.pools-{digest}")
 
 
 # ------------------------------------------------------------------ command line

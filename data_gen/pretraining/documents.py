@@ -32,7 +32,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 
 from absl import logging
 
-from modeling.errors import UserError
+from modeling.errors import SettingsError, UserError
 
 
 class InputFormatError(UserError):
@@ -65,7 +65,8 @@ def expand_input_files(patterns: str) -> list:
     return files
 
 
-def file_size(path: str) -> int:
+def file_size(path) -> int:
+    path = os.fspath(path)
     if "://" in path:
         import tensorflow as tf
 
@@ -73,7 +74,8 @@ def file_size(path: str) -> int:
     return os.path.getsize(path)
 
 
-def open_binary(path: str):
+def open_binary(path):
+    path = os.fspath(path)
     if "://" in path:
         import tensorflow as tf
 
@@ -211,7 +213,7 @@ class InputOptions(NamedTuple):
 
     def check(self) -> "InputOptions":
         if self.input_format not in READERS:
-            raise ValueError(f"--input_format={self.input_format!r}: expected one of "
+            raise SettingsError(f"--input_format={self.input_format!r}: expected one of "
                              f"{', '.join(READERS)}")
         return self
 

@@ -23,6 +23,7 @@ import random
 from typing import NamedTuple
 
 from data_gen.pretraining import masking
+from modeling.errors import SettingsError
 
 MAX_RANDOM_DOCUMENT_DRAWS = 10
 
@@ -45,18 +46,18 @@ class InstanceSettings(NamedTuple):
         """Raise ValueError naming the flag of a setting that cannot work."""
         layout, smallest = (("[CLS] A [SEP]", 4) if self.no_nsp else ("[CLS] A [SEP] B [SEP]", 5))
         if self.max_seq_length < smallest:
-            raise ValueError(
+            raise SettingsError(
                 f"--max_seq_length={self.max_seq_length} is too small: {layout} with the shortest "
                 f"target length of 2 tokens needs at least {smallest}")
         if self.max_predictions_per_seq < 1:
-            raise ValueError(f"--max_predictions_per_seq={self.max_predictions_per_seq}: must be "
+            raise SettingsError(f"--max_predictions_per_seq={self.max_predictions_per_seq}: must be "
                              "at least 1 (the original always predicts one token)")
         if not 0.0 < self.masked_lm_prob <= 1.0:
-            raise ValueError(f"--masked_lm_prob={self.masked_lm_prob}: must be in (0, 1]")
+            raise SettingsError(f"--masked_lm_prob={self.masked_lm_prob}: must be in (0, 1]")
         if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise ValueError(f"--short_seq_prob={self.short_seq_prob}: must be in [0, 1]")
+            raise SettingsError(f"--short_seq_prob={self.short_seq_prob}: must be in [0, 1]")
         if self.dupe_factor < 1:
-            raise ValueError(f"--dupe_factor={self.dupe_factor}: must be at least 1")
+            raise SettingsError(f"--dupe_factor={self.dupe_factor}: must be at least 1")
         return self
 
 

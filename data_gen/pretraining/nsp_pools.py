@@ -39,6 +39,7 @@ import numpy as np
 
 from data_gen.pretraining.compiled_instances import TokenizedPool
 from data_gen.pretraining.documents import InputFormatError
+from modeling.errors import SettingsError
 
 MIN_DOCUMENTS_WITH_NSP = 2  # a random next document must be able to differ from the current one
 DEFAULT_POOL_BYTES = 2_000_000
@@ -47,7 +48,7 @@ _MAX_OPEN_FILES = 128
 
 def bucket_count(total_input_bytes: int, pool_bytes: int) -> int:
     if pool_bytes < 1:
-        raise ValueError(f"--pool_bytes={pool_bytes}: must be at least 1")
+        raise SettingsError(f"--pool_bytes={pool_bytes}: must be at least 1")
     return max(1, math.ceil(total_input_bytes / pool_bytes))
 
 

@@ -17,6 +17,7 @@ import multiprocessing
 import signal
 import sys
 from typing import Callable, Iterable, Iterator
+from modeling.errors import SettingsError
 
 
 class OrderedPool:
@@ -25,7 +26,7 @@ class OrderedPool:
 
     def __init__(self, num_workers: int, initializer: Callable = None, initargs: tuple = ()):
         if num_workers < 1:
-            raise ValueError(f"--num_workers={num_workers}: must be at least 1")
+            raise SettingsError(f"--num_workers={num_workers}: must be at least 1")
         self.num_workers = num_workers
         self._initializer, self._initargs = initializer, initargs
         self._pool = None
@@ -65,6 +66,18 @@ def start_method() -> str:
     return "fork"
 
 
+def _die_with_parent() -> None:
+    """On Linux, have the kernel kill this worker when the parent process dies (a killed run's
+    workers would otherwise go on computing, then print a broken pipe's traceback)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the worker ends at its next write instead
+        pass
+
+
 def ordered_map(function: Callable, items: Iterable, num_workers: int,
                 initializer: Callable = None, initargs: tuple = ()) -> Iterator:
     """`map(function, items)` on `num_workers` processes (in this process if 1), in order."""
@@ -74,5 +87,6 @@ def ordered_map(function: Callable, items: Iterable, num_workers: int,
 
 def _start_worker(initializer, initargs) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _die_with_parent()
     if initializer is not None:
         initializer(*initargs)

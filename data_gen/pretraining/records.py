@@ -19,7 +19,7 @@ from data_gen.pretraining.instances import InstanceSettings
 from data_gen.pretraining.stats import PretrainingStats
 from data_gen.tokenization import FullTokenizer, special_token_ids
 
-REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
+REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")  # [UNK]: for characters it lacks
 
 
 class PoolRecords(NamedTuple):

@@ -25,7 +25,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from data_gen.pretraining.beam_pipeline import match_input_files
 from engine.beam_jobs import shard_pipeline, write_lines
-from engine.errors import SettingsError
+from modeling import output_lock
+from modeling.errors import SettingsError
 from modeling.errors import parse_known_flags, run_main
 from tasks.feature_extraction import flags as extraction_flags
 from tasks.feature_extraction.extract import ExtractSettings, ShardExtractor, check
@@ -61,7 +62,8 @@ def main(argv) -> None:
     files = [path for path, _ in match_input_files(settings.input_file or "")]
     check(ExtractSettings(**{**vars(settings), "input_file": files[0]}))
     ShardExtractor(settings).build()  # bad weights or settings fail here, before the workers
-    with beam.Pipeline(options=PipelineOptions(argv[1:])) as root:
+    with output_lock.holding({settings.output_file: "--output_file"}), \
+            beam.Pipeline(options=PipelineOptions(argv[1:])) as root:
         build_pipeline(root, files, settings.output_file, settings, FLAGS.num_output_shards)
 
 

@@ -18,7 +18,8 @@ import dataclasses
 import logging
 import os
 
-from engine.errors import SettingsError
+from modeling import output_lock
+from modeling.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ def check(settings: ExtractSettings) -> None:
         raise SettingsError(f"--pooling={settings.pooling}: one of {', '.join(POOLINGS)}")
     if settings.output_file and settings.output_file.endswith(".npy") and not settings.pooling:
         raise SettingsError("a .npy --output_file holds pooled vectors: set --pooling=mean or cls")
+    output_lock.check_file_output(settings.output_file, "--output_file")
     if settings.input_file and not os.path.isfile(settings.input_file) \
             and "://" not in settings.input_file:
         raise SettingsError(f"--input_file {settings.input_file}: no such file")
@@ -92,17 +94,25 @@ def load_encoder(settings: ExtractSettings):
 
 
 def extract(settings: ExtractSettings) -> None:
-    """Run the extraction `settings` describe (see the module docstring)."""
-    from data_gen.tokenization import FullTokenizer, special_token_ids
-
+    """Run the extraction `settings` describe (see the module docstring), holding its outputs
+    against other processes (`modeling.output_lock`)."""
     check(settings)
     if settings.output_file and "://" in settings.output_file:
         raise SettingsError(f"--output_file={settings.output_file}: extract_features writes a "
                             f"local file; the Beam pipeline (tasks.feature_extraction."
                             f"beam_pipeline) writes to gs:// and other file systems")
+    with output_lock.holding({settings.output_file: "--output_file",
+                              settings.export_dir: "--export_dir"}):
+        _extract(settings)
+
+
+def _extract(settings: ExtractSettings) -> None:
+    from data_gen.tokenization import FullTokenizer, special_token_ids
+
     encoder, vocab_file = load_encoder(settings)
     tokenizer = FullTokenizer(vocab_file, do_lower_case=settings.do_lower_case)
-    special_token_ids(tokenizer.vocab, source=vocab_file)
+    # [UNK] too: the first character the vocabulary lacks would fail without it.
+    special_token_ids(tokenizer.vocab, ("[CLS]", "[SEP]", "[UNK]"), source=vocab_file)
     if settings.output_file:
         run(settings, encoder, tokenizer, vocab_file)
     if settings.export_dir:
@@ -197,18 +207,24 @@ def run(settings: ExtractSettings, encoder, tokenizer, vocab_file: str) -> None:
     """The local run: shard after shard of the one input file, resumable."""
     from engine.line_shards import count_lines, file_shards
     from engine.streaming import Progress
+    from modeling.errors import user_error_status
     from tasks.feature_extraction.output import ShardedOutput
 
     out = ShardedOutput(settings.output_file, settings.lines_per_shard,
                         fingerprint(settings, vocab_file))
-    extractor = ShardExtractor(settings, as_vectors=out.npy)
-    extractor.build(encoder, tokenizer)
-    progress = Progress(count_lines(settings.input_file), out.done)
-    for shard in file_shards(settings.input_file, 0, settings.lines_per_shard,
-                             skip_shards=out.shards):
-        for item in extractor(shard):
-            out.write(item)
-            progress.update()
+    try:
+        extractor = ShardExtractor(settings, as_vectors=out.npy)
+        extractor.build(encoder, tokenizer)
+        progress = Progress(count_lines(settings.input_file), out.done)
+        for shard in file_shards(settings.input_file, 0, settings.lines_per_shard,
+                                 skip_shards=out.shards):
+            for item in extractor(shard):
+                out.write(item)
+                progress.update()
+    except BaseException as error:
+        if user_error_status(error) is not None:
+            out.discard_new()  # bad input: nothing of this run is worth resuming from
+        raise
     rows = out.finish(width=extractor.hidden_size)
     progress.log()
     logger.info("wrote %d lines to %s", rows, settings.output_file)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from absl import flags
 
+from modeling import flag_ranges
+
 FLAGS = flags.FLAGS
 
 
@@ -39,13 +41,15 @@ def define_flags() -> None:
     flags.DEFINE_string("export_dir", None, "Write a SavedModel that embeds raw strings "
                         "(--pooling, default mean; --normalize).")
     flags.DEFINE_integer("lines_per_shard", 1000, "Lines per resumable shard of the output.")
+    flag_ranges.check("max_seq_length", 3, why="[CLS], a token and [SEP]")
+    flag_ranges.at_least_one("batch_size", "num_tpu_cores", "lines_per_shard")
 
 
 def layers() -> tuple:
     try:
         return tuple(int(x) for x in FLAGS.layers.split(","))
     except ValueError:
-        from engine.errors import SettingsError
+        from modeling.errors import SettingsError
 
         raise SettingsError(f"--layers={FLAGS.layers}: comma-separated integers, such as "
                             f"-1,-2,-3,-4") from None

@@ -13,6 +13,7 @@ A `.npy` output holds the vectors as one float32 array, [lines, hidden].
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -20,7 +21,8 @@ import shutil
 
 import numpy as np
 
-from modeling.atomic_files import atomic_path
+from modeling import fault_points
+from modeling.atomic_files import atomic_path, remove_partial_files
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +43,17 @@ def embedding_line(index: int, vector: np.ndarray) -> str:
                        "embedding": [round(x, 8) for x in vector.tolist()]})
 
 
+@contextlib.contextmanager
+def naming(path: str):
+    """An OSError without a file name (a write that found the disk full) names `path`."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        raise OSError(error.errno, error.strerror, path) from None
+
+
 class ShardedOutput:
     """Lines (JSON text) or vectors (`.npy`) written in resumable shards (see the module
     docstring). `done` is the number of lines already written by an earlier run."""
@@ -52,6 +65,9 @@ class ShardedOutput:
         folder, name = os.path.split(os.path.abspath(output_file))
         self.parts = os.path.join(folder, f".{name}.parts")
         self.vectors, self.handle, self.in_shard = [], None, 0
+        for path in remove_partial_files(output_file):
+            logger.info("removed %s, a partial file left by an interrupted run", path)
+        self.created = not os.path.isdir(self.parts)
         settings = os.path.join(self.parts, "settings.json")
         previous = None
         if os.path.isfile(settings):
@@ -68,6 +84,8 @@ class ShardedOutput:
         for name in os.listdir(self.parts):
             if name.endswith(".tmp"):
                 os.remove(os.path.join(self.parts, name))
+                logger.info("removed %s, a partial shard left by an interrupted run",
+                            os.path.join(self.parts, name))
         self.shards = len(self._shard_files())
         self.done = self.shards * lines_per_shard
         self.total = self.done
@@ -91,13 +109,20 @@ class ShardedOutput:
         else:
             if self.handle is None:
                 self.handle = open(self._shard_path() + ".tmp", "w", encoding="utf-8")
-            self.handle.write(item + "\n")
+            with naming(self.output_file):
+                self.handle.write(item + "\n")
         self.in_shard += 1
+        if self.in_shard == 1:
+            fault_points.reached("parts")
         self.total += 1
         if self.in_shard == self.lines_per_shard:
             self._close_shard()
 
     def _close_shard(self) -> None:
+        with naming(self.output_file):
+            self._write_shard()
+
+    def _write_shard(self) -> None:
         if self.in_shard == 0:
             return
         path = self._shard_path()
@@ -112,12 +137,20 @@ class ShardedOutput:
         self.shards += 1
         self.in_shard = 0
 
+    def discard_new(self) -> None:
+        """Remove the shards folder if this run made it (a run refused on bad input)."""
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+        if self.created:
+            shutil.rmtree(self.parts, ignore_errors=True)
+
     def finish(self, width: int | None = None) -> int:
         """Join the shards into the output file (atomically) and remove them; returns the number
         of lines. `width`: the vector size, for an empty `.npy` output."""
         self._close_shard()
         shards = [os.path.join(self.parts, n) for n in self._shard_files()]
-        with atomic_path(self.output_file) as tmp:
+        with naming(self.output_file), atomic_path(self.output_file) as tmp:
             if self.npy:  # the header, then each shard's rows: one shard in memory at a time
                 shapes = [np.load(p, mmap_mode="r").shape for p in shards]
                 rows = sum(shape[0] for shape in shapes)

@@ -18,9 +18,9 @@ import os
 import numpy as np
 from keras import ops
 
-from engine.errors import SettingsError
 from engine.task import FinetuningTask, Split
 from modeling import losses
+from modeling.errors import SettingsError
 from tasks.multiple_choice.features import MASKED_LOGIT
 from tasks.tensors import model_inputs
 

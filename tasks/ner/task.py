@@ -20,9 +20,9 @@ import os
 
 from keras import ops
 
-from engine.errors import SettingsError
 from engine.task import FinetuningTask, Split
 from modeling import losses
+from modeling.errors import SettingsError
 from tasks.tensors import model_inputs, pad_positions
 
 logger = logging.getLogger(__name__)
@@ -135,9 +135,14 @@ class NerTask(FinetuningTask):
         """Whether a prediction file carries tags: slash format always; conll with >1 column."""
         if self.input_format == "slash":
             return True
-        with open(path, encoding="utf-8-sig") as f:
-            for line in f:
-                columns = line.split()
+        from data_gen.errors import DataError, decode_line
+
+        if not os.path.isfile(path):
+            raise DataError(f"{path}: missing file")
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                line = decode_line(path, number, raw)  # a DataError naming a non-UTF-8 line
+                columns = line.lstrip("\ufeff").split()
                 if columns and columns[0] != "-DOCSTART-":
                     return len(columns) > 1
         return False

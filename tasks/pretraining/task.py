@@ -15,8 +15,8 @@ import glob
 
 from keras import ops
 
-from engine.errors import SettingsError
 from modeling import losses
+from modeling.errors import SettingsError
 from tasks.tensors import model_inputs
 
 
@@ -58,6 +58,9 @@ class PretrainingTask:
             raise SettingsError(f"--max_predictions_per_seq={self.max_predictions_per_seq} "
                                 f"exceeds --max_seq_length={self.max_seq_length}")
         self.files = input_files(self.input_file)
+        from data_gen.pretraining.record_files import check_record_files
+
+        check_record_files(self.files, self.max_seq_length, self.max_predictions_per_seq)
         if not self.dynamic_masking:
             return
         if not vocab_file:
@@ -69,6 +72,26 @@ class PretrainingTask:
             load_vocab(vocab_file), ("[MASK]", "[CLS]", "[SEP]"), source=vocab_file)
         self.masking = {"vocab_size": config.vocab_size, "mask_id": mask_id, "cls_id": cls_id,
                         "sep_id": sep_id, "masked_lm_prob": self.masked_lm_prob}
+
+    def identity(self) -> dict:
+        """What an output folder's run is trained on (`engine.run_config`)."""
+        return {"task": "pretraining", "max_seq_length": self.max_seq_length,
+                "max_predictions_per_seq": self.max_predictions_per_seq,
+                "dynamic_masking": self.dynamic_masking,
+                "masked_lm_prob": self.masked_lm_prob if self.dynamic_masking else None}
+
+    def input_error(self, error) -> Exception:
+        """A `DataError` naming the input file and byte where reading broke (`error`: the
+        DataLossError TensorFlow raised mid-training)."""
+        from data_gen.errors import DataError
+        from data_gen.pretraining.record_files import find_damaged_frame
+
+        where = find_damaged_frame(self.files)
+        if where is None:  # the framing holds: TensorFlow's own words say what broke
+            detail = getattr(error, "message", str(error)).strip().splitlines()
+            where = f"{', '.join(self.files)}: cannot read the records ({detail[0][:200]})"
+        return DataError(f"{where}; make the file again with create_pretraining_data and rerun "
+                         f"(training resumes from the last checkpoint)")
 
     def describe(self) -> str:
         return f"{len(self.files)} input files"

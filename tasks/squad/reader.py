@@ -54,10 +54,17 @@ def read_squad_examples(path: str, is_training: bool, version_2: bool = False) -
     """Every question of a SQuAD file, in file order (training: those whose answer is found)."""
     data = load_squad(path)["data"]
     examples, skipped, several = [], 0, 0
+    seen = {}  # question id -> where it was first asked (prediction files are keyed by id)
     for entry in data:
-        for paragraph in entry["paragraphs"]:
+        for number, paragraph in enumerate(entry["paragraphs"], 1):
             words, char_to_word = whitespace_words(paragraph["context"])
             for qa in paragraph["qas"]:
+                where = f"article {entry.get('title', '?')!r}, paragraph {number}"
+                if not is_training and str(qa["id"]) in seen:
+                    raise DataError(f"{path}: question id {qa['id']!r} is used twice ("
+                                    f"{seen[str(qa['id'])]}, and {where}): predictions.json is "
+                                    f"keyed by id, so each question needs its own")
+                seen.setdefault(str(qa["id"]), where)
                 example = SquadExample(qas_id=str(qa["id"]), question_text=qa["question"],
                                        doc_tokens=words)
                 if is_training:

@@ -21,9 +21,9 @@ import os
 from keras import ops
 
 from data_gen.errors import DataError
-from engine.errors import SettingsError
 from engine.task import FinetuningTask, Split
 from modeling import losses
+from modeling.errors import SettingsError
 from tasks.tensors import model_inputs, pad_positions
 
 PADDED_LOGIT = -10000.0

@@ -1,0 +1,153 @@
+"""What `run_pretraining` checks of its `--input_file` before building anything, and after a bad read.
+
+The most common pretraining mistake is records made with another `--max_seq_length` or
+`--max_predictions_per_seq` than the run is given; TensorFlow then fails deep in the input
+pipeline with a traceback about feature shapes. So the first record of every input file is read
+up front (`check_record_files`): a file that is empty, that is not TFRecord framing (a text file,
+random bytes), whose first record is not a pretraining `tf.train.Example`, or whose feature
+lengths differ from the flags, is a `DataError` naming the file and what to do. Each file's
+framing is then walked to its end (record lengths only, compiled, at the speed of reading the
+file), so that a truncated copy is refused too, not met hours into training. Damage the walk
+cannot see (a flipped byte inside a record) shows when training reaches it; `find_damaged_frame`
+then names the file and the byte where a frame breaks, or TensorFlow's message stands.
+"""
+from __future__ import annotations
+
+import os
+import struct
+
+import numba
+import numpy as np
+
+from data_gen import tfrecord_frames
+from data_gen.errors import DataError
+from data_gen.pretraining import schema
+
+_REMAKE = "make it again with create_pretraining_data"
+
+
+def _header(data: bytes) -> int | None:
+    """The record length a 12-byte frame header gives, or None when its CRC does not match."""
+    length = struct.unpack("<Q", data[:8])[0]
+    buffer = np.frombuffer(data[:8], dtype=np.uint8)
+    crc = tfrecord_frames.masked_crc32c(buffer, 0, 8, tfrecord_frames.table())
+    return length if crc == struct.unpack("<I", data[8:12])[0] else None
+
+
+def _body_ok(body: bytes, footer: bytes) -> bool:
+    buffer = np.frombuffer(body, dtype=np.uint8)
+    crc = tfrecord_frames.masked_crc32c(buffer, 0, len(body), tfrecord_frames.table())
+    return crc == struct.unpack("<I", footer)[0]
+
+
+def first_record(path: str) -> bytes:
+    """The first record of a local TFRecord file, its framing and CRCs checked."""
+    with open(path, "rb") as f:
+        head = f.read(tfrecord_frames.HEADER_BYTES)
+        if not head:
+            raise DataError(f"{path}: empty file, no records; {_REMAKE}")
+        length = _header(head) if len(head) == tfrecord_frames.HEADER_BYTES else None
+        if length is None:
+            raise DataError(f"{path}: not a TFRecord file (its first bytes are no record header); "
+                            f"--input_file takes the record files of create_pretraining_data")
+        body = f.read(length)
+        footer = f.read(tfrecord_frames.FOOTER_BYTES)
+    if len(body) < length or len(footer) < tfrecord_frames.FOOTER_BYTES:
+        raise DataError(f"{path}: truncated in its first record (a record of {length} bytes, "
+                        f"{os.path.getsize(path)} bytes in the file); {_REMAKE}")
+    if not _body_ok(body, footer):
+        raise DataError(f"{path}: damaged: the first record's checksum does not match; {_REMAKE}")
+    return body
+
+
+def record_lengths(path: str, record: bytes) -> dict:
+    """Feature name -> number of values in one serialized `tf.train.Example`."""
+    import tensorflow as tf
+    from google.protobuf.message import DecodeError
+
+    try:
+        example = tf.train.Example.FromString(record)
+    except DecodeError:
+        raise DataError(f"{path}: its records are not tf.train.Example messages; "
+                        f"--input_file takes the record files of create_pretraining_data") \
+            from None
+    lengths = {}
+    for name, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        lengths[name] = len(getattr(feature, kind).value) if kind else 0
+    return lengths
+
+
+@numba.njit(cache=True)
+def _walk(data) -> tuple:
+    """(offset where the framing stops, records before it, whether it ends at the file's end),
+    from the records' lengths alone."""
+    size, offset, count = data.shape[0], 0, 0
+    while offset + 12 <= size:
+        length = 0
+        for k in range(8):
+            length |= np.int64(data[offset + k]) << (8 * k)
+        end = offset + 16 + length
+        if length < 0 or end > size:
+            return offset, count, False
+        offset, count = end, count + 1
+    return offset, count, offset == size
+
+
+def walk_frames(path: str) -> str | None:
+    """None when `path` is whole TFRecord frames to its last byte, else where it breaks."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return None
+    offset, count, whole = _walk(np.memmap(path, dtype=np.uint8, mode="r"))
+    if whole:
+        return None
+    return (f"{path}: truncated or damaged at byte {offset} (after {count} whole records, in a "
+            f"file of {size} bytes)")
+
+
+def check_record_files(files: list, max_seq_length: int, max_predictions_per_seq: int) -> None:
+    """Each local file's first record against the flags, and its framing to the end (see the
+    module docstring)."""
+    check_first_records(files, max_seq_length, max_predictions_per_seq)
+    for path in files:
+        if "://" not in path:
+            broken = walk_frames(path)
+            if broken:
+                raise DataError(f"{broken}; {_REMAKE}")
+
+
+def check_first_records(files: list, max_seq_length: int, max_predictions_per_seq: int) -> None:
+    """Each local file's first record against the flags (see the module docstring)."""
+    expected = schema.feature_lengths(max_seq_length, max_predictions_per_seq)
+    for path in files:
+        if "://" in path:
+            continue  # remote files are read by TensorFlow only
+        lengths = record_lengths(path, first_record(path))
+        missing = [name for name in expected if name not in lengths]
+        if missing:
+            raise DataError(f"{path}: its records lack {', '.join(missing)}: not pretraining "
+                            f"records; --input_file takes the files of create_pretraining_data")
+        sequence, predictions = lengths["input_ids"], lengths["masked_lm_positions"]
+        if (sequence, predictions) != (max_seq_length, max_predictions_per_seq):
+            raise DataError(
+                f"{path}: its records were made with --max_seq_length={sequence} "
+                f"--max_predictions_per_seq={predictions}, but this run has "
+                f"--max_seq_length={max_seq_length} --max_predictions_per_seq="
+                f"{max_predictions_per_seq}: pass the values the records were made with")
+        wrong = [name for name in expected if lengths[name] != expected[name]]
+        if wrong:
+            raise DataError(f"{path}: the records' {', '.join(wrong)} have "
+                            f"{', '.join(str(lengths[n]) for n in wrong)} values, not "
+                            f"{', '.join(str(expected[n]) for n in wrong)}; {_REMAKE}")
+
+
+def find_damaged_frame(files: list) -> str | None:
+    """The first place where a file's framing breaks ('PATH: truncated or damaged at byte N
+    ...'), or None when every file is whole frames."""
+    for path in files:
+        if "://" not in path:
+            broken = walk_frames(path)
+            if broken:
+                return broken
+    return None

@@ -1,0 +1,83 @@
+"""Named points of a run where a test can kill (or freeze) the process, to prove a kill is harmless.
+
+The promise "a killed run resumes to the same result" is only as good as the kill points it was
+tried at. Each program calls `reached("NAME")` where a kill would be worst (inside an evaluation,
+between the two renames of a swap, while a checkpoint is written, ...). In normal runs this is one
+dictionary lookup. A test sets
+
+    BERT_TEST_KILL_AT=NAME        SIGKILL at the first time NAME is reached
+    BERT_TEST_KILL_AT=NAME@3      ... at the third time
+    BERT_TEST_STOP_AT=NAME[@N]    SIGSTOP instead: the process freezes there, holding what it
+                                  holds (a second process can then be tried against it)
+
+`checkpoint_write` is special: reaching it arms a watcher that kills the process as soon as a
+checkpoint's temporary folder (`*_temp`) appears in the folder given, i.e. in the middle of
+TensorFlow's own write. The points are listed in `POINTS` and in docs/drop-in.md.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+KILL_VARIABLE = "BERT_TEST_KILL_AT"
+STOP_VARIABLE = "BERT_TEST_STOP_AT"
+
+# Every point a program reaches, and where.
+POINTS = {
+    "features": "a split's features are half written (fine-tuning)",
+    "train_loop": "a training loop ended, before its checkpoint is saved",
+    "checkpoint_write": "inside TensorFlow's checkpoint write (its *_temp folder exists)",
+    "evaluation": "an evaluation's predictions are made, before anything is recorded",
+    "best_swap": "between the two renames that swap a new best/ in",
+    "eval_results": "best/ is updated, eval_results.txt not yet",
+    "prediction": "the first prediction file is written, the others not yet",
+    "export": "between the two renames that swap a new SavedModel in",
+    "tf1_export": "pretraining: between the two renames that swap the TF1 export in",
+    "records": "pretraining data: a shard is half written",
+    "parts": "extract_features: a part is half written",
+}
+
+_counts: dict = {}
+
+
+def _wanted(variable: str, name: str) -> bool:
+    spec = os.environ.get(variable)
+    if not spec:
+        return False
+    point, _, nth = spec.partition("@")
+    return point == name and _counts[name] == int(nth or 1)
+
+
+def reached(name: str, folder: str | None = None) -> None:
+    """Kill or freeze the process here if a test asked for it (see the module docstring)."""
+    if not (os.environ.get(KILL_VARIABLE) or os.environ.get(STOP_VARIABLE)):
+        return
+    if name not in POINTS:
+        raise KeyError(f"unknown fault point {name!r}")
+    _counts[name] = _counts.get(name, 0) + 1
+    if _wanted(STOP_VARIABLE, name):
+        os.kill(os.getpid(), signal.SIGSTOP)
+    if not _wanted(KILL_VARIABLE, name):
+        return
+    if name == "checkpoint_write":
+        _kill_when_partial(folder or ".")
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _kill_when_partial(folder: str) -> None:
+    """Kill the process as soon as a `*_temp` folder (a checkpoint being written) appears."""
+    import threading
+    import time
+
+    def watch():
+        while True:
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                names = []
+            if any(name.endswith("_temp") for name in names):
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(0.0005)
+
+    threading.Thread(target=watch, daemon=True).start()
