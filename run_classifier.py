@@ -1,7 +1,8 @@
 """Fine-tune BERT on sentence or sentence-pair classification (GLUE, XNLI, any TSV/CSV).
 
 The original's flags and processors (CoLA, MNLI, MRPC, XNLI) plus SST-2, STS-B (regression), QQP,
-QNLI, RTE, WNLI and a generic reader (`--task_name=generic`). Features are converted once into
+QNLI, RTE, WNLI, a generic reader (`--task_name=generic`) and multi-label documents
+(`--task_name=multilabel`: JSON lines and labels.txt; or generic with `--multi_label`). Features are converted once into
 `output_dir/{split}.tf_record` and reused while the data, vocabulary and settings are unchanged.
 Training evaluates at every epoch's end (or every `--eval_every_steps`) with the task's GLUE
 metrics, keeps the best weights in `output_dir/best/`, and resumes by itself after an
@@ -24,7 +25,7 @@ FLAGS = flags.FLAGS
 runner_flags.define_finetuning_flags()
 flags.DEFINE_string("data_dir", None, "Folder of the task's files (train.tsv, dev.tsv, ...).")
 flags.DEFINE_string("task_name", None, "cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli, "
-                    "xnli or generic (case-insensitive).")
+                    "xnli, generic or multilabel (case-insensitive).")
 flags.DEFINE_string("xnli_language", "zh", "XNLI: the language to train and evaluate on.")
 flags.DEFINE_string("text_a_column", None, "generic: column of the first text (header name or "
                     "0-based index).")
@@ -34,6 +35,16 @@ flags.DEFINE_string("id_column", None, "generic: column of the example id (test_
 flags.DEFINE_list("labels", None, "generic: the label list (default: the labels of train).")
 flags.DEFINE_bool("header", True, "generic: the files start with a header row.")
 flags.DEFINE_bool("regression", False, "generic: the label is a number (one output, MSE loss).")
+flags.DEFINE_bool("multi_label", False, "generic: the label column holds any number of labels "
+                  "split by --label_delimiter (a sigmoid per label, binary cross-entropy).")
+flags.DEFINE_string("label_delimiter", ",", "generic with --multi_label: what separates the "
+                    "labels in a label cell.")
+flags.DEFINE_float("threshold", 0.5, "Multi-label: a label is predicted when its probability "
+                   "exceeds this.")
+flags.DEFINE_enum("tune_threshold", "none", ["none", "global", "per_label"], "Multi-label: tune "
+                  "the threshold (one for all labels, or one per label) for the best F1 on dev "
+                  "with the kept weights; saved to thresholds.tsv and into --export_dir. Needs "
+                  "--do_eval.")
 flags.DEFINE_string("best_metric", None, "Keep the best checkpoint by this eval_results.txt key "
                     "(default: the task's GLUE score, eval_main).")
 
@@ -47,7 +58,10 @@ def processor_options() -> dict:
         return {"text_a_column": FLAGS.text_a_column, "text_b_column": FLAGS.text_b_column,
                 "label_column": FLAGS.label_column, "labels": FLAGS.labels,
                 "header": FLAGS.header, "regression": FLAGS.regression,
-                "id_column": FLAGS.id_column}
+                "id_column": FLAGS.id_column,
+                # Only when set, so that earlier runs' recorded options stay the same.
+                **({"multi_label": True, "label_delimiter": FLAGS.label_delimiter}
+                   if FLAGS.multi_label else {})}
     return {}
 
 
@@ -55,7 +69,8 @@ def main(argv):
     del argv
     from tasks.classification.task import ClassificationTask
 
-    task = ClassificationTask(FLAGS.task_name, FLAGS.data_dir, processor_options())
+    task = ClassificationTask(FLAGS.task_name, FLAGS.data_dir, processor_options(),
+                              threshold=FLAGS.threshold, tune_threshold=FLAGS.tune_threshold)
     runner_flags.finetune(task, FLAGS.best_metric)
 
 

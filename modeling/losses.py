@@ -1,4 +1,5 @@
-"""The original's losses (SPEC.md section 3), computed in float32 from logits."""
+"""The original's losses (SPEC.md section 3), computed in float32 from logits, and the
+multi-label one (a sigmoid per label) that forks of the original add by hand."""
 from keras import ops
 
 
@@ -34,3 +35,11 @@ def span_loss(start_logits, end_logits, start_positions, end_positions):
     """(CE_start + CE_end) / 2 over the sequence positions."""
     return (classification_loss(start_logits, start_positions)
             + classification_loss(end_logits, end_positions)) / 2.0
+
+
+def multi_label_loss(logits, targets):
+    """Mean binary cross-entropy of each label's sigmoid, over examples and labels (targets are
+    0/1), in the stable form max(x, 0) - x*z + log(1 + exp(-|x|))."""
+    logits = ops.cast(logits, "float32")
+    targets = ops.cast(targets, "float32")
+    return ops.mean(ops.relu(logits) - logits * targets + ops.log1p(ops.exp(-ops.abs(logits))))

@@ -49,3 +49,16 @@ def write_prediction_table(path: str, ids: list, predicted: list, columns: list,
     lines += ["\t".join([str(i), str(p), *(f"{v:.6f}" for v in row)])
               for i, p, row in zip(ids, predicted, values)]
     write_text(path, "\n".join(lines) + "\n")
+
+
+def write_label_table(path: str, labels: list, columns: dict) -> None:
+    """One row per label: a header (`label` and the column names), then the label's values
+    (integers as they are, other numbers with six decimals)."""
+    names = list(columns)
+    lines = ["\t".join(["label", *names])]
+    for i, label in enumerate(labels):
+        cells = [str(columns[name][i]) if np.issubdtype(np.asarray(columns[name]).dtype,
+                                                         np.integer)
+                 else f"{columns[name][i]:.6f}" for name in names]
+        lines.append("\t".join([label, *cells]))
+    write_text(path, "\n".join(lines) + "\n")

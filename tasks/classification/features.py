@@ -5,8 +5,9 @@ from the end of the longer one (B on a tie) to `max_seq_length - 3` tokens, a si
 `max_seq_length - 2`, pack `[CLS] A [SEP] B [SEP]` with segment ids 0/1, pad with zeros
 (`data_gen.packing`). Records keep the original's feature names (`input_ids`, `input_mask`,
 `segment_ids`, `label_ids`, `is_real_example`) plus `example_index`, the row of the example in its
-split, so predictions map back to example ids. `label_ids` is int64 for classification and float
-for regression (STS-B). Batches come from `data_gen.datasets.in_memory_dataset`.
+split, so predictions map back to example ids. `label_ids` is int64 for classification, float for
+regression (STS-B), and for a multi-label task a float 0/1 vector with one entry per label
+(multi-hot; an unlabelled test row has zeros). Batches come from `data_gen.datasets.in_memory_dataset`.
 """
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ from tasks.classification.reader import InputExample
 
 
 def convert_example(example: InputExample, index: int, label_map: dict | None,
-                    max_seq_length: int, tokenizer) -> dict:
+                    max_seq_length: int, tokenizer, multi_label: bool = False) -> dict:
     """One example -> feature lists (name -> values), as the original's `convert_single_example`.
 
     `label_map` maps label strings to ids; None means regression (the label is a float). An
-    unlabelled example (a test row) gets label 0.
+    unlabelled example (a test row) gets label 0. `multi_label`: the label is a tuple of names and
+    `label_ids` their multi-hot vector.
     """
     tokens_a = tokenizer.tokenize(example.text_a)
     # As the original: an empty second text (or one with no tokens) makes a single-text example.
@@ -37,7 +39,8 @@ def convert_example(example: InputExample, index: int, label_map: dict | None,
         del tokens_a[max_seq_length - 2:]
     return {
         **pack(tokens_a, tokens_b, max_seq_length, tokenizer),
-        "label_ids": [_label_value(example, label_map)],
+        "label_ids": (_multi_hot(example, label_map) if multi_label
+                      else [_label_value(example, label_map)]),
         "is_real_example": [1],
         "example_index": [index],
     }
@@ -58,31 +61,48 @@ def _label_value(example: InputExample, label_map: dict | None):
     return label_map[example.label]
 
 
-def feature_spec(max_seq_length: int, regression: bool) -> dict:
+def _multi_hot(example: InputExample, label_map: dict) -> list:
+    vector = [0.0] * len(label_map)
+    for name in example.label or ():
+        if name not in label_map:
+            raise DataError(f"example {example.guid}: label {name!r} is not one of "
+                            f"{', '.join(label_map)}")
+        vector[label_map[name]] = 1.0
+    return vector
+
+
+def feature_spec(max_seq_length: int, regression: bool, multi_label_size: int = 0) -> dict:
     import tensorflow as tf
 
     spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in SEQUENCE_FEATURES}
-    spec["label_ids"] = tf.io.FixedLenFeature([], tf.float32 if regression else tf.int64)
+    if multi_label_size:
+        spec["label_ids"] = tf.io.FixedLenFeature([multi_label_size], tf.float32)
+    else:
+        spec["label_ids"] = tf.io.FixedLenFeature([], tf.float32 if regression else tf.int64)
     spec["is_real_example"] = tf.io.FixedLenFeature([], tf.int64)
     spec["example_index"] = tf.io.FixedLenFeature([], tf.int64)
     return spec
 
 
 def example_records(examples: Sequence[InputExample], labels: Sequence[str],
-                    max_seq_length: int, tokenizer) -> Iterable[bytes]:
+                    max_seq_length: int, tokenizer, multi_label: bool = False) -> Iterable[bytes]:
     """Serialised records of `examples` in order (labels empty: regression)."""
     label_map = {label: i for i, label in enumerate(labels)} if labels else None
+    floats = label_map is None or multi_label
     for index, example in enumerate(examples):
         yield records.serialize(convert_example(example, index, label_map, max_seq_length,
-                                                tokenizer),
-                                float_features=("label_ids",) if label_map is None else ())
+                                                tokenizer, multi_label),
+                                float_features=("label_ids",) if floats else ())
 
 
-def load_features(path: str, max_seq_length: int, regression: bool) -> dict:
-    """Every record of a features file as NumPy arrays (int32 sequences), in file order."""
-    features = records.read_records(path, feature_spec(max_seq_length, regression))
+def load_features(path: str, max_seq_length: int, regression: bool,
+                  multi_label_size: int = 0) -> dict:
+    """Every record of a features file as NumPy arrays (int32 sequences), in file order;
+    `multi_label_size` labels: `label_ids` is a float32 [rows, labels] multi-hot matrix."""
+    features = records.read_records(path, feature_spec(max_seq_length, regression,
+                                                       multi_label_size))
     for name in (*SEQUENCE_FEATURES, "example_index"):
         features[name] = features[name].astype(np.int32)
-    if not regression:
+    if not regression and not multi_label_size:
         features["label_ids"] = features["label_ids"].astype(np.int32)
     return features

@@ -3,7 +3,8 @@
 CoLA: Matthews correlation; MRPC and QQP: F1 (of label 1) and accuracy; STS-B: Pearson and
 Spearman correlation; every other task: accuracy. Each task also has a `main` score, the one the
 GLUE leaderboard shows for it (the mean of the two where it reports two), by which fine-tuning keeps
-its best checkpoint. The original reported accuracy (and loss) only.
+its best checkpoint. The original reported accuracy (and loss) only. Multi-label tasks are scored
+by `multi_label_metrics` (micro-F1 is their `main`) and `per_label_metrics`.
 """
 from __future__ import annotations
 
@@ -83,4 +84,49 @@ def glue_metrics(task: str, labels, predictions) -> dict:
     if main == "acc_and_f1":
         results["acc_and_f1"] = (results["accuracy"] + results["f1"]) / 2
     results["main"] = results[main]
+    return results
+
+
+# ----------------------------------------------------------------------------------------------
+# Multi-label: labels and predictions are 0/1 matrices, one row per document, one column per label.
+
+
+def _counts(labels, predictions):
+    """True positives, false positives, false negatives per label (column)."""
+    labels = np.asarray(labels) > 0.5
+    predictions = np.asarray(predictions) > 0.5
+    return (np.sum(labels & predictions, axis=0).astype(np.float64),
+            np.sum(~labels & predictions, axis=0).astype(np.float64),
+            np.sum(labels & ~predictions, axis=0).astype(np.float64))
+
+
+def _ratio(numerator, denominator):
+    """numerator / denominator, 0 where the denominator is 0 (scikit-learn's zero_division=0)."""
+    numerator, denominator = np.asarray(numerator, np.float64), np.asarray(denominator, np.float64)
+    return np.divide(numerator, denominator, out=np.zeros_like(numerator),
+                     where=denominator != 0)
+
+
+def per_label_metrics(labels, predictions) -> dict:
+    """`precision`, `recall`, `f1` and `support` (gold documents) of each label, as arrays."""
+    tp, fp, fn = _counts(labels, predictions)
+    precision, recall = _ratio(tp, tp + fp), _ratio(tp, tp + fn)
+    return {"precision": precision, "recall": recall,
+            "f1": _ratio(2 * tp, 2 * tp + fp + fn), "support": (tp + fn).astype(np.int64)}
+
+
+def multi_label_metrics(labels, predictions) -> dict:
+    """micro-F1 (the `main` score: F1 of all label decisions pooled), its precision and recall,
+    macro-F1 (the mean of every label's F1, 0 for a label never predicted nor present) and subset
+    accuracy (documents whose predicted set is exactly right)."""
+    tp, fp, fn = (np.sum(count) for count in _counts(labels, predictions))
+    results = {
+        "micro_precision": float(_ratio(tp, tp + fp)),
+        "micro_recall": float(_ratio(tp, tp + fn)),
+        "micro_f1": float(_ratio(2 * tp, 2 * tp + fp + fn)),
+        "macro_f1": float(np.mean(per_label_metrics(labels, predictions)["f1"])),
+        "subset_accuracy": float(np.mean(np.all(
+            (np.asarray(labels) > 0.5) == (np.asarray(predictions) > 0.5), axis=1))),
+    }
+    results["main"] = results["micro_f1"]
     return results

@@ -4,7 +4,8 @@ Why: fine-tuning must see the examples google-research/bert's `run_classifier.py
 produced (same columns, same guids, TSV read with tab delimiter and no quoting, so a quote
 character inside a sentence such as `He said "yes` is kept verbatim). The original covered CoLA,
 MRPC, MNLI (matched dev only) and XNLI; SST-2, STS-B, QQP, QNLI, RTE, WNLI, MNLI mismatched and a
-generic task for user data are added in the same style. Pure Python (no TensorFlow).
+generic task for user data are added in the same style (multi-label documents as JSON lines live
+in `multilabel_reader.py`). Pure Python (no TensorFlow).
 
 Differences from the original, all deliberate:
 - bad input is a `DataError` naming the file and 1-based line ("PATH:LINE: ..."), not an
@@ -42,7 +43,8 @@ class InputExample:
     guid: str            # as the original builds it, e.g. "train-1", "dev-3"
     text_a: str
     text_b: str | None
-    label: str | None    # the label (STS-B: the score string, e.g. "3.800"); None: unlabelled
+    label: str | tuple | None  # the label (STS-B: the score string, e.g. "3.800"; a multi-label
+    #                            task: a tuple of label names); None: unlabelled
     example_id: str      # the file's id for the row if the layout has one, else the example number
 
 
@@ -145,9 +147,25 @@ def _check_label(table: _Table, row: _Row, label: str, labels: list | None, regr
                         f"{', '.join(labels)}")
 
 
+def _label_set(table: _Table, row: _Row, cell: str, labels: list | None, delimiter: str) -> tuple:
+    names = [name.strip() for name in cell.split(delimiter)]
+    if cell.strip() == "":
+        raise DataError(f"{table.path}:{row.line}: empty label cell; every train and dev row of a "
+                        "multi-label task needs a label (give rows without a topic a label such as "
+                        "\"none\")")
+    if "" in names:
+        raise DataError(f"{table.path}:{row.line}: label cell {cell!r} has an empty name between "
+                        f"{delimiter!r} delimiters")
+    for name in names:
+        _check_label(table, row, name, labels, False)
+    return tuple(dict.fromkeys(names))
+
+
 def _make_examples(table: _Table, layout: _Layout, split: str, labels: list | None,
-                   regression: bool) -> list:
-    """`labels` None skips the label check of a classification task (used to infer the labels)."""
+                   regression: bool, label_delimiter: str | None = None) -> list:
+    """`labels` None skips the label check of a classification task (used to infer the labels).
+    With `label_delimiter` (a multi-label task) a label cell holds names split by it, and the
+    example's label is their tuple."""
     set_type = layout.guid_prefix or split
     label_map = dict(layout.label_map)
     examples = []
@@ -166,6 +184,8 @@ def _make_examples(table: _Table, layout: _Layout, split: str, labels: list | No
             label = label_map.get(label, label)
             if label == "" and layout.empty_label_is_none:
                 label = None
+            elif label_delimiter is not None:
+                label = _label_set(table, row, label, labels, label_delimiter)
             else:
                 _check_label(table, row, label, labels, regression)
         if layout.example_id is None:
@@ -189,6 +209,7 @@ class DataProcessor:
     """A task: its labels, splits and per-split layouts. Subclasses set the class attributes."""
     name: str = ""
     is_regression: bool = False
+    is_multi_label: bool = False       # examples carry a tuple of labels (sigmoid head)
     labels: tuple = ()
     layouts: dict = {}                 # split -> _Layout
     _eval_splits: tuple = ("dev",)
@@ -198,7 +219,7 @@ class DataProcessor:
         """The label list; `data_dir` is needed only by a generic task that learns it from train."""
         return list(self.labels)
 
-    def is_pair(self) -> bool:
+    def is_pair(self, data_dir: str | None = None) -> bool:
         return self._layout(self.train_split()).text_b is not None
 
     def train_split(self) -> str:
@@ -366,13 +387,23 @@ class GenericProcessor(DataProcessor):
     column (or leave it empty): such rows get label None. Without `label_column` (a predict-only
     run) every split is unlabelled, only the test split can be read, and a classification task
     needs `labels`. Guids are f"{split}-{i}" with i the row number counting the header, as for
-    MRPC."""
+    MRPC. With `multi_label`, a label cell holds any number of labels split by `label_delimiter`
+    (an empty cell is refused in train and dev), and the example's label is their tuple."""
     name = "generic"
 
     def __init__(self, *, text_a_column, label_column=None, text_b_column=None, labels=None,
-                 header: bool = True, regression: bool = False, id_column=None):
+                 header: bool = True, regression: bool = False, id_column=None,
+                 multi_label: bool = False, label_delimiter: str = ","):
         self._header = bool(header)
         self.is_regression = bool(regression)
+        self.is_multi_label = bool(multi_label)
+        if self.is_multi_label and self.is_regression:
+            raise ValueError("task 'generic': multi_label=True and regression=True exclude each "
+                             "other")
+        if not isinstance(label_delimiter, str) or not label_delimiter:
+            raise ValueError(f"task 'generic': label_delimiter must be a non-empty string, got "
+                             f"{label_delimiter!r}")
+        self._delimiter = label_delimiter
         columns = {"text_a": text_a_column, "text_b": text_b_column, "label": label_column,
                    "id": id_column}
         for role, column in columns.items():
@@ -419,14 +450,15 @@ class GenericProcessor(DataProcessor):
         key = os.path.abspath(data_dir)
         if key not in self._inferred:
             examples = self._read(data_dir, self.train_split(), None)
-            found = sorted({e.label for e in examples if e.label})
+            found = sorted({name for e in examples if e.label
+                            for name in (e.label if self.is_multi_label else (e.label,))})
             if not found:
                 raise DataError(f"{self.split_files(data_dir, self.train_split())[0]}: no labels "
                                 "in the label column")
             self._inferred[key] = found
         return list(self._inferred[key])
 
-    def is_pair(self) -> bool:
+    def is_pair(self, data_dir: str | None = None) -> bool:
         return self._columns["text_b"] is not None
 
     def split_files(self, data_dir: str, split: str) -> list:
@@ -462,6 +494,14 @@ class GenericProcessor(DataProcessor):
             text_b=_column_index(table, layout.text_b, "text_b"),
             label=_column_index(table, layout.label, "label", absent_ok=unlabelled_ok),
             example_id=_column_index(table, layout.example_id, "id"))
+
+    def _read(self, data_dir: str, split: str, labels: list | None) -> list:
+        layout = self._layout(split)
+        (path,) = self.split_files(data_dir, split)
+        table = _read_table(path, layout.header, self.name, split)
+        return _make_examples(table, self._resolve(layout, table, split), split, labels,
+                              self.is_regression,
+                              self._delimiter if self.is_multi_label else None)
 
 
 def _is_index(column) -> bool:
@@ -506,9 +546,13 @@ PROCESSORS = {
 
 def get_processor(task_name: str, **options) -> DataProcessor:
     """The processor for a task name (case-insensitive), built with the task's options."""
-    cls = PROCESSORS.get(task_name.lower())
+    if task_name.lower() == "multilabel":
+        from tasks.classification.multilabel_reader import MultiLabelProcessor as cls
+    else:
+        cls = PROCESSORS.get(task_name.lower())
     if cls is None:
-        raise ValueError(f"unknown task {task_name!r}; known tasks: {', '.join(PROCESSORS)}")
+        raise ValueError(f"unknown task {task_name!r}; known tasks: {', '.join(PROCESSORS)}, "
+                         "multilabel")
     accepted = [p for p in inspect.signature(cls).parameters if p != "self"]
     unknown = sorted(set(options) - set(accepted))
     if unknown:

@@ -1,20 +1,28 @@
 """Sentence (pair) classification (GLUE, XNLI, any TSV/CSV) as the fine-tuning driver runs it.
 
 The task's reader is a processor (`reader.get_processor`: the original's CoLA, MNLI, MRPC, XNLI
-plus SST-2, STS-B, QQP, QNLI, RTE, WNLI and `generic`); its labels come from the training data.
-The loss is the original's: mean cross-entropy of the labels, or, for a regression task (one
-output, STS-B), the mean squared error. Evaluation scores each split with its GLUE metrics
-(`metrics.glue_metrics`) and the loss; the main metric (`eval_main`) picks the best weights.
+plus SST-2, STS-B, QQP, QNLI, RTE, WNLI, `generic` and `multilabel`); its labels come from the
+training data (or `labels.txt`). The loss is the original's: mean cross-entropy of the labels, or,
+for a regression task (one output, STS-B), the mean squared error; a multi-label task (any number
+of labels per text) has a sigmoid per label and the mean binary cross-entropy. Evaluation scores
+each split with its GLUE metrics (`metrics.glue_metrics`; multi-label: `multi_label_metrics`,
+whose main score is micro-F1) and the loss; the main metric (`eval_main`) picks the best weights.
+A multi-label decision is "probability above the label's threshold": `threshold` (0.5) for every
+label, or, with `tune_threshold`, the threshold (global or per label) that maximises F1 on the
+first evaluation split under the kept weights, written to `thresholds.tsv`, used for the
+predictions and saved in the SavedModel.
 Files (`tasks.prediction_files`): `test_results.tsv`, the original's layout (probabilities only,
 no header; regression: the score), and `test_predictions.tsv` and `eval_predictions.tsv` (what
 the kept weights predict on dev): `id`, `prediction` and one probability per label (regression:
-the score). Tasks with two evaluation or test splits (MNLI) write one file per split, suffixed
-`_matched`, `_mismatched`, except `test_results.tsv`, which stays the matched split's, as the
-original wrote it.
+the score; multi-label: the predicted labels joined by "," and one probability per label, and
+`eval_per_label.tsv` with each label's precision, recall, F1 and support). Tasks with two
+evaluation or test splits (MNLI) write one file per split, suffixed `_matched`, `_mismatched`,
+except `test_results.tsv`, which stays the matched split's, as the original wrote it.
 """
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 
 import numpy as np
@@ -26,6 +34,8 @@ from modeling import losses
 from modeling.errors import SettingsError
 from tasks.tensors import model_inputs
 
+logger = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass
 class ClassificationTask(FinetuningTask):
@@ -35,11 +45,15 @@ class ClassificationTask(FinetuningTask):
     data_dir: str | None = None
     processor_options: dict = dataclasses.field(default_factory=dict)
     regression: bool = False  # until `check` reads it from the processor
+    threshold: float = 0.5  # multi-label: a label is predicted when its probability exceeds it
+    tune_threshold: str = "none"  # multi-label: "global" or "per_label" tunes it on dev
     packs_examples = True  # training rows may hold several examples (`--pack_examples`)
 
     def __post_init__(self):
         self.processor = None
         self.labels = []
+        self.multi_label = False
+        self.thresholds = None  # multi-label: one per label, once known
 
     # ------------------------------------------------------------------ driver interface
     def check(self, settings) -> None:
@@ -58,6 +72,19 @@ class ClassificationTask(FinetuningTask):
         except ValueError as e:
             raise SettingsError(f"--task_name={self.task_name}: {e}") from None
         self.regression = self.processor.is_regression
+        self.multi_label = self.processor.is_multi_label
+        if not 0.0 < self.threshold < 1.0:
+            raise SettingsError(f"--threshold={self.threshold}: a probability strictly between 0 "
+                                "and 1 is needed")
+        if self.tune_threshold not in TUNINGS:
+            raise SettingsError(f"--tune_threshold={self.tune_threshold}: one of "
+                                f"{', '.join(TUNINGS)}")
+        if not self.multi_label and (self.threshold != 0.5 or self.tune_threshold != "none"):
+            raise SettingsError("--threshold and --tune_threshold apply to multi-label tasks "
+                                "(--task_name=multilabel, or generic with --multi_label)")
+        if self.tune_threshold != "none" and not settings.do_eval:
+            raise SettingsError(f"--tune_threshold={self.tune_threshold} tunes on the dev split: "
+                                "add --do_eval")
 
     @property
     def title(self) -> str:
@@ -66,6 +93,7 @@ class ClassificationTask(FinetuningTask):
     def prepare(self, setup) -> None:
         self.setup = setup
         self.labels = [] if self.regression else list(self.processor.get_labels(self.data_dir))
+        self.thresholds = np.full(len(self.labels), self.threshold)
 
     def identity(self) -> dict:
         return {"task": self.processor.name, "processor_options": self.processor_options,
@@ -74,6 +102,10 @@ class ClassificationTask(FinetuningTask):
     def metric_names(self) -> list:
         from tasks.classification.metrics import glue_metrics
 
+        if self.multi_label:
+            from tasks.classification.metrics import multi_label_metrics
+
+            return sorted({"loss", *multi_label_metrics(np.eye(2), np.eye(2))})
         labels = np.array([0.0, 1.0]) if self.regression else np.array([0, 1])
         return sorted({"loss", *glue_metrics(self.processor.name, labels, labels)})
 
@@ -100,12 +132,13 @@ class ClassificationTask(FinetuningTask):
         from tasks.classification.features import example_records
 
         return example_records(split.examples, self.labels, self.setup.max_seq_length,
-                               self.setup.tokenizer)
+                               self.setup.tokenizer, multi_label=self.multi_label)
 
     def load_features(self, path: str) -> dict:
         from tasks.classification.features import load_features
 
-        return load_features(path, self.setup.max_seq_length, regression=not self.labels)
+        return load_features(path, self.setup.max_seq_length, regression=not self.labels,
+                             multi_label_size=len(self.labels) if self.multi_label else 0)
 
     def dataset(self, features, batch_size, is_training, seed, input_context, batching):
         """With `batching.pack`, training batches hold the same examples as unpacked ones
@@ -141,6 +174,12 @@ class ClassificationTask(FinetuningTask):
         if self.regression:
             loss = losses.regression_loss(logits, batch["label_ids"])
             return loss, {"mean_squared_error": (loss * examples, examples)}
+        if self.multi_label:
+            targets = ops.cast(batch["label_ids"], "float32")
+            loss = losses.multi_label_loss(logits, targets)
+            exact = ops.all(ops.equal(ops.greater(logits, 0.0), ops.greater(targets, 0.5)),
+                            axis=-1)
+            return loss, {"subset_accuracy": (ops.sum(ops.cast(exact, "float32")), examples)}
         labels = ops.cast(batch["label_ids"], "int32")
         loss = losses.classification_loss(logits, labels)
         hits = ops.cast(ops.equal(ops.argmax(logits, -1), labels), "float32")
@@ -159,12 +198,21 @@ class ClassificationTask(FinetuningTask):
         from tasks.classification.metrics import glue_metrics
 
         labels = split.features["label_ids"]
-        results = glue_metrics(self.processor.name, labels, self.predicted(logits))
+        if self.multi_label:
+            from tasks.classification.metrics import multi_label_metrics
+
+            results = multi_label_metrics(labels, self.predicted(logits))
+        else:
+            results = glue_metrics(self.processor.name, labels, self.predicted(logits))
         results["loss"] = self.loss(logits, labels)
         return results
 
-    def predicted(self, logits: np.ndarray) -> np.ndarray:
-        """Label ids (classification) or scores (regression) from the model's logits."""
+    def predicted(self, logits: np.ndarray, thresholds=None) -> np.ndarray:
+        """Label ids (classification), scores (regression) or, multi-label, a 0/1 matrix (the
+        probabilities above `thresholds`, by default `threshold`) from the model's logits."""
+        if self.multi_label:
+            limits = np.full(logits.shape[-1], self.threshold) if thresholds is None else thresholds
+            return (sigmoid(logits) > limits).astype(np.int32)
         return logits[:, 0] if self.regression else np.argmax(logits, axis=-1)
 
     def loss(self, logits: np.ndarray, labels: np.ndarray) -> float:
@@ -176,6 +224,9 @@ class ClassificationTask(FinetuningTask):
         logits = logits.astype(np.float64)
         if self.regression:
             return (logits[:, 0] - labels) ** 2
+        if self.multi_label:  # the stable binary cross-entropy, averaged over the labels
+            return np.mean(np.maximum(logits, 0) - logits * labels
+                           + np.log1p(np.exp(-np.abs(logits))), axis=-1)
         from tasks.prediction_files import log_softmax
 
         return -log_softmax(logits)[np.arange(len(labels)), labels]
@@ -184,8 +235,42 @@ class ClassificationTask(FinetuningTask):
         return self.losses(logits, split.features["label_ids"])
 
     def write_eval_outputs(self, split: Split, logits, output_dir: str) -> None:
-        self._write_table(self._file(output_dir, "eval_predictions", split,
-                                     self.processor.eval_splits()), split, logits)
+        eval_splits = self.processor.eval_splits()
+        if self.multi_label and split.name == eval_splits[0]:
+            self._tune_thresholds(split, logits, output_dir)
+        self._write_table(self._file(output_dir, "eval_predictions", split, eval_splits), split,
+                          logits)
+        if self.multi_label:
+            from tasks.classification.metrics import per_label_metrics
+            from tasks.prediction_files import write_label_table
+
+            write_label_table(self._file(output_dir, "eval_per_label", split, eval_splits),
+                              self.labels, per_label_metrics(split.features["label_ids"],
+                                                             self._decided(logits)))
+
+    def _decided(self, logits) -> np.ndarray:
+        """The multi-label decisions under the thresholds in force (tuned, or `threshold`)."""
+        return self.predicted(logits, self.thresholds)
+
+    def _tune_thresholds(self, split: Split, logits, output_dir: str) -> None:
+        """Tuned thresholds from the kept weights' logits on the first dev split (none: the
+        default), written to `thresholds.tsv` and used from here on."""
+        from tasks.classification.metrics import multi_label_metrics
+        from tasks.classification.thresholds import tune_thresholds
+        from tasks.prediction_files import write_label_table
+
+        if self.tune_threshold == "none":
+            return
+        labels = split.features["label_ids"]
+        before = multi_label_metrics(labels, self.predicted(logits))["micro_f1"]
+        self.thresholds = tune_thresholds(sigmoid(logits), labels,
+                                          per_label=self.tune_threshold == "per_label")
+        after = multi_label_metrics(labels, self._decided(logits))["micro_f1"]
+        path = os.path.join(output_dir, "thresholds.tsv")
+        write_label_table(path, self.labels, {"threshold": self.thresholds})
+        logger.info("thresholds tuned on %s (%s): micro-F1 %.4f at %g, %.4f tuned (on the split "
+                    "they were tuned on); %s", split.name, self.tune_threshold, before,
+                    self.threshold, after, path)
 
     def write_predictions(self, split: Split, logits, output_dir: str) -> str:
         from tasks.prediction_files import probabilities, write_test_results
@@ -195,7 +280,10 @@ class ClassificationTask(FinetuningTask):
         # The original's file; of several test splits (MNLI), the one it predicted keeps its name.
         path = (os.path.join(output_dir, "test_results.tsv") if split.name == splits[0]
                 else self._file(output_dir, "test_results", split, splits))
-        write_test_results(path, logits[:, :1] if self.regression else probabilities(logits))
+        if self.multi_label:
+            write_test_results(path, sigmoid(logits))
+        else:
+            write_test_results(path, logits[:, :1] if self.regression else probabilities(logits))
         return path
 
     def _write_table(self, path: str, split: Split, logits) -> None:
@@ -203,6 +291,13 @@ class ClassificationTask(FinetuningTask):
         from tasks.prediction_files import probabilities, write_prediction_table
 
         ids = [example.example_id for example in split.examples]
+        if self.multi_label:
+            decided = self._decided(logits)
+            write_prediction_table(path, ids, [",".join(np.asarray(self.labels)[row == 1])
+                                               for row in decided],
+                                   [f"probability_{label}" for label in self.labels],
+                                   sigmoid(logits))
+            return
         if self.regression:
             write_prediction_table(path, ids, [f"{score:.6f}" for score in logits[:, 0]], [],
                                    np.zeros((len(logits), 0)))
@@ -221,4 +316,14 @@ class ClassificationTask(FinetuningTask):
 
         return ClassifierServing(model, vocab_file, self.setup.do_lower_case,
                                  self.setup.max_seq_length, self.labels,
-                                 pair=self.processor.is_pair())
+                                 pair=self.processor.is_pair(self.data_dir),
+                                 thresholds=self.thresholds if self.multi_label else None)
+
+
+TUNINGS = ("none", "global", "per_label")
+
+
+def sigmoid(logits) -> np.ndarray:
+    """Each label's probability (multi-label), in float64."""
+    logits = np.asarray(logits, np.float64)
+    return np.exp(-np.logaddexp(0.0, -logits))
