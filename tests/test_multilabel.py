@@ -328,3 +328,17 @@ def test_runner_refuses_a_bad_line_and_a_threshold_without_dev(reuters_run, tmp_
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines()[-1].endswith(
         "--tune_threshold=global tunes on the dev split: add --do_eval")
+
+
+def test_batch_predict_takes_the_multi_label_export(reuters_run, tmp_path):
+    texts = [json.loads(x)["text"] for x in
+             (reuters_run["data"] / "test.jsonl").read_text().splitlines()]
+    write_jsonl(tmp_path / "in.jsonl", [{"text_a": text} for text in texts])
+    run_script("batch_predict.py", f"--saved_model={reuters_run['root'] / 'export'}",
+               f"--input_file={tmp_path / 'in.jsonl'}", f"--output_file={tmp_path / 'o.jsonl'}",
+               "--batch_size=7")
+    lines = [json.loads(x) for x in (tmp_path / "o.jsonl").read_text().splitlines()]
+    rows = read_tsv(reuters_run["out"] / "test_predictions.tsv")[1:]
+    assert [line["labels"] for line in lines] == [row[1] for row in rows]
+    np.testing.assert_allclose([line["probabilities"] for line in lines],
+                               [[float(v) for v in row[2:]] for row in rows], atol=2e-5)
