@@ -45,6 +45,13 @@ flags.DEFINE_enum("tune_threshold", "none", ["none", "global", "per_label"], "Mu
                   "the threshold (one for all labels, or one per label) for the best F1 on dev "
                   "with the kept weights; saved to thresholds.tsv and into --export_dir. Needs "
                   "--do_eval.")
+flags.DEFINE_integer("doc_stride", None, "Long texts: cut a text longer than max_seq_length into "
+                     "windows starting this many tokens apart, and pool each document's windows "
+                     "into one prediction (default: truncate, as the original).")
+flags.DEFINE_enum("window_pooling", "mean", ["mean", "max"], "With --doc_stride: a document's "
+                  "logits are the mean of its windows', or the maximum of each.")
+flags.DEFINE_integer("max_windows_per_document", 0, "With --doc_stride: train on at most this "
+                     "many windows of a document, the first ones (0: all).")
 flags.DEFINE_string("best_metric", None, "Keep the best checkpoint by this eval_results.txt key "
                     "(default: the task's GLUE score, eval_main).")
 
@@ -70,7 +77,9 @@ def main(argv):
     from tasks.classification.task import ClassificationTask
 
     task = ClassificationTask(FLAGS.task_name, FLAGS.data_dir, processor_options(),
-                              threshold=FLAGS.threshold, tune_threshold=FLAGS.tune_threshold)
+                              threshold=FLAGS.threshold, tune_threshold=FLAGS.tune_threshold,
+                              doc_stride=FLAGS.doc_stride, window_pooling=FLAGS.window_pooling,
+                              max_windows=FLAGS.max_windows_per_document)
     runner_flags.finetune(task, FLAGS.best_metric)
 
 

@@ -7,7 +7,15 @@ from the end of the longer one (B on a tie) to `max_seq_length - 3` tokens, a si
 `segment_ids`, `label_ids`, `is_real_example`) plus `example_index`, the row of the example in its
 split, so predictions map back to example ids. `label_ids` is int64 for classification, float for
 regression (STS-B), and for a multi-label task a float 0/1 vector with one entry per label
-(multi-hot; an unlabelled test row has zeros). Batches come from `data_gen.datasets.in_memory_dataset`.
+(multi-hot; an unlabelled test row has zeros).
+
+Long documents (`doc_stride`, ours; the original truncates): a text longer than a row is cut into
+overlapping windows (`document_windows`), one row each, all carrying the example's
+`example_index` and labels. A single text: windows of `max_seq_length - 2` tokens at 0, stride,
+2 * stride, ... (`data_gen.windows.fixed_stride_spans`, the original run_squad's cut). A pair
+that does not fit: windows over the longer text (B on a tie), the shorter one kept whole in every
+row, or its first `(max_seq_length - 3) // 2` tokens if it is longer than that. Whatever fits
+in one row gives the original's single row. `tasks.classification.serving` is the graph twin. Batches come from `data_gen.datasets.in_memory_dataset`.
 """
 from __future__ import annotations
 
@@ -19,6 +27,7 @@ from data_gen import records
 from data_gen.datasets import SEQUENCE_FEATURES
 from data_gen.errors import DataError
 from data_gen.packing import pack, truncate_seq_pair
+from data_gen.windows import fixed_stride_spans
 from tasks.classification.reader import InputExample
 
 
@@ -44,6 +53,36 @@ def convert_example(example: InputExample, index: int, label_map: dict | None,
         "is_real_example": [1],
         "example_index": [index],
     }
+
+
+def document_windows(tokens_a: list, tokens_b: list | None, max_seq_length: int,
+                     doc_stride: int) -> list:
+    """`(A, B)` token lists of each window row of one example (B None: a single text)."""
+    if not tokens_b:
+        spans = fixed_stride_spans(len(tokens_a), max_seq_length - 2, doc_stride)
+        return [(tokens_a[start:start + length], None) for start, length in spans]
+    budget = max_seq_length - 3
+    long_is_b = len(tokens_b) >= len(tokens_a)
+    long, short = (tokens_b, tokens_a) if long_is_b else (tokens_a, tokens_b)
+    if len(tokens_a) + len(tokens_b) > budget:
+        short = short[:budget // 2]
+    windows = [long[start:start + length]
+               for start, length in fixed_stride_spans(len(long), budget - len(short), doc_stride)]
+    return [(short, window) if long_is_b else (window, short) for window in windows]
+
+
+def convert_document(example: InputExample, index: int, label_map: dict | None,
+                     max_seq_length: int, tokenizer, multi_label: bool, doc_stride: int,
+                     max_windows: int = 0) -> list:
+    """The feature rows of one example's windows (the first `max_windows` of them, if set)."""
+    tokens_a = tokenizer.tokenize(example.text_a)
+    tokens_b = (tokenizer.tokenize(example.text_b) if example.text_b else None) or None
+    windows = document_windows(tokens_a, tokens_b, max_seq_length, doc_stride)
+    label = (_multi_hot(example, label_map) if multi_label
+             else [_label_value(example, label_map)])
+    return [{**pack(a, b, max_seq_length, tokenizer), "label_ids": label, "is_real_example": [1],
+             "example_index": [index]}
+            for a, b in windows[:max_windows or None]]
 
 
 def _label_value(example: InputExample, label_map: dict | None):
@@ -85,14 +124,20 @@ def feature_spec(max_seq_length: int, regression: bool, multi_label_size: int = 
 
 
 def example_records(examples: Sequence[InputExample], labels: Sequence[str],
-                    max_seq_length: int, tokenizer, multi_label: bool = False) -> Iterable[bytes]:
-    """Serialised records of `examples` in order (labels empty: regression)."""
+                    max_seq_length: int, tokenizer, multi_label: bool = False,
+                    doc_stride: int | None = None, max_windows: int = 0) -> Iterable[bytes]:
+    """Serialised records of `examples` in order (labels empty: regression); with `doc_stride`,
+    every window of each, in order."""
     label_map = {label: i for i, label in enumerate(labels)} if labels else None
-    floats = label_map is None or multi_label
+    floats = ("label_ids",) if label_map is None or multi_label else ()
     for index, example in enumerate(examples):
-        yield records.serialize(convert_example(example, index, label_map, max_seq_length,
-                                                tokenizer, multi_label),
-                                float_features=("label_ids",) if floats else ())
+        if doc_stride:
+            for row in convert_document(example, index, label_map, max_seq_length, tokenizer,
+                                        multi_label, doc_stride, max_windows):
+                yield records.serialize(row, float_features=floats)
+        else:
+            yield records.serialize(convert_example(example, index, label_map, max_seq_length,
+                                                    tokenizer, multi_label), float_features=floats)
 
 
 def load_features(path: str, max_seq_length: int, regression: bool,

@@ -9,12 +9,19 @@ trims, padded to the longest row of the request); it returns `logits`, and `prob
 probability above its threshold, the run's `thresholds.tsv` or --threshold) and `labels` (the
 predicted names joined by ",", "" for none). `serve_token_ids` takes the
 encoder's inputs. Saved by `engine.export.save`.
+
+With `doc_stride` (long documents), `serve_text` cuts each text into the windows fine-tuning cut
+(`features.document_windows`, here with `data_gen.graph_windows.Layout`), runs the model on them
+`window_batch` rows at a time (memory bounded by that, not by the document), and pools each
+document's window logits (mean or max) into one row before the outputs above: one answer per
+document.
 """
 from __future__ import annotations
 
 import tensorflow as tf
 
 from data_gen.graph_tokenizer import GraphTokenizer, InputPacker
+from data_gen.graph_windows import Layout
 from engine.export import token_id_spec
 
 
@@ -24,21 +31,31 @@ class ClassifierServing(tf.Module):
     (multi-label)."""
 
     def __init__(self, model, vocab, do_lower_case: bool, max_seq_length: int, labels,
-                 pair: bool, thresholds=None):
+                 pair: bool, thresholds=None, doc_stride: int | None = None,
+                 pooling: str = "mean", window_batch: int = 64):
         super().__init__()
         self.model = model
         self.tokenizer = GraphTokenizer(vocab, do_lower_case=do_lower_case)
         self.packer = InputPacker.for_tokenizer(self.tokenizer, max_seq_length,
                                                 dynamic_length=True)
         self.labels = tf.constant(list(labels) or [""], tf.string)
+        self.num_logits = len(labels) or 1  # one per label (regression: one)
         self.regression = not labels
         self.pair = pair
+        self.max_seq_length = max_seq_length
+        self.doc_stride = doc_stride
+        self.pooling = pooling
+        self.window_batch = window_batch
         # Multi-label: one threshold per label (a constant of the graph).
         self.thresholds = (None if thresholds is None
                            else tf.constant([float(t) for t in thresholds], tf.float32))
 
-    def outputs(self, inputs: dict) -> dict:
-        logits = tf.cast(self.model(inputs, training=False)["logits"], tf.float32)
+    def logits(self, inputs: dict):
+        return tf.cast(self.model(inputs, training=False)["logits"], tf.float32)
+
+    def outputs(self, inputs: dict, logits=None) -> dict:
+        if logits is None:
+            logits = self.logits(inputs)
         if self.regression:
             return {"logits": logits, "score": logits[:, 0]}
         if self.thresholds is not None:
@@ -59,16 +76,69 @@ class ClassifierServing(tf.Module):
             segments.append(self.tokenizer(text_b))
         return self.packer(segments)
 
+    def text_outputs(self, text_a, text_b=None) -> dict:
+        if not self.doc_stride:
+            return self.outputs(self.text_inputs(text_a, text_b))
+        inputs, request = self.windows(text_a, text_b)
+        logits = self.window_logits(inputs)
+        pool = tf.math.segment_max if self.pooling == "max" else tf.math.segment_mean
+        return self.outputs(None, pool(logits, request))
+
+    def windows(self, text_a, text_b=None) -> tuple:
+        """The encoder's inputs for every window of every text, and each window's request."""
+        a = self.tokenizer(text_a)
+        b = self.tokenizer(text_b) if text_b is not None else None
+        length_a = a.row_lengths()
+        length_b = b.row_lengths() if b is not None else tf.zeros_like(length_a)
+        has_b = length_b > 0
+        budget = tf.constant(self.max_seq_length - 3, tf.int64)
+        long_is_b = has_b & (length_b >= length_a)
+        short = tf.where(long_is_b, length_a, length_b)
+        short = tf.where(length_a + length_b > budget, tf.minimum(short, budget // 2), short)
+        room = tf.where(has_b, budget - short, budget + 1)  # a single text: max_seq_length - 2
+        layout = Layout.of(room, tf.where(long_is_b, length_b, length_a), self.doc_stride)
+        layout = layout._replace(counts=tf.maximum(layout.counts, 1))  # a text without tokens
+        request = tf.repeat(tf.range(tf.size(layout.counts, out_type=tf.int64)), layout.counts)
+        start, length = layout.window(request, tf.ragged.range(layout.counts).flat_values)
+        long_b = tf.gather(long_is_b, request)
+        kept = tf.gather(short, request)
+        zero = tf.zeros_like(start)
+        segments = [_slice(a, request, tf.where(long_b, zero, start),
+                           tf.where(long_b, kept, length))]
+        if b is not None:
+            segments.append(_slice(b, request, tf.where(long_b, start, zero),
+                                   tf.where(long_b, length, kept)))
+        return self.packer(segments), request
+
+    def window_logits(self, inputs: dict):
+        """The model's logits on every row of `inputs`, `window_batch` rows per call."""
+        rows = tf.shape(inputs["input_word_ids"])[0]
+        size = self.window_batch
+
+        def step(begin, parts):
+            chunk = {name: value[begin:begin + size] for name, value in inputs.items()}
+            return begin + size, parts.write(begin // size, self.logits(chunk))
+
+        parts = tf.TensorArray(tf.float32, size=0, dynamic_size=True, infer_shape=False,
+                               element_shape=[None, self.num_logits])
+        _, parts = tf.while_loop(lambda begin, _: begin < rows, step, [0, parts])
+        return parts.concat()
+
     def signatures(self) -> dict:
         token_ids = tf.function(self.outputs, input_signature=[token_id_spec()])
         if self.pair:
-            text = tf.function(lambda text_a, text_b: self.outputs(
-                self.text_inputs(text_a, text_b)), input_signature=[
+            text = tf.function(self.text_outputs, input_signature=[
                 tf.TensorSpec([None], tf.string, name="text_a"),
                 tf.TensorSpec([None], tf.string, name="text_b")])
         else:
-            text = tf.function(lambda text_a: self.outputs(self.text_inputs(text_a)),
+            text = tf.function(lambda text_a: self.text_outputs(text_a),
                                input_signature=[tf.TensorSpec([None], tf.string, name="text_a")])
         return {"serving_default": text.get_concrete_function(),
                 "serve_text": text.get_concrete_function(),
                 "serve_token_ids": token_ids.get_concrete_function()}
+
+
+def _slice(tokens: tf.RaggedTensor, request, start, length) -> tf.RaggedTensor:
+    """`tokens[request][start:start + length]` for each window: ragged `[windows, (length)]`."""
+    first = tf.gather(tokens.row_starts(), request) + start
+    return tf.gather(tokens.flat_values, tf.ragged.range(first, first + length))

@@ -11,6 +11,11 @@ A multi-label decision is "probability above the label's threshold": `threshold`
 label, or, with `tune_threshold`, the threshold (global or per label) that maximises F1 on the
 first evaluation split under the kept weights, written to `thresholds.tsv`, used for the
 predictions and saved in the SavedModel.
+Long documents (`doc_stride`, ours): each text longer than a row becomes overlapping windows, one
+feature row each (`features.document_windows`; training keeps the first `max_windows` of a document
+if set); evaluation, prediction and the SavedModel pool a document's window logits into one
+(`window_pooling`: the mean, or the maximum of each logit), so every metric, file and answer is
+one per document. An epoch of steps counts documents, as run_squad counts questions.
 Files (`tasks.prediction_files`): `test_results.tsv`, the original's layout (probabilities only,
 no header; regression: the score), and `test_predictions.tsv` and `eval_predictions.tsv` (what
 the kept weights predict on dev): `id`, `prediction` and one probability per label (regression:
@@ -47,6 +52,9 @@ class ClassificationTask(FinetuningTask):
     regression: bool = False  # until `check` reads it from the processor
     threshold: float = 0.5  # multi-label: a label is predicted when its probability exceeds it
     tune_threshold: str = "none"  # multi-label: "global" or "per_label" tunes it on dev
+    doc_stride: int | None = None  # windows over long texts (None: the original's truncation)
+    window_pooling: str = "mean"  # how a document's window logits become one: "mean" or "max"
+    max_windows: int = 0  # training: at most this many windows of a document (0: all)
     packs_examples = True  # training rows may hold several examples (`--pack_examples`)
 
     def __post_init__(self):
@@ -82,6 +90,19 @@ class ClassificationTask(FinetuningTask):
         if not self.multi_label and (self.threshold != 0.5 or self.tune_threshold != "none"):
             raise SettingsError("--threshold and --tune_threshold apply to multi-label tasks "
                                 "(--task_name=multilabel, or generic with --multi_label)")
+        if self.doc_stride is not None and self.doc_stride < 1:
+            raise SettingsError(f"--doc_stride={self.doc_stride}: at least 1 (leave it out to "
+                                "truncate as the original)")
+        if self.window_pooling not in POOLINGS:
+            raise SettingsError(f"--window_pooling={self.window_pooling}: one of "
+                                f"{', '.join(POOLINGS)}")
+        if self.max_windows < 0:
+            raise SettingsError(f"--max_windows_per_document={self.max_windows}: at least 0 "
+                                "(0: every window)")
+        if self.doc_stride is None and (self.max_windows or self.window_pooling != "mean"):
+            raise SettingsError("--window_pooling and --max_windows_per_document apply to "
+                                "windows: add --doc_stride")
+        self.row_unit = "window" if self.doc_stride else None
         if self.tune_threshold != "none" and not settings.do_eval:
             raise SettingsError(f"--tune_threshold={self.tune_threshold} tunes on the dev split: "
                                 "add --do_eval")
@@ -96,8 +117,11 @@ class ClassificationTask(FinetuningTask):
         self.thresholds = np.full(len(self.labels), self.threshold)
 
     def identity(self) -> dict:
-        return {"task": self.processor.name, "processor_options": self.processor_options,
-                "labels": self.labels}
+        identity = {"task": self.processor.name, "processor_options": self.processor_options,
+                    "labels": self.labels}
+        if self.doc_stride:  # only then, so that earlier runs' identity stays the same
+            identity.update(doc_stride=self.doc_stride, max_windows=self.max_windows)
+        return identity
 
     def metric_names(self) -> list:
         from tasks.classification.metrics import glue_metrics
@@ -131,8 +155,11 @@ class ClassificationTask(FinetuningTask):
     def records(self, split: Split):
         from tasks.classification.features import example_records
 
+        training = split.name == self.processor.train_split()
         return example_records(split.examples, self.labels, self.setup.max_seq_length,
-                               self.setup.tokenizer, multi_label=self.multi_label)
+                               self.setup.tokenizer, multi_label=self.multi_label,
+                               doc_stride=self.doc_stride,
+                               max_windows=self.max_windows if training else 0)
 
     def load_features(self, path: str) -> dict:
         from tasks.classification.features import load_features
@@ -191,13 +218,25 @@ class ClassificationTask(FinetuningTask):
 
     # ------------------------------------------------------------------ results
     def predictions(self, split: Split, outputs: dict) -> np.ndarray:
-        """The logits (regression: the scores in column 0) of every example, in order."""
-        return outputs["logits"]
+        """The logits (regression: the scores in column 0) of every example, in order; with
+        windows, each document's windows pooled (`pool_windows`)."""
+        if not self.doc_stride:
+            return outputs["logits"]
+        return pool_windows(outputs["logits"], split.features["example_index"],
+                            len(split.examples), self.window_pooling)
+
+    def _labels(self, split: Split) -> np.ndarray:
+        """The gold label(s) of each example (with windows: of its first row)."""
+        labels = split.features["label_ids"]
+        if not self.doc_stride:
+            return labels
+        _, first = np.unique(split.features["example_index"], return_index=True)
+        return labels[first]
 
     def score(self, split: Split, logits) -> dict:
         from tasks.classification.metrics import glue_metrics
 
-        labels = split.features["label_ids"]
+        labels = self._labels(split)
         if self.multi_label:
             from tasks.classification.metrics import multi_label_metrics
 
@@ -232,7 +271,7 @@ class ClassificationTask(FinetuningTask):
         return -log_softmax(logits)[np.arange(len(labels)), labels]
 
     def example_losses(self, split: Split, logits) -> np.ndarray:
-        return self.losses(logits, split.features["label_ids"])
+        return self.losses(logits, self._labels(split))
 
     def write_eval_outputs(self, split: Split, logits, output_dir: str) -> None:
         eval_splits = self.processor.eval_splits()
@@ -245,7 +284,7 @@ class ClassificationTask(FinetuningTask):
             from tasks.prediction_files import write_label_table
 
             write_label_table(self._file(output_dir, "eval_per_label", split, eval_splits),
-                              self.labels, per_label_metrics(split.features["label_ids"],
+                              self.labels, per_label_metrics(self._labels(split),
                                                              self._decided(logits)))
 
     def _decided(self, logits) -> np.ndarray:
@@ -261,7 +300,7 @@ class ClassificationTask(FinetuningTask):
 
         if self.tune_threshold == "none":
             return
-        labels = split.features["label_ids"]
+        labels = self._labels(split)
         before = multi_label_metrics(labels, self.predicted(logits))["micro_f1"]
         self.thresholds = tune_thresholds(sigmoid(logits), labels,
                                           per_label=self.tune_threshold == "per_label")
@@ -317,10 +356,28 @@ class ClassificationTask(FinetuningTask):
         return ClassifierServing(model, vocab_file, self.setup.do_lower_case,
                                  self.setup.max_seq_length, self.labels,
                                  pair=self.processor.is_pair(self.data_dir),
-                                 thresholds=self.thresholds if self.multi_label else None)
+                                 thresholds=self.thresholds if self.multi_label else None,
+                                 doc_stride=self.doc_stride, pooling=self.window_pooling)
 
 
 TUNINGS = ("none", "global", "per_label")
+POOLINGS = ("mean", "max")
+
+
+def pool_windows(logits, example_index, examples: int, pooling: str) -> np.ndarray:
+    """One row of logits per example from its windows' rows: their mean or their maximum."""
+    logits = np.asarray(logits, np.float64)
+    example_index = np.asarray(example_index)
+    counts = np.bincount(example_index, minlength=examples)
+    if np.any(counts == 0):
+        raise RuntimeError(f"examples without a window: {np.flatnonzero(counts == 0)[:5]}")
+    if pooling == "max":
+        pooled = np.full((examples, logits.shape[1]), -np.inf)
+        np.maximum.at(pooled, example_index, logits)
+        return pooled
+    pooled = np.zeros((examples, logits.shape[1]))
+    np.add.at(pooled, example_index, logits)
+    return pooled / counts[:, None]
 
 
 def sigmoid(logits) -> np.ndarray:
