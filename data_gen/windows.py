@@ -8,6 +8,8 @@ is scored by exactly one of them: the window where it has the most context, the 
   stride, 2 * stride, ... until one reaches the last token, `stride = min(window, doc_stride)`;
 - `word_aligned_spans`: run_ner's, windows that start at a word's first piece and end at a word
   boundary, so that no word is read from a truncated run of pieces.
+`pair_windows` applies the fixed-stride cut to one example that may be a pair (classification,
+feature extraction): windows over the longer text, the shorter one whole in every window.
 Spans are `(start, length)` pairs. `data_gen.graph_windows` is the TensorFlow twin of
 `fixed_stride_spans` and `max_context_windows`, for models that window raw text in their graph.
 """
@@ -28,6 +30,27 @@ def fixed_stride_spans(num_tokens: int, window: int, doc_stride: int) -> list:
         if start + length >= num_tokens:
             return spans
         start += min(length, doc_stride)
+
+
+def pair_windows(length_a: int, length_b: int | None, max_seq_length: int,
+                 doc_stride: int) -> tuple:
+    """`(windows, long)`: each window's `(A span, B span or None)` and which text is cut ("a" or
+    "b"), for a text of `length_a` tokens and, unless `length_b` is None or 0, a second text.
+
+    A single text: windows of `max_seq_length - 2` tokens (`fixed_stride_spans`). A pair: the
+    longer text (B on a tie) is cut into windows of what `max_seq_length - 3` leaves beside the
+    shorter one, kept whole, or, if the pair does not fit and the shorter text is longer than
+    `(max_seq_length - 3) // 2`, its first that many tokens. What fits is one window."""
+    if not length_b:
+        return [((start, length), None) for start, length in
+                fixed_stride_spans(length_a, max_seq_length - 2, doc_stride)], "a"
+    budget = max_seq_length - 3
+    long = "b" if length_b >= length_a else "a"
+    long_length, short = (length_b, length_a) if long == "b" else (length_a, length_b)
+    if length_a + length_b > budget:
+        short = min(short, budget // 2)
+    spans = fixed_stride_spans(long_length, budget - short, doc_stride)
+    return [((0, short), span) if long == "b" else (span, (0, short)) for span in spans], long
 
 
 def word_aligned_spans(word_lengths: Sequence[int], window: int, doc_stride: int) -> list:

@@ -11,11 +11,11 @@ regression (STS-B), and for a multi-label task a float 0/1 vector with one entry
 
 Long documents (`doc_stride`, ours; the original truncates): a text longer than a row is cut into
 overlapping windows (`document_windows`), one row each, all carrying the example's
-`example_index` and labels. A single text: windows of `max_seq_length - 2` tokens at 0, stride,
-2 * stride, ... (`data_gen.windows.fixed_stride_spans`, the original run_squad's cut). A pair
-that does not fit: windows over the longer text (B on a tie), the shorter one kept whole in every
-row, or its first `(max_seq_length - 3) // 2` tokens if it is longer than that. Whatever fits
-in one row gives the original's single row. `tasks.classification.serving` is the graph twin. Batches come from `data_gen.datasets.in_memory_dataset`.
+`example_index` and labels (`data_gen.windows.pair_windows`: a single text in windows of
+`max_seq_length - 2` tokens at 0, stride, 2 * stride, ..., the original run_squad's cut; a pair
+that does not fit in windows over the longer text, B on a tie, the shorter one kept whole in every
+row, or its first `(max_seq_length - 3) // 2` tokens if it is longer than that). Whatever fits in
+one row gives the original's single row. `tasks.classification.serving` is the graph twin. Batches come from `data_gen.datasets.in_memory_dataset`.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from data_gen import records
 from data_gen.datasets import SEQUENCE_FEATURES
 from data_gen.errors import DataError
 from data_gen.packing import pack, truncate_seq_pair
-from data_gen.windows import fixed_stride_spans
+from data_gen.windows import pair_windows
 from tasks.classification.reader import InputExample
 
 
@@ -57,18 +57,12 @@ def convert_example(example: InputExample, index: int, label_map: dict | None,
 
 def document_windows(tokens_a: list, tokens_b: list | None, max_seq_length: int,
                      doc_stride: int) -> list:
-    """`(A, B)` token lists of each window row of one example (B None: a single text)."""
-    if not tokens_b:
-        spans = fixed_stride_spans(len(tokens_a), max_seq_length - 2, doc_stride)
-        return [(tokens_a[start:start + length], None) for start, length in spans]
-    budget = max_seq_length - 3
-    long_is_b = len(tokens_b) >= len(tokens_a)
-    long, short = (tokens_b, tokens_a) if long_is_b else (tokens_a, tokens_b)
-    if len(tokens_a) + len(tokens_b) > budget:
-        short = short[:budget // 2]
-    windows = [long[start:start + length]
-               for start, length in fixed_stride_spans(len(long), budget - len(short), doc_stride)]
-    return [(short, window) if long_is_b else (window, short) for window in windows]
+    """`(A, B)` token lists of each window row of one example (B None: a single text), as
+    `data_gen.windows.pair_windows` cuts them."""
+    windows, _ = pair_windows(len(tokens_a), len(tokens_b) if tokens_b else None,
+                              max_seq_length, doc_stride)
+    return [(tokens_a[a[0]:a[0] + a[1]], None if b is None else tokens_b[b[0]:b[0] + b[1]])
+            for a, b in windows]
 
 
 def convert_document(example: InputExample, index: int, label_map: dict | None,

@@ -10,6 +10,8 @@ gives its encoder), and then:
   (`output`): the original's JSON lines of `--layers`, or with `pooling` one vector per line
   (JSON lines, or `.npy`); written resumably, the output renamed into place when complete. The
   Beam pipeline (`beam_pipeline`) runs the same `ShardExtractor` on every shard;
+- with `doc_stride`, long lines are read whole in windows, each token from the window where it has
+  the most context, pooled vectors over all of the line's tokens (`ShardExtractor.windowed`);
 - with `export_dir`: a SavedModel that embeds raw strings (`serving`).
 """
 from __future__ import annotations
@@ -40,6 +42,7 @@ class ExtractSettings:
     export_dir: str | None = None  # an embedding SavedModel (pooling, or mean)
     lines_per_shard: int = 1000  # resume granularity
     window_batches: int = 32  # lines sorted by length together: window_batches * batch_size
+    doc_stride: int | None = None  # long lines read whole in windows (None: truncated)
 
 
 def check(settings: ExtractSettings) -> None:
@@ -61,6 +64,9 @@ def check(settings: ExtractSettings) -> None:
     if settings.input_file and not os.path.isfile(settings.input_file) \
             and "://" not in settings.input_file:
         raise SettingsError(f"--input_file {settings.input_file}: no such file")
+    if settings.doc_stride is not None and settings.doc_stride < 1:
+        raise SettingsError(f"--doc_stride={settings.doc_stride}: at least 1 (leave it out to "
+                            "truncate as the original)")
     for name in ("batch_size", "lines_per_shard", "window_batches"):
         if getattr(settings, name) < 1:
             raise SettingsError(f"--{name}={getattr(settings, name)} must be at least 1")
@@ -133,7 +139,7 @@ def fingerprint(settings: ExtractSettings, vocab_file: str) -> dict:
             "input_mtime_ns": stat.st_mtime_ns if stat else None,
             **{name: getattr(settings, name) for name in (
                 "init_checkpoint", "bert_config_file", "do_lower_case", "max_seq_length",
-                "pooling", "normalize", "lines_per_shard")},
+                "pooling", "normalize", "lines_per_shard", "doc_stride")},
             "layers": list(settings.layers), "vocab_file": os.path.abspath(vocab_file)}
 
 
@@ -162,7 +168,10 @@ class ShardExtractor:
             tokenizer = FullTokenizer(vocab_file, do_lower_case=s.do_lower_case)
         self.tokenizer = tokenizer
         self.hidden_size = encoder.config.hidden_size
-        model = extraction_model(encoder, list(s.layers), s.pooling, s.normalize)
+        if s.doc_stride and s.pooling:  # pooled over the whole line, once its tokens are read
+            model = extraction_model(encoder, [-1])
+        else:
+            model = extraction_model(encoder, list(s.layers), s.pooling, s.normalize)
         # One trace for every batch shape: the batcher pads each batch to its own longest row.
         self.predict = tf.function(lambda inputs: model(inputs, training=False),
                                    input_signature=[token_id_spec()])
@@ -182,18 +191,16 @@ class ShardExtractor:
         if self.model is None:
             self.build()
         s = self.settings
+        if s.doc_stride:
+            yield from self.windowed(shard_lines(shard))
+            return
         features = (featurize(line, self.tokenizer, s.max_seq_length)
                     for line in shard_lines(shard))
-
-        def inputs(feature):
-            return {"input_word_ids": feature.input_ids,
-                    "input_mask": [1] * len(feature.input_ids),
-                    "input_type_ids": feature.input_type_ids}
 
         def run_batch(batch):
             return {name: value.numpy() for name, value in self.predict(batch).items()}
 
-        for feature, outputs in predict_in_order(features, inputs, run_batch, s.batch_size,
+        for feature, outputs in predict_in_order(features, _inputs, run_batch, s.batch_size,
                                                  self.window()):
             index = feature.line.index
             if s.pooling:
@@ -201,6 +208,45 @@ class ShardExtractor:
                 yield vector if self.as_vectors else embedding_line(index, vector)
             else:
                 yield json_line(index, feature.tokens, list(s.layers), outputs)
+
+    def windowed(self, lines):
+        """Output items of lines read in windows: each token's layers from its max-context window
+        (`features.featurize_windows`); pooled vectors over every token of the line."""
+        import itertools
+
+        import numpy as np
+
+        from engine.streaming import predict_in_order
+        from tasks.feature_extraction.features import featurize_windows
+        from tasks.feature_extraction.model import pool
+        from tasks.feature_extraction.output import embedding_line, json_line
+
+        s = self.settings
+        windows = (window for line in lines for window in featurize_windows(
+            line, self.tokenizer, s.max_seq_length, s.doc_stride))
+
+        def run_batch(batch):
+            return {name: value.numpy() for name, value in self.predict(batch).items()}
+
+        results = predict_in_order(windows, _inputs, run_batch, s.batch_size, self.window())
+        for _, group in itertools.groupby(results, key=lambda item: item[0].line.index):
+            group = list(group)
+            first = group[0][0]
+            names = list(group[0][1])
+            outputs = {name: np.stack([group[w][1][name][p] for w, p in first.read_from])
+                       for name in names}
+            if s.pooling:
+                tokens = outputs["layer_output_0"][None]
+                vector = np.asarray(pool(tokens, np.ones(tokens.shape[:2], np.int32), s.pooling,
+                                         s.normalize))[0]
+                yield vector if self.as_vectors else embedding_line(first.line.index, vector)
+            else:
+                yield json_line(first.line.index, first.tokens, list(s.layers), outputs)
+
+
+def _inputs(feature) -> dict:
+    return {"input_word_ids": feature.input_ids, "input_mask": [1] * len(feature.input_ids),
+            "input_type_ids": feature.input_type_ids}
 
 
 def run(settings: ExtractSettings, encoder, tokenizer, vocab_file: str) -> None:

@@ -41,6 +41,10 @@ def define_flags() -> None:
     flags.DEFINE_string("export_dir", None, "Write a SavedModel that embeds raw strings "
                         "(--pooling, default mean; --normalize).")
     flags.DEFINE_integer("lines_per_shard", 1000, "Lines per resumable shard of the output.")
+    flags.DEFINE_integer("doc_stride", None, "Read a line longer than max_seq_length whole, in "
+                         "windows starting this many tokens apart: each token's vectors come "
+                         "from the window where it has the most context, and --pooling pools "
+                         "every token of the line (default: truncate, as the original).")
     flag_ranges.check("max_seq_length", 3, why="[CLS], a token and [SEP]")
     flag_ranges.at_least_one("batch_size", "num_tpu_cores", "lines_per_shard")
 
@@ -65,4 +69,4 @@ def settings():
         vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case, layers=layers(),
         max_seq_length=FLAGS.max_seq_length, batch_size=FLAGS.batch_size,
         pooling=FLAGS.pooling, normalize=FLAGS.normalize, export_dir=FLAGS.export_dir,
-        lines_per_shard=FLAGS.lines_per_shard)
+        lines_per_shard=FLAGS.lines_per_shard, doc_stride=FLAGS.doc_stride)

@@ -1,4 +1,4 @@
-"""The input of extract_features: one example per line, a pair written `A ||| B`, read as a stream.
+r"""The input of extract_features: one example per line, a pair written `A ||| B`, read as a stream.
 
 As the original's `read_examples`: each line (split at "\n") is stripped of surrounding
 whitespace; a line matching `^(.*) \|\|\| (.*)$` is a pair, any other line is text A alone. An
