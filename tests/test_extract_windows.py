@@ -135,3 +135,43 @@ def test_doc_stride_is_checked(tiny_checkpoint, tmp_path):
     assert result.stderr.strip().splitlines()[-1].endswith(
         "--doc_stride=0: at least 1 (leave it out to truncate as the original)")
     assert not (tmp_path / "o.jsonl").exists()
+
+
+SERVE = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+model = tf.saved_model.load(sys.argv[1])
+out = model.signatures["serve_text"](text_a=tf.constant(json.load(open(sys.argv[2]))))
+print(json.dumps({"embedding": out["embedding"].numpy().tolist(),
+                  "modules": sorted(m for m in ("modeling", "data_gen") if m in sys.modules)}))
+"""
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_embedding_saved_model_reads_long_strings_as_the_tool(windowed, tiny_checkpoint,
+                                                             tmp_path, pooling):
+    import subprocess
+    import sys
+
+    texts = [line for line in windowed["lines"] if " ||| " not in line]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    run_script("extract_features.py", f"--input_file={tmp_path / 'in.txt'}",
+               f"--output_file={tmp_path / 'v.npy'}", f"--export_dir={tmp_path / 'export'}",
+               f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=32",
+               "--doc_stride=12", f"--pooling={pooling}", "--normalize")
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    (tmp_path / "serve.py").write_text(SERVE)
+    result = subprocess.run([sys.executable, str(tmp_path / "serve.py"),
+                             str(tmp_path / "export"), str(tmp_path / "texts.json")],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    served = json.loads(result.stdout.strip().splitlines()[-1])
+    assert served["modules"] == []
+    vectors = np.load(tmp_path / "v.npy")
+    np.testing.assert_allclose(served["embedding"], vectors, atol=2e-6)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+    if pooling == "mean":  # the normalised mean of every token, as the JSON lines give them
+        features = json.loads(windowed["windowed"][0])["features"]
+        mean = np.array([f["layers"][0]["values"] for f in features]).mean(0)
+        np.testing.assert_allclose(vectors[0], mean / np.linalg.norm(mean), atol=1e-5)

@@ -127,7 +127,7 @@ def _extract(settings: ExtractSettings) -> None:
 
         export.save(EmbeddingServing(encoder, vocab_file, settings.do_lower_case,
                                      settings.max_seq_length, settings.pooling or "mean",
-                                     settings.normalize),
+                                     settings.normalize, doc_stride=settings.doc_stride),
                     settings.export_dir, {"vocab.txt": vocab_file})
 
 

@@ -39,10 +39,13 @@ def pool(sequence_output, input_mask, pooling: str, normalize: bool = False):
         pooled = ops.sum(sequence_output * mask, axis=1) / ops.maximum(ops.sum(mask, axis=1), 1e-9)
     else:
         raise ValueError(f"unknown pooling {pooling!r}; one of {', '.join(POOLINGS)}")
-    if normalize:
-        norm = ops.sqrt(ops.sum(ops.square(pooled), axis=-1, keepdims=True))
-        pooled = pooled / ops.maximum(norm, 1e-12)
-    return pooled
+    return l2_normalized(pooled) if normalize else pooled
+
+
+def l2_normalized(vectors):
+    """Each row divided by its L2 norm, clamped at 1e-12 (torch's `normalize`)."""
+    norm = ops.sqrt(ops.sum(ops.square(vectors), axis=-1, keepdims=True))
+    return vectors / ops.maximum(norm, 1e-12)
 
 
 def extraction_model(encoder, layers=(-1, -2, -3, -4), pooling: str | None = None,

@@ -6,19 +6,25 @@ tokenises, packed `[CLS] A [SEP]` and trimmed to `max_seq_length`, padded to the
 the request; it returns `embedding` [batch, hidden]: `pool` of the last layer (mean over real
 tokens, or `[CLS]`), L2-normalised when exported so. `serve_token_ids` takes the encoder's inputs.
 Loads with only tensorflow and tensorflow_text.
+
+With `doc_stride` a string longer than a row is read whole as `extract_features --doc_stride`
+reads it: windows of `max_seq_length - 2` tokens (`data_gen.graph_windows.Layout`), the encoder
+run on 64 windows at a time, each token taken from its max-context window and `[CLS]`, `[SEP]`
+from the first; the mean is over every token of the string.
 """
 from __future__ import annotations
 
 import tensorflow as tf
 
 from data_gen.graph_tokenizer import GraphTokenizer, InputPacker
+from data_gen.graph_windows import Layout, max_context
 from engine.export import token_id_spec
-from tasks.feature_extraction.model import pool
+from tasks.feature_extraction.model import l2_normalized, pool
 
 
 class EmbeddingServing(tf.Module):
     def __init__(self, encoder, vocab, do_lower_case: bool, max_seq_length: int, pooling: str,
-                 normalize: bool):
+                 normalize: bool, doc_stride: int | None = None, window_batch: int = 64):
         super().__init__()
         self.encoder = encoder
         self.tokenizer = GraphTokenizer(vocab, do_lower_case=do_lower_case)
@@ -26,14 +32,62 @@ class EmbeddingServing(tf.Module):
                                                 dynamic_length=True)
         self.pooling = pooling
         self.normalize = normalize
+        self.max_seq_length = max_seq_length
+        self.doc_stride = doc_stride
+        self.window_batch = window_batch
 
     def outputs(self, inputs: dict) -> dict:
         sequence = self.encoder(inputs, training=False)["sequence_output"]
         return {"embedding": pool(sequence, inputs["input_mask"], self.pooling, self.normalize)}
 
+    def text_outputs(self, text_a) -> dict:
+        tokens = self.tokenizer(text_a)
+        if not self.doc_stride:
+            return self.outputs(self.packer([tokens]))
+        layout = Layout.of(self.max_seq_length - 2, tokens.row_lengths(), self.doc_stride)
+        layout = layout._replace(counts=tf.maximum(layout.counts, 1))  # a text without tokens
+        request = tf.repeat(tf.range(tf.size(layout.counts, out_type=tf.int64)), layout.counts)
+        index = tf.ragged.range(layout.counts).flat_values
+        start, length = layout.window(request, index)
+        first_token = tf.gather(tokens.row_starts(), request) + start
+        inputs = self.packer([tf.gather(tokens.flat_values,
+                                        tf.ragged.range(first_token, first_token + length))])
+        sequence = self.window_sequence(inputs)  # [windows, width, hidden]
+        width = tf.shape(sequence)[1]
+        # Each token's max-context window holds it at row position 1 + (token - start).
+        read = max_context(layout, request, index, start, length).to_tensor(
+            False, shape=[None, None])
+        read = tf.pad(read, [[0, 0], [1, 0]])[:, :width]
+        read = tf.pad(read, [[0, 0], [0, width - tf.shape(read)[1]]])
+        token_sums = tf.reduce_sum(sequence * tf.cast(read, sequence.dtype)[:, :, None], axis=1)
+        first = tf.cumsum(layout.counts, exclusive=True)  # each text's first window
+        cls = tf.gather(sequence[:, 0], first)
+        sep = tf.gather_nd(sequence, tf.stack([first, tf.gather(length, first) + 1], axis=1))
+        if self.pooling == "cls":
+            pooled = cls
+        else:
+            total = tf.math.segment_sum(token_sums, request) + cls + sep
+            pooled = total / tf.cast(tokens.row_lengths() + 2, total.dtype)[:, None]
+        return {"embedding": l2_normalized(pooled) if self.normalize else pooled}
+
+    def window_sequence(self, inputs: dict):
+        """The last layer on every row of `inputs`, `window_batch` rows per call."""
+        rows = tf.shape(inputs["input_word_ids"])[0]
+        size = self.window_batch
+
+        def step(begin, parts):
+            chunk = {name: value[begin:begin + size] for name, value in inputs.items()}
+            sequence = self.encoder(chunk, training=False)["sequence_output"]
+            return begin + size, parts.write(begin // size, tf.cast(sequence, tf.float32))
+
+        parts = tf.TensorArray(tf.float32, size=0, dynamic_size=True, infer_shape=False,
+                               element_shape=[None, None, self.encoder.config.hidden_size])
+        _, parts = tf.while_loop(lambda begin, _: begin < rows, step, [0, parts])
+        return parts.concat()
+
     def signatures(self) -> dict:
         token_ids = tf.function(self.outputs, input_signature=[token_id_spec()])
-        text = tf.function(lambda text_a: self.outputs(self.packer([self.tokenizer(text_a)])),
+        text = tf.function(self.text_outputs,
                            input_signature=[tf.TensorSpec([None], tf.string, name="text_a")])
         return {"serving_default": text.get_concrete_function(),
                 "serve_text": text.get_concrete_function(),
