@@ -342,3 +342,34 @@ def test_batch_predict_takes_the_multi_label_export(reuters_run, tmp_path):
     assert [line["labels"] for line in lines] == [row[1] for row in rows]
     np.testing.assert_allclose([line["probabilities"] for line in lines],
                                [[float(v) for v in row[2:]] for row in rows], atol=2e-5)
+
+
+def test_generic_tsv_with_multi_label_through_the_runner(reuters_run, tmp_path):
+    """`--task_name=generic --multi_label`: a TSV whose label column holds `a|b`; the labels are
+    learned from train, and the run's identity records the options (a single-label generic run's
+    identity keeps its earlier keys)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [json.loads(x) for x in (reuters_run["data"] / "train.jsonl").open()]
+    known = {label for r in rows[:32] for label in r["labels"]}
+    rows = rows[:32] + [r for r in rows[32:] if set(r["labels"]) <= known][:16]
+    for split, part in (("train", rows[:32]), ("dev", rows[32:])):
+        (data / f"{split}.tsv").write_text("text\ttopics\n" + "".join(
+            " ".join(r["text"].split())[:400] + "\t" + "|".join(r["labels"]) + "\n"
+            for r in part))
+    flags = [f for f in reuters_run["flags"] if not f.startswith(
+        ("--data_dir", "--output_dir", "--task_name"))]
+    out = tmp_path / "out"
+    run_script("run_classifier.py", *flags, "--task_name=generic", f"--data_dir={data}",
+               f"--output_dir={out}", "--text_a_column=text", "--label_column=topics",
+               "--multi_label", "--label_delimiter=|", "--do_train", "--do_eval")
+    config = json.loads((out / "run_config.json").read_text())
+    labels = sorted({label for r in rows[:32] for label in r["labels"]})
+    assert config["identity"]["labels"] == labels
+    assert config["identity"]["processor_options"]["multi_label"] is True
+    assert config["identity"]["processor_options"]["label_delimiter"] == "|"
+    table = read_tsv(out / "eval_per_label.tsv")
+    assert [row[0] for row in table[1:]] == labels
+    gold = [[label in r["labels"] for label in labels] for r in rows[32:]]
+    assert [int(row[4]) for row in table[1:]] == np.sum(gold, 0).tolist()
+    assert "eval_micro_f1" in read_results(out / "eval_results.txt")
