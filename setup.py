@@ -52,6 +52,7 @@ setup(
            "bert-create-pretraining-data=data_gen.pretraining.create_pretraining_data:console_main",
            "bert-pretraining-data-beam=data_gen.pretraining.beam_pipeline:console_main",
            "bert-extract-features-beam=tasks.feature_extraction.beam_pipeline:console_main",
-           "bert-learn-vocab=data_gen.learn_vocab:console_main"],
+           "bert-learn-vocab=data_gen.learn_vocab:console_main",
+           "bert-extend-vocab=data_gen.extend_vocab:console_main"],
     },
 )

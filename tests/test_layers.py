@@ -19,7 +19,7 @@ from tests.conftest import REPO
 LAYERS = {"modeling": 1, "data_gen": 2, "engine": 3, "tasks": 4}
 RUNNER_LAYER = 5
 # Command-line front doors besides the runners: they define and read their own flags.
-FRONT_DOORS = {"modeling/convert.py", "data_gen/learn_vocab.py",
+FRONT_DOORS = {"modeling/convert.py", "data_gen/learn_vocab.py", "data_gen/extend_vocab.py",
                "data_gen/pretraining/create_pretraining_data.py",
                "data_gen/pretraining/beam_pipeline.py", "data_gen/pretraining/flags.py",
                "modeling/errors.py",  # the front doors' one-line errors, flag errors included

@@ -1,0 +1,112 @@
+"""data_gen.extend_vocab: domain words into the [unused] slots, by hand on a small vocabulary, then
+on the real MiniLM vocabulary and the Reuters training text, and its refusals in one line."""
+import collections
+import json
+
+import pytest
+
+from data_gen import extend_vocab, tokenization
+from modeling.errors import SettingsError
+from tests.conftest import run_script
+
+SMALL = ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused2]",
+         "a", "b", "c", "d", "t", "o", "n", "s", "##a", "##b", "##c", "##d", "##t", "##o", "##n",
+         "##s", "ton", "##nes", "cab"]
+
+
+def test_choice_and_slots_by_hand():
+    wordpiece = tokenization.WordpieceTokenizer({t: i for i, t in enumerate(SMALL)})
+    # tonnes: ton ##nes (2 pieces, 1 saved) x 10 = 10; abcd: a ##b ##c ##d (3 saved) x 3 = 9;
+    # cabs: cab ##s (1 saved) x 9 = 9, more frequent than abcd: before it on the tie; dots: 3
+    # saved x 1, under --min_frequency 2; cab: already one piece.
+    counts = collections.Counter({"tonnes": 10, "abcd": 3, "cabs": 9, "dots": 1, "cab": 50})
+    assert extend_vocab.choose_words(counts, wordpiece, 10) == ["tonnes", "cabs", "abcd"]
+    assert extend_vocab.choose_words(counts, wordpiece, 2) == ["tonnes", "cabs"]
+    extension = extend_vocab.extend(SMALL, counts, ["tonnes", "cabs", "abcd"])
+    # The [unused] slots in id order: 1, 2, 7; every other line unchanged, the size too.
+    assert extension.tokens[1] == "tonnes" and extension.tokens[2] == "cabs"
+    assert extension.tokens[7] == "abcd"
+    assert [t for i, t in enumerate(extension.tokens) if i not in (1, 2, 7)] == \
+        [t for i, t in enumerate(SMALL) if i not in (1, 2, 7)]
+    assert extension.added == [(1, "tonnes", ["ton", "##nes"]), (2, "cabs", ["cab", "##s"]),
+                               (7, "abcd", ["a", "##b", "##c", "##d"])]
+    # Pieces per word: before (10*2 + 3*4 + 9*2 + 1*4 + 50*1) / 73 = 104 / 73; after, the three
+    # words are one piece each: (10 + 3 + 9 + 4 + 50) / 73 = 76 / 73.
+    assert extension.pieces_before == pytest.approx(104 / 73)
+    assert extension.pieces_after == pytest.approx(76 / 73)
+    with pytest.raises(SettingsError, match="4 words but the vocabulary has 3 \\[unused\\]"):
+        extend_vocab.extend(SMALL, counts, ["tonnes", "cabs", "abcd", "dots"])
+
+
+def test_given_words_and_casing_are_checked():
+    with pytest.raises(SettingsError, match=r"words.txt:2: 'u\.s' is not one word"):
+        extend_vocab.check_words(["tonnes", "u.s"], SMALL, True, "words.txt")
+    with pytest.raises(SettingsError, match=r"words.txt:1: 'cab' is already in the vocabulary"):
+        extend_vocab.check_words(["cab"], SMALL, True, "words.txt")
+    with pytest.raises(SettingsError, match=r"'ab' is listed more than once"):
+        extend_vocab.check_words(["ab", "ab"], SMALL, True, "words.txt")
+    extend_vocab.check_casing(SMALL + ["ℝ"], True, "v")  # no lower case of its own: uncased
+    with pytest.raises(SettingsError, match="upper-case entries .* add --nodo_lower_case"):
+        extend_vocab.check_casing(SMALL + ["Paris"], True, "v")
+    with pytest.raises(SettingsError, match="no upper-case entry .* use --do_lower_case"):
+        extend_vocab.check_casing(SMALL, False, "v")
+
+
+@pytest.fixture(scope="module")
+def reuters_text(tmp_path_factory, shared_data):
+    path = tmp_path_factory.mktemp("domain") / "train.txt"
+    with open(path, "w", encoding="utf-8") as out:
+        for line in (shared_data / "reuters21578" / "train.jsonl").open(encoding="utf-8"):
+            out.write(json.loads(line)["text"].replace("\n", " ") + "\n")
+    return path
+
+
+def test_reuters_words_into_minilm_s_unused_slots(reuters_text, vocab_file, tmp_path):
+    output = tmp_path / "vocab.txt"
+    result = run_script("-m", "data_gen.extend_vocab", f"--input_file={reuters_text}",
+                        f"--vocab_file={vocab_file}", f"--output_file={output}",
+                        "--num_words=300")
+    old = tokenization.load_vocab_tokens(vocab_file)
+    new = tokenization.load_vocab_tokens(output)
+    assert len(new) == len(old) == 30522
+    slots = extend_vocab.unused_ids(old)
+    changed = [i for i in range(len(old)) if old[i] != new[i]]
+    assert changed == slots[:300]  # only [unused] entries, the first 300 in id order
+    added = [new[i] for i in changed]
+    assert added[:6] == ["mln", "dlrs", "pct", "cts", "shr", "reuter"]
+    # Pieces per word over the whole text, counted here line by line with each vocabulary.
+    ratios = []
+    for vocab in (vocab_file, output):
+        tokenizer = tokenization.FullTokenizer(str(vocab), do_lower_case=True)
+        words = pieces = 0
+        for line in reuters_text.open(encoding="utf-8"):
+            for word in tokenizer.basic_tokenizer.tokenize(line):
+                words += 1
+                pieces += len(tokenizer.wordpiece_tokenizer.tokenize_word(word))
+        ratios.append(pieces / words)
+    assert ratios[1] < ratios[0] - 0.05
+    assert f"WordPieces per word on the corpus {ratios[0]:.4f} -> {ratios[1]:.4f}" in \
+        result.stderr
+    # Every added word is now one piece.
+    tokenizer = tokenization.FullTokenizer(str(output), do_lower_case=True)
+    assert all(tokenizer.tokenize(word) == [word] for word in added)
+
+
+def test_refusals_are_one_line_and_write_nothing(reuters_text, vocab_file, tmp_path):
+    full = tmp_path / "full.txt"
+    full.write_text("".join(t + "\n" for t in tokenization.load_vocab_tokens(vocab_file)
+                            if not t.startswith("[unused")))
+    (tmp_path / "words.txt").write_text("bundesbank\nu.s.\n")
+    cases = [
+        ([f"--vocab_file={full}"], f"{full} has no [unused] entries left"),
+        ([f"--vocab_file={vocab_file}", "--nodo_lower_case"], "no upper-case entry"),
+        ([f"--vocab_file={vocab_file}", f"--words_file={tmp_path / 'words.txt'}"],
+         "words.txt:2: 'u.s.' is not one word"),
+    ]
+    for flags, message in cases:
+        result = run_script("-m", "data_gen.extend_vocab", f"--input_file={reuters_text}",
+                            f"--output_file={tmp_path / 'out.txt'}", *flags, check=False)
+        last = result.stderr.strip().splitlines()[-1]
+        assert result.returncode != 0 and "Traceback" not in result.stderr
+        assert last.startswith("extend_vocab.py: error: ") and message in last, last
+        assert not (tmp_path / "out.txt").exists()
