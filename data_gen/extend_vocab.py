@@ -3,10 +3,10 @@
     python -m data_gen.extend_vocab --input_file='domain/*.txt' --vocab_file=base/vocab.txt \
         --output_file=adapted/vocab.txt --num_words=500 [--do_lower_case (default)]
 
-Why: a released BERT splits a domain's own words into many pieces ("tonnes" -> "ton ##nes"), and
-the answer its authors gave (google-research/bert #9, #396) is to write new words into the
-`[unusedN]` entries, so that the vocabulary keeps its size and every existing id its meaning, then
-continue pretraining. Done by hand, users shift ids or miss the casing rule.
+Why: a released BERT splits a domain's own words into many pieces ("bundesbank" -> "bun ##des
+##bank"), and the answer its authors gave (google-research/bert #9, #396) is to write new words
+into the `[unusedN]` entries, so that the vocabulary keeps its size and every existing id its
+meaning, then continue pretraining. Done by hand, users shift ids or miss the casing rule.
 
 Words are counted as the tokenizer will see them (`BasicTokenizer`, the model's casing), each
 split with the base vocabulary's WordPiece. A word's score is its count times the pieces a
@@ -14,6 +14,12 @@ whole-word entry saves (pieces - 1); the `--num_words` best (ties: the more freq
 word's text), at least `--min_frequency` times in the corpus, take the `[unused]` slots in id
 order (`[unused0]` first). `--words_file` gives the words instead (one per line, in that order).
 The log reports pieces per word on the corpus before and after, and the words added.
+
+With `--init_checkpoint` (a Google TF1 checkpoint or a Hugging Face folder/`model.safetensors`),
+the model is written beside `--output_file` in the same format (TF1: `bert_config.json` and
+`bert_model.ckpt.*`; Hugging Face: `config.json` and `model.safetensors`), each new entry's
+word-embedding row the mean of its old pieces' rows, and where the checkpoint has a masked-LM head
+its output bias the mean of theirs too; every other variable bit-identical.
 
 Refused in one line, before anything is written: a vocabulary without `[unused]` entries left (or
 fewer than the words given), a given word the basic tokenizer would split (punctuation, spaces,
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 import re
 
 from absl import flags, logging
@@ -116,6 +123,37 @@ def extend(tokens: list, counts: collections.Counter, words: list) -> Extension:
                      pieces_per_word(counts, after))
 
 
+def extend_checkpoint(path: str, added: list, old_tokens: list, output_dir: str) -> list:
+    """The model at `path`, its rows for `added` (id, word, old pieces) set to the mean of the
+    pieces' rows (embeddings and masked-LM bias), written to `output_dir` in its own format."""
+    import numpy as np
+
+    from modeling import checkpoints, convert
+    from modeling.encoder import BertEncoder
+
+    fmt = checkpoints.detect_format(path)
+    if fmt == "keras":
+        raise SettingsError(f"--init_checkpoint={path}: a .keras model; give its TF1 or Hugging "
+                            "Face form (python -m modeling.convert)")
+    model = convert.load_any(path, fmt)
+    encoder = model if isinstance(model, BertEncoder) else model.encoder
+    if encoder.config.vocab_size != len(old_tokens):
+        raise SettingsError(f"--init_checkpoint={path}: vocab_size {encoder.config.vocab_size}, "
+                            f"but --vocab_file has {len(old_tokens)} entries")
+    ids = {token: i for i, token in enumerate(old_tokens)}
+    rows = [[ids[piece] for piece in pieces] for _, _, pieces in added]
+    variables = [encoder.embedding_table]
+    masked_lm = getattr(model, "masked_lm", None)
+    if masked_lm is not None:
+        variables.append(masked_lm.output_bias)
+    for variable in variables:
+        values = np.array(variable.numpy())
+        for (slot, _, _), pieces in zip(added, rows):
+            values[slot] = values[pieces].mean(axis=0)
+        variable.assign(values)
+    return convert.save_any(model, output_dir, fmt)
+
+
 # ------------------------------------------------------------------------------------ command line
 FLAGS = flags.FLAGS
 
@@ -149,6 +187,11 @@ def main(argv) -> None:
                 words = choose_words(counts, wordpiece, min(FLAGS.num_words or len(slots),
                                                             len(slots)), FLAGS.min_frequency)
             extension = extend(tokens, counts, words)
+            if FLAGS.init_checkpoint:
+                written = extend_checkpoint(FLAGS.init_checkpoint, extension.added, tokens,
+                                            os.path.dirname(os.path.abspath(FLAGS.output_file)))
+                logging.info("wrote the model with %d new rows: %s", len(extension.added),
+                             ", ".join(written))
             write_text(FLAGS.output_file, "".join(token + "\n" for token in extension.tokens))
     except (OSError, ValueError, UnicodeDecodeError) as error:
         raise as_user_error(error) from None
@@ -173,6 +216,9 @@ def define_flags() -> None:
                          lower_bound=1)
     flags.DEFINE_string("words_file", None, "Add these words (one per line) instead of choosing.")
     flags.DEFINE_bool("do_lower_case", True, "The model's casing (uncased: True).")
+    flags.DEFINE_string("init_checkpoint", None, "Also write this model (TF1 or Hugging Face) "
+                        "beside --output_file, in its format, the new rows the mean of their "
+                        "old pieces' rows.")
 
 
 def console_main():

@@ -3,6 +3,7 @@ on the real MiniLM vocabulary and the Reuters training text, and its refusals in
 import collections
 import json
 
+import numpy as np
 import pytest
 
 from data_gen import extend_vocab, tokenization
@@ -110,3 +111,96 @@ def test_refusals_are_one_line_and_write_nothing(reuters_text, vocab_file, tmp_p
         assert result.returncode != 0 and "Traceback" not in result.stderr
         assert last.startswith("extend_vocab.py: error: ") and message in last, last
         assert not (tmp_path / "out.txt").exists()
+
+
+def tensors(path):
+    """Every tensor of a checkpoint (TF1 prefix or folder, or Hugging Face folder), by TF1 name."""
+    from modeling import checkpoints
+
+    source = checkpoints.source_for(str(path))
+    return {name: source.read(name) for name in source.shapes}
+
+
+def check_rows(before, after, added, old_tokens):
+    """Only the new rows changed, each the float32 mean of its old pieces' rows."""
+    ids = {token: i for i, token in enumerate(old_tokens)}
+    slots = [slot for slot, _, _ in added]
+    assert sorted(before) == sorted(after)
+    for name in before:
+        if name in ("bert/embeddings/word_embeddings", "cls/predictions/output_bias"):
+            keep = np.setdiff1d(np.arange(len(before[name])), slots)
+            assert np.array_equal(after[name][keep], before[name][keep])  # bit-identical
+            for slot, _, pieces in added:
+                expected = before[name][[ids[p] for p in pieces]].mean(axis=0)
+                np.testing.assert_array_equal(after[name][slot], expected)
+        else:
+            assert np.array_equal(after[name], before[name]), name
+
+
+@pytest.fixture(scope="module")
+def words_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("words") / "words.txt"
+    path.write_text("bundesbank\nsoybean\nmln\nqtly\n")
+    return path
+
+
+def test_a_tf1_pretraining_checkpoint_gets_mean_rows(tmp_path, minilm_dir, reuters_text,
+                                                     words_file):
+    import keras
+
+    from modeling import checkpoints
+    from modeling.config import BertConfig
+    from modeling.encoder import BertEncoder
+    from modeling.models import BertPretrainer
+    from tests.conftest import TINY
+
+    base = tmp_path / "base"
+    base.mkdir()
+    keras.utils.set_random_seed(4)
+    config = BertConfig.from_dict(TINY)
+    model = BertPretrainer(BertEncoder(config))
+    model.masked_lm.output_bias.assign(np.random.default_rng(0).normal(size=config.vocab_size)
+                                       .astype(np.float32))  # distinct biases, not zeros
+    checkpoints.save_tf1_checkpoint(model, str(base / "bert_model.ckpt"))
+    config.to_json_file(str(base / "bert_config.json"))
+    checkpoints.copy_vocab(str(minilm_dir / "vocab.txt"), str(base))
+    out = tmp_path / "adapted"
+    run_script("-m", "data_gen.extend_vocab", f"--input_file={reuters_text}",
+               f"--vocab_file={base / 'vocab.txt'}", f"--output_file={out / 'vocab.txt'}",
+               f"--words_file={words_file}", f"--init_checkpoint={base / 'bert_model.ckpt'}")
+    old = tokenization.load_vocab_tokens(base / "vocab.txt")
+    slots = extend_vocab.unused_ids(old)[:4]
+    added = extend_vocab.extend(old, collections.Counter(), ["bundesbank", "soybean", "mln",
+                                                             "qtly"]).added
+    assert [slot for slot, _, _ in added] == slots
+    assert added[1][2] == ["soy", "##be", "##an"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
+        "vocab.txt"]
+    check_rows(tensors(base / "bert_model.ckpt"), tensors(out / "bert_model.ckpt"), added, old)
+
+
+def test_hugging_face_weights_get_mean_rows_and_round_trip(tmp_path, minilm_dir, reuters_text,
+                                                           words_file):
+    from modeling import convert
+
+    out = tmp_path / "adapted"
+    result = run_script("-m", "data_gen.extend_vocab", f"--input_file={reuters_text}",
+                        f"--vocab_file={minilm_dir / 'vocab.txt'}",
+                        f"--output_file={out / 'vocab.txt'}", f"--words_file={words_file}",
+                        f"--init_checkpoint={minilm_dir}")
+    assert "wrote the model with 4 new rows" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors",
+                                                     "vocab.txt"]
+    old = tokenization.load_vocab_tokens(minilm_dir / "vocab.txt")
+    added = extend_vocab.extend(old, collections.Counter(), ["bundesbank", "soybean", "mln",
+                                                             "qtly"]).added
+    before, after = tensors(minilm_dir), tensors(out)
+    check_rows(before, after, added, old)
+    # Through TF1 and back to safetensors: the same tensors, bit for bit.
+    convert.convert(str(out), "hf", str(tmp_path / "tf1"), "tf1")
+    convert.convert(str(tmp_path / "tf1"), "tf1", str(tmp_path / "hf"), "hf")
+    for folder in (tmp_path / "tf1", tmp_path / "hf"):
+        again = tensors(folder)
+        assert all(np.array_equal(again[name], after[name]) for name in after)
+    assert (tmp_path / "hf" / "vocab.txt").read_text() == (out / "vocab.txt").read_text()
