@@ -21,7 +21,8 @@ from modeling import flag_ranges
 FLAGS = flags.FLAGS
 
 # The original's flags.
-flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model to train.")
+flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model to train (default, "
+                    "with --init_checkpoint: the config beside it).")
 flags.DEFINE_string("input_file", None, "Input TFRecord files: comma-separated globs.")
 flags.DEFINE_string("output_dir", None, "Checkpoints, summaries and eval results go here.")
 flags.DEFINE_string("init_checkpoint", None,
@@ -59,9 +60,12 @@ def main(argv):
     from engine.pretraining import pretrain
     from tasks.pretraining.task import PretrainingTask
 
-    for name in ("bert_config_file", "input_file", "output_dir"):
+    for name in ("input_file", "output_dir"):
         if not FLAGS[name].value:
             raise app.UsageError(f"--{name} is required")
+    if not (FLAGS.bert_config_file or FLAGS.init_checkpoint):
+        raise app.UsageError("--bert_config_file is required (or --init_checkpoint with its "
+                             "bert_config.json or config.json beside it)")
     task = PretrainingTask(FLAGS.input_file, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
                            FLAGS.dynamic_masking, FLAGS.masked_lm_prob)
     runner_flags.run(pretrain, task, runner_flags.pretrain_settings())

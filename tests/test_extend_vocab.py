@@ -204,3 +204,35 @@ def test_hugging_face_weights_get_mean_rows_and_round_trip(tmp_path, minilm_dir,
         again = tensors(folder)
         assert all(np.array_equal(again[name], after[name]) for name in after)
     assert (tmp_path / "hf" / "vocab.txt").read_text() == (out / "vocab.txt").read_text()
+
+
+def test_continued_pretraining_from_the_adapted_sentence_encoder(tmp_path, minilm_dir,
+                                                                 reuters_text, words_file):
+    """MiniLM has no masked-LM head: run_pretraining starts one fresh, says so, and finds the
+    config beside --init_checkpoint; records made with the new vocabulary hold the new ids."""
+    from data_gen.records import read_records
+
+    adapted = tmp_path / "adapted"
+    run_script("-m", "data_gen.extend_vocab", f"--input_file={reuters_text}",
+               f"--vocab_file={minilm_dir / 'vocab.txt'}", f"--output_file={adapted / 'vocab.txt'}",
+               f"--words_file={words_file}", f"--init_checkpoint={minilm_dir}")
+    docs = tmp_path / "docs.txt"
+    stories = reuters_text.read_text(encoding="utf-8").splitlines()[:60]
+    docs.write_text("".join("\n".join(s.split(". ")) + "\n\n" for s in stories), encoding="utf-8")
+    run_script("-m", "data_gen.pretraining.create_pretraining_data", f"--input_file={docs}",
+               f"--output_file={tmp_path / 'r.tfrecord'}", f"--vocab_file={adapted / 'vocab.txt'}",
+               "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=1")
+    import tensorflow as tf
+
+    spec = {"input_ids": tf.io.FixedLenFeature([64], tf.int64)}
+    ids = read_records(str(tmp_path / "r.tfrecord"), spec)["input_ids"]
+    new_ids = set(extend_vocab.unused_ids(tokenization.load_vocab_tokens(minilm_dir /
+                                                                         "vocab.txt"))[:4])
+    assert new_ids & set(ids.ravel().tolist())  # "mln", "bundesbank"... appear as one id
+    result = run_script("run_pretraining.py", f"--input_file={tmp_path / 'r.tfrecord'}",
+                        f"--output_dir={tmp_path / 'out'}", f"--init_checkpoint={adapted}",
+                        "--do_train", "--train_batch_size=4", "--max_seq_length=64",
+                        "--max_predictions_per_seq=10", "--num_train_steps=2",
+                        "--num_warmup_steps=1")
+    assert "left initialised (allowed): cls/predictions/transform/dense/kernel" in result.stderr
+    assert (tmp_path / "out" / "model.ckpt-2.index").is_file()
