@@ -74,7 +74,7 @@ def main():
         num_train_epochs=args.epochs, warmup_steps=0.1, lr_scheduler_type="linear",
         weight_decay=0.01, adam_epsilon=1e-6, max_grad_norm=1.0, seed=args.seed,
         data_seed=args.seed, save_strategy="no", eval_strategy="no", logging_steps=50,
-        report_to=[], dataloader_drop_last=True, use_cpu=True, disable_tqdm=True)
+        report_to=[], dataloader_drop_last=False, use_cpu=True, disable_tqdm=True)
     trainer = Trainer(model=model, args=training_args, train_dataset=train,
                       data_collator=DataCollatorWithPadding(tokenizer))
     start = time.perf_counter()
