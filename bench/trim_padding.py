@@ -32,7 +32,7 @@ def task_features(task: str, count: int, max_seq_length: int, tokenizer) -> dict
     import numpy as np
 
     from tasks.classification.features import convert_example
-    from tasks.classification.reader import get_processor
+    from tasks.classification.processors import get_processor
 
     data = pathlib.Path(os.environ.get("BERT_DATA_DIR", REPO.parent / "shared" / "data"))
     processor = get_processor(task)

@@ -10,7 +10,8 @@ import pytest
 
 from tasks.classification import reader as cp
 from data_gen.errors import DataError
-from tasks.classification.reader import InputExample, get_processor
+from tasks.classification.processors import PROCESSORS, get_processor
+from tasks.classification.reader import InputExample
 
 BOM = "\ufeff"
 UNBALANCED = 'He said "yes'  # an unbalanced quote: must survive verbatim (no quoting in TSV)
@@ -422,8 +423,8 @@ def test_not_utf8(tmp_path):
 
 
 def test_registry():
-    assert set(cp.PROCESSORS) == {"cola", "sst-2", "sst2", "mrpc", "sts-b", "stsb", "qqp", "mnli",
-                                  "qnli", "rte", "wnli", "xnli", "generic"}
+    assert set(PROCESSORS) == {"cola", "sst-2", "sst2", "mrpc", "sts-b", "stsb", "qqp", "mnli",
+                               "qnli", "rte", "wnli", "xnli", "generic", "multilabel"}
     assert type(get_processor("MrPc")) is cp.MrpcProcessor
     assert get_processor("STS-B").name == get_processor("stsb").name == "sts-b"
     with pytest.raises(ValueError, match=r"unknown task 'glue'; known tasks: cola, sst-2"):
@@ -434,7 +435,7 @@ def test_registry():
         get_processor("cola").get_examples("/nonexistent", "dev_matched")
 
 
-@pytest.mark.parametrize("task", sorted(set(cp.PROCESSORS) - {"generic"}))
+@pytest.mark.parametrize("task", sorted(set(PROCESSORS) - {"generic", "multilabel"}))
 def test_splits_and_pairs(task, tmp_path):
     p = get_processor(task)
     assert p.train_split() == "train"

@@ -97,7 +97,7 @@ def minilm_classifier(minilm_dir):
 
 def glue_features(shared_data, tokenizer, task, count):
     from tasks.classification.features import example_records, load_features
-    from tasks.classification.reader import get_processor
+    from tasks.classification.processors import get_processor
 
     processor = get_processor(task.lower())
     data_dir = str(shared_data / "glue" / task)

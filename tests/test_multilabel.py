@@ -19,7 +19,7 @@ def write_jsonl(path, records):
 
 
 def processor():
-    from tasks.classification.reader import get_processor
+    from tasks.classification.processors import get_processor
 
     return get_processor("multilabel")
 
@@ -104,7 +104,7 @@ def test_invalid_utf8_and_a_repeated_label_file_line(tmp_path):
 
 
 def test_generic_label_column_holds_several_labels(tmp_path):
-    from tasks.classification.reader import get_processor
+    from tasks.classification.processors import get_processor
 
     (tmp_path / "train.tsv").write_text("text\ttopics\nrain and wheat\twheat|grain\nbank\tacq\n")
     (tmp_path / "test.tsv").write_text("text\ttopics\nsome text\t\n")

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import inspect
 import math
 import os
 from typing import NamedTuple
@@ -525,37 +524,3 @@ def _column_index(table: _Table, column, role: str, absent_ok: bool = False) -> 
         return None
     raise DataError(f"{table.path}: column {column!r} ({role}) is not in the header: "
                     f"{', '.join(header)}")
-
-
-PROCESSORS = {
-    "cola": ColaProcessor,
-    "sst-2": Sst2Processor,
-    "sst2": Sst2Processor,
-    "mrpc": MrpcProcessor,
-    "sts-b": StsbProcessor,
-    "stsb": StsbProcessor,
-    "qqp": QqpProcessor,
-    "mnli": MnliProcessor,
-    "qnli": QnliProcessor,
-    "rte": RteProcessor,
-    "wnli": WnliProcessor,
-    "xnli": XnliProcessor,
-    "generic": GenericProcessor,
-}
-
-
-def get_processor(task_name: str, **options) -> DataProcessor:
-    """The processor for a task name (case-insensitive), built with the task's options."""
-    if task_name.lower() == "multilabel":
-        from tasks.classification.multilabel_reader import MultiLabelProcessor as cls
-    else:
-        cls = PROCESSORS.get(task_name.lower())
-    if cls is None:
-        raise ValueError(f"unknown task {task_name!r}; known tasks: {', '.join(PROCESSORS)}, "
-                         "multilabel")
-    accepted = [p for p in inspect.signature(cls).parameters if p != "self"]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        takes = f"options {', '.join(accepted)}" if accepted else "no options"
-        raise ValueError(f"task {cls.name!r} takes {takes}; got {', '.join(unknown)}")
-    return cls(**options)

@@ -1,6 +1,6 @@
 """Sentence (pair) classification (GLUE, XNLI, any TSV/CSV) as the fine-tuning driver runs it.
 
-The task's reader is a processor (`reader.get_processor`: the original's CoLA, MNLI, MRPC, XNLI
+The task's reader is a processor (`processors.get_processor`: the original's CoLA, MNLI, MRPC, XNLI
 plus SST-2, STS-B, QQP, QNLI, RTE, WNLI, `generic` and `multilabel`); its labels come from the
 training data (or `labels.txt`). The loss is the original's: mean cross-entropy of the labels, or,
 for a regression task (one output, STS-B), the mean squared error; a multi-label task (any number
@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 class ClassificationTask(FinetuningTask):
     """A GLUE-style task read by a processor; the runner's flags are its fields."""
 
-    task_name: str | None = None  # a GLUE task, xnli or generic (`reader.get_processor`)
+    task_name: str | None = None  # a GLUE task, xnli or generic (`processors.get_processor`)
     data_dir: str | None = None
     processor_options: dict = dataclasses.field(default_factory=dict)
     regression: bool = False  # until `check` reads it from the processor
@@ -65,7 +65,7 @@ class ClassificationTask(FinetuningTask):
 
     # ------------------------------------------------------------------ driver interface
     def check(self, settings) -> None:
-        from tasks.classification.reader import get_processor
+        from tasks.classification.processors import get_processor
 
         for name, value in (("task_name", self.task_name), ("data_dir", self.data_dir)):
             if not value:
