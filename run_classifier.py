@@ -45,6 +45,9 @@ flags.DEFINE_enum("tune_threshold", "none", ["none", "global", "per_label"], "Mu
                   "the threshold (one for all labels, or one per label) for the best F1 on dev "
                   "with the kept weights; saved to thresholds.tsv and into --export_dir. Needs "
                   "--do_eval.")
+flags.DEFINE_bool("init_label_bias", False, "Multi-label: start a fresh head's biases at the "
+                  "log-odds of each label's training frequency instead of 0 (probability 0.5), "
+                  "which skips the long 'no label' plateau of many rare labels.")
 flags.DEFINE_integer("doc_stride", None, "Long texts: cut a text longer than max_seq_length into "
                      "windows starting this many tokens apart, and pool each document's windows "
                      "into one prediction (default: truncate, as the original).")
@@ -79,7 +82,8 @@ def main(argv):
     task = ClassificationTask(FLAGS.task_name, FLAGS.data_dir, processor_options(),
                               threshold=FLAGS.threshold, tune_threshold=FLAGS.tune_threshold,
                               doc_stride=FLAGS.doc_stride, window_pooling=FLAGS.window_pooling,
-                              max_windows=FLAGS.max_windows_per_document)
+                              max_windows=FLAGS.max_windows_per_document,
+                              init_label_bias=FLAGS.init_label_bias)
     runner_flags.finetune(task, FLAGS.best_metric)
 
 

@@ -373,3 +373,36 @@ def test_generic_tsv_with_multi_label_through_the_runner(reuters_run, tmp_path):
     gold = [[label in r["labels"] for label in labels] for r in rows[32:]]
     assert [int(row[4]) for row in table[1:]] == np.sum(gold, 0).tolist()
     assert "eval_micro_f1" in read_results(out / "eval_results.txt")
+
+
+def test_label_bias_starts_at_the_training_log_odds(reuters_run):
+    """--init_label_bias: a fresh head's biases are log(p / (1 - p)) of each label's share of the
+    training documents (kept within [1e-4, 1 - 1e-4])."""
+    from engine.task import Split
+    from modeling.config import BertConfig
+    from tasks.classification.task import ClassificationTask, label_log_odds
+    from tests.conftest import TINY
+
+    np.testing.assert_allclose(label_log_odds([0.5, 0.1, 0.0, 1.0]),
+                               [0.0, np.log(1 / 9), np.log(1e-4 / (1 - 1e-4)),
+                                np.log((1 - 1e-4) / 1e-4)], rtol=1e-6)
+    data = reuters_run["data"]
+    labels = (data / "labels.txt").read_text().split()
+    task = ClassificationTask("multilabel", str(data), init_label_bias=True)
+    from tasks.classification.processors import get_processor
+
+    task.processor, task.multi_label, task.labels = get_processor("multilabel"), True, labels
+    task.read(Split("train", [str(data / "train.jsonl")]))
+    rows = [json.loads(x)["labels"] for x in (data / "train.jsonl").open()]
+    shares = np.array([sum(label in r for r in rows) for label in labels]) / len(rows)
+    model = task.build_model(BertConfig.from_dict(TINY))
+    bias = model.head.projection.output_bias.numpy()
+    np.testing.assert_allclose(bias, label_log_odds(shares), rtol=1e-6)
+    assert bias[labels.index("earn")] > -2 > bias[labels.index("yen")]  # common vs rare
+    refused = run_script("run_classifier.py", "--task_name=MRPC", "--data_dir=/nonexistent",
+                         "--output_dir=/tmp/never-written", "--init_checkpoint=/nonexistent",
+                         "--do_train", "--init_label_bias", check=False)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1].endswith(
+        "--init_label_bias applies to multi-label tasks (--task_name=multilabel, or generic with "
+        "--multi_label)")

@@ -7,7 +7,9 @@ for a regression task (one output, STS-B), the mean squared error; a multi-label
 of labels per text) has a sigmoid per label and the mean binary cross-entropy. Evaluation scores
 each split with its GLUE metrics (`metrics.glue_metrics`; multi-label: `multi_label_metrics`,
 whose main score is micro-F1) and the loss; the main metric (`eval_main`) picks the best weights.
-A multi-label decision is "probability above the label's threshold": `threshold` (0.5) for every
+With `init_label_bias`, a fresh multi-label head starts with each label's bias at the log-odds of
+its training frequency (`label_log_odds`). A multi-label decision is "probability above the
+label's threshold": `threshold` (0.5) for every
 label, or, with `tune_threshold`, the threshold (global or per label) that maximises F1 on the
 first evaluation split under the kept weights, written to `thresholds.tsv`, used for the
 predictions and saved in the SavedModel.
@@ -55,6 +57,7 @@ class ClassificationTask(FinetuningTask):
     doc_stride: int | None = None  # windows over long texts (None: the original's truncation)
     window_pooling: str = "mean"  # how a document's window logits become one: "mean" or "max"
     max_windows: int = 0  # training: at most this many windows of a document (0: all)
+    init_label_bias: bool = False  # multi-label: a fresh head's biases at the labels' log-odds
     packs_examples = True  # training rows may hold several examples (`--pack_examples`)
 
     def __post_init__(self):
@@ -62,6 +65,7 @@ class ClassificationTask(FinetuningTask):
         self.labels = []
         self.multi_label = False
         self.thresholds = None  # multi-label: one per label, once known
+        self.label_frequencies = None  # multi-label: of the training documents, once read
 
     # ------------------------------------------------------------------ driver interface
     def check(self, settings) -> None:
@@ -103,6 +107,9 @@ class ClassificationTask(FinetuningTask):
             raise SettingsError("--window_pooling and --max_windows_per_document apply to "
                                 "windows: add --doc_stride")
         self.row_unit = "window" if self.doc_stride else None
+        if self.init_label_bias and not self.multi_label:
+            raise SettingsError("--init_label_bias applies to multi-label tasks "
+                                "(--task_name=multilabel, or generic with --multi_label)")
         if self.tune_threshold != "none" and not settings.do_eval:
             raise SettingsError(f"--tune_threshold={self.tune_threshold} tunes on the dev split: "
                                 "add --do_eval")
@@ -150,7 +157,15 @@ class ClassificationTask(FinetuningTask):
         if missing:
             raise DataError(f"{missing[0]}: missing file ({self.processor.name} {split.name} "
                             f"split); check --data_dir")
-        return self.processor.get_examples(self.data_dir, split.name)
+        examples = self.processor.get_examples(self.data_dir, split.name)
+        if self.multi_label and split.name == self.processor.train_split():
+            counts = {label: 0 for label in self.labels}
+            for example in examples:
+                for label in example.label:
+                    counts[label] += 1
+            self.label_frequencies = np.array([counts[label] for label in self.labels]) / len(
+                examples)
+        return examples
 
     def records(self, split: Split):
         from tasks.classification.features import example_records
@@ -188,7 +203,13 @@ class ClassificationTask(FinetuningTask):
         from modeling.encoder import BertEncoder
         from modeling.models import BertClassifier
 
-        return BertClassifier(BertEncoder(config), num_labels=len(self.labels) or 1)
+        model = BertClassifier(BertEncoder(config), num_labels=len(self.labels) or 1)
+        if self.init_label_bias and self.label_frequencies is not None:
+            # Each label's bias at the log-odds of its training frequency, so that the fresh head
+            # starts at the label prior rather than at 0.5 for every label (a checkpoint holding
+            # the head, or a resumed run, replaces it).
+            model.head.projection.output_bias.assign(label_log_odds(self.label_frequencies))
+        return model
 
     # ------------------------------------------------------------------ tensors
     def loss_and_metrics(self, model, batch, training: bool):
@@ -361,6 +382,12 @@ class ClassificationTask(FinetuningTask):
 
 
 TUNINGS = ("none", "global", "per_label")
+
+
+def label_log_odds(frequencies, floor: float = 1e-4) -> np.ndarray:
+    """log(p / (1 - p)) of each label's frequency, p kept within [floor, 1 - floor]."""
+    p = np.clip(np.asarray(frequencies, np.float64), floor, 1 - floor)
+    return np.log(p / (1 - p)).astype(np.float32)
 POOLINGS = ("mean", "max")
 
 
