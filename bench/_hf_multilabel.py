@@ -48,6 +48,9 @@ def main():
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--limit_train", type=int, default=0)
+    parser.add_argument("--init_label_bias", action="store_true",
+                        help="the classifier's biases at the log-odds of each label's training "
+                             "share, as run_classifier.py --init_label_bias")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     labels = [x.strip() for x in open(f"{args.data_dir}/labels.txt") if x.strip()]
@@ -68,6 +71,11 @@ def main():
     train = dataset("train", args.limit_train)
     model = BertForSequenceClassification.from_pretrained(
         args.model_dir, num_labels=len(labels), problem_type="multi_label_classification")
+    if args.init_label_bias:
+        share = np.clip(np.mean(np.stack(train.labels), axis=0), 1e-4, 1 - 1e-4)
+        with torch.no_grad():
+            model.classifier.bias.copy_(torch.tensor(np.log(share / (1 - share)),
+                                                     dtype=torch.float32))
     training_args = TrainingArguments(
         output_dir=args.output_dir, per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=32, learning_rate=args.learning_rate,
