@@ -24,20 +24,53 @@ class Layout(NamedTuple):
     counts: tf.Tensor  # windows
 
     @classmethod
-    def of(cls, room, doc_length, doc_stride: int) -> "Layout":
-        """`room`: tokens a window holds (at least 1), per request or for all."""
+    def of(cls, room, doc_length, doc_stride: int, empty_window: bool = False) -> "Layout":
+        """`room`: tokens a window holds (at least 1), per request or for all. A request without
+        tokens has no window, or, with `empty_window`, one empty window (as
+        `windows.fixed_stride_spans` gives it: a text classified or embedded even so)."""
         room = tf.broadcast_to(tf.cast(room, tf.int64), tf.shape(doc_length))
         stride = tf.minimum(room, doc_stride)
         # Windows start at 0, stride, 2 * stride, ... up to the first that reaches the last token.
         counts = tf.where(doc_length > 0,
-                          1 + (tf.maximum(doc_length - room, 0) + stride - 1) // stride, 0)
+                          1 + (tf.maximum(doc_length - room, 0) + stride - 1) // stride,
+                          1 if empty_window else 0)
         return cls(room, stride, doc_length, counts)
+
+    def windows(self) -> tuple:
+        """`(request, index)` of every window, in order: the request it belongs to and its
+        number within it (int64 `[windows]` each)."""
+        request = tf.repeat(tf.range(tf.size(self.counts, out_type=tf.int64)), self.counts)
+        return request, tf.ragged.range(self.counts).flat_values
 
     def window(self, request, index) -> tuple:
         """`(start, length)` among the context's tokens of window `index` of `request`."""
         start = index * tf.gather(self.stride, request)
         return start, tf.minimum(tf.gather(self.room, request),
                                  tf.gather(self.doc_length, request) - start)
+
+
+def window_positions(tokens: tf.RaggedTensor, request, start, length) -> tf.RaggedTensor:
+    """Where in `tokens.flat_values` each window's tokens lie (`tokens[request][start:start +
+    length]`): int64 `[windows, (length)]`, for `tf.gather`."""
+    first = tf.gather(tokens.row_starts(), request) + start
+    return tf.ragged.range(first, first + length)
+
+
+def map_in_batches(fn, inputs: dict, batch_size: int, element_shape) -> tf.Tensor:
+    """`fn` on the rows of `inputs` (a dict of `[rows, ...]` tensors) `batch_size` rows at a
+    time, the float32 results concatenated: memory bounded by a batch of windows, not by how
+    many windows a long request makes."""
+    rows = tf.shape(next(iter(inputs.values())))[0]
+
+    def step(begin, parts):
+        chunk = {name: value[begin:begin + batch_size] for name, value in inputs.items()}
+        return begin + batch_size, parts.write(begin // batch_size,
+                                               tf.cast(fn(chunk), tf.float32))
+
+    parts = tf.TensorArray(tf.float32, size=0, dynamic_size=True, infer_shape=False,
+                           element_shape=element_shape)
+    _, parts = tf.while_loop(lambda begin, _: begin < rows, step, [0, parts])
+    return parts.concat()
 
 
 def max_context(layout: Layout, request, index, doc_start, length) -> tf.RaggedTensor:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from data_gen.graph_tokenizer import GraphTokenizer, InputPacker
-from data_gen.graph_windows import Layout
+from data_gen.graph_windows import Layout, map_in_batches, window_positions
 from engine.export import token_id_spec
 
 
@@ -80,7 +80,7 @@ class ClassifierServing(tf.Module):
         if not self.doc_stride:
             return self.outputs(self.text_inputs(text_a, text_b))
         inputs, request = self.windows(text_a, text_b)
-        logits = self.window_logits(inputs)
+        logits = map_in_batches(self.logits, inputs, self.window_batch, [None, self.num_logits])
         pool = tf.math.segment_max if self.pooling == "max" else tf.math.segment_mean
         return self.outputs(None, pool(logits, request))
 
@@ -96,10 +96,10 @@ class ClassifierServing(tf.Module):
         short = tf.where(long_is_b, length_a, length_b)
         short = tf.where(length_a + length_b > budget, tf.minimum(short, budget // 2), short)
         room = tf.where(has_b, budget - short, budget + 1)  # a single text: max_seq_length - 2
-        layout = Layout.of(room, tf.where(long_is_b, length_b, length_a), self.doc_stride)
-        layout = layout._replace(counts=tf.maximum(layout.counts, 1))  # a text without tokens
-        request = tf.repeat(tf.range(tf.size(layout.counts, out_type=tf.int64)), layout.counts)
-        start, length = layout.window(request, tf.ragged.range(layout.counts).flat_values)
+        layout = Layout.of(room, tf.where(long_is_b, length_b, length_a), self.doc_stride,
+                           empty_window=True)
+        request, index = layout.windows()
+        start, length = layout.window(request, index)
         long_b = tf.gather(long_is_b, request)
         kept = tf.gather(short, request)
         zero = tf.zeros_like(start)
@@ -109,20 +109,6 @@ class ClassifierServing(tf.Module):
             segments.append(_slice(b, request, tf.where(long_b, start, zero),
                                    tf.where(long_b, length, kept)))
         return self.packer(segments), request
-
-    def window_logits(self, inputs: dict):
-        """The model's logits on every row of `inputs`, `window_batch` rows per call."""
-        rows = tf.shape(inputs["input_word_ids"])[0]
-        size = self.window_batch
-
-        def step(begin, parts):
-            chunk = {name: value[begin:begin + size] for name, value in inputs.items()}
-            return begin + size, parts.write(begin // size, self.logits(chunk))
-
-        parts = tf.TensorArray(tf.float32, size=0, dynamic_size=True, infer_shape=False,
-                               element_shape=[None, self.num_logits])
-        _, parts = tf.while_loop(lambda begin, _: begin < rows, step, [0, parts])
-        return parts.concat()
 
     def signatures(self) -> dict:
         token_ids = tf.function(self.outputs, input_signature=[token_id_spec()])
@@ -140,5 +126,4 @@ class ClassifierServing(tf.Module):
 
 def _slice(tokens: tf.RaggedTensor, request, start, length) -> tf.RaggedTensor:
     """`tokens[request][start:start + length]` for each window: ragged `[windows, (length)]`."""
-    first = tf.gather(tokens.row_starts(), request) + start
-    return tf.gather(tokens.flat_values, tf.ragged.range(first, first + length))
+    return tf.gather(tokens.flat_values, window_positions(tokens, request, start, length))

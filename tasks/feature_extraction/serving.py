@@ -17,7 +17,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from data_gen.graph_tokenizer import GraphTokenizer, InputPacker
-from data_gen.graph_windows import Layout, max_context
+from data_gen.graph_windows import Layout, map_in_batches, max_context, window_positions
 from engine.export import token_id_spec
 from tasks.feature_extraction.model import l2_normalized, pool
 
@@ -44,15 +44,15 @@ class EmbeddingServing(tf.Module):
         tokens = self.tokenizer(text_a)
         if not self.doc_stride:
             return self.outputs(self.packer([tokens]))
-        layout = Layout.of(self.max_seq_length - 2, tokens.row_lengths(), self.doc_stride)
-        layout = layout._replace(counts=tf.maximum(layout.counts, 1))  # a text without tokens
-        request = tf.repeat(tf.range(tf.size(layout.counts, out_type=tf.int64)), layout.counts)
-        index = tf.ragged.range(layout.counts).flat_values
+        layout = Layout.of(self.max_seq_length - 2, tokens.row_lengths(), self.doc_stride,
+                           empty_window=True)
+        request, index = layout.windows()
         start, length = layout.window(request, index)
-        first_token = tf.gather(tokens.row_starts(), request) + start
         inputs = self.packer([tf.gather(tokens.flat_values,
-                                        tf.ragged.range(first_token, first_token + length))])
-        sequence = self.window_sequence(inputs)  # [windows, width, hidden]
+                                        window_positions(tokens, request, start, length))])
+        sequence = map_in_batches(  # [windows, width, hidden]
+            lambda chunk: self.encoder(chunk, training=False)["sequence_output"], inputs,
+            self.window_batch, [None, None, self.encoder.config.hidden_size])
         width = tf.shape(sequence)[1]
         # Each token's max-context window holds it at row position 1 + (token - start).
         read = max_context(layout, request, index, start, length).to_tensor(
@@ -69,21 +69,6 @@ class EmbeddingServing(tf.Module):
             total = tf.math.segment_sum(token_sums, request) + cls + sep
             pooled = total / tf.cast(tokens.row_lengths() + 2, total.dtype)[:, None]
         return {"embedding": l2_normalized(pooled) if self.normalize else pooled}
-
-    def window_sequence(self, inputs: dict):
-        """The last layer on every row of `inputs`, `window_batch` rows per call."""
-        rows = tf.shape(inputs["input_word_ids"])[0]
-        size = self.window_batch
-
-        def step(begin, parts):
-            chunk = {name: value[begin:begin + size] for name, value in inputs.items()}
-            sequence = self.encoder(chunk, training=False)["sequence_output"]
-            return begin + size, parts.write(begin // size, tf.cast(sequence, tf.float32))
-
-        parts = tf.TensorArray(tf.float32, size=0, dynamic_size=True, infer_shape=False,
-                               element_shape=[None, None, self.encoder.config.hidden_size])
-        _, parts = tf.while_loop(lambda begin, _: begin < rows, step, [0, parts])
-        return parts.concat()
 
     def signatures(self) -> dict:
         token_ids = tf.function(self.outputs, input_signature=[token_id_spec()])

@@ -21,7 +21,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from data_gen.graph_tokenizer import GraphTokenizer
-from data_gen.graph_windows import Layout, max_context
+from data_gen.graph_windows import Layout, max_context, window_positions
 from data_gen.tokenization import special_token_ids
 from engine.export import token_id_spec
 
@@ -65,11 +65,9 @@ class NerServing(tf.Module):
                                                tf.reduce_sum(per_request, axis=1))
 
         layout = Layout.of(self.room, doc.row_lengths(), self.doc_stride)
-        request = tf.repeat(tf.range(tf.size(layout.counts, out_type=tf.int64)), layout.counts)
-        index = tf.ragged.range(layout.counts).flat_values
+        request, index = layout.windows()
         doc_start, length = layout.window(request, index)
-        flat_start = tf.gather(doc.row_starts(), request) + doc_start
-        piece = tf.ragged.range(flat_start, flat_start + length)  # [windows, (length)]
+        piece = window_positions(doc, request, doc_start, length)  # [windows, (length)]
         window = tf.gather(doc.flat_values, piece)
         edge = [tf.RaggedTensor.from_tensor(tf.fill([tf.size(request), 1], tf.constant(
             token_id, tf.int64))) for token_id in (self.cls_id, self.sep_id)]

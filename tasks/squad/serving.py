@@ -53,7 +53,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from data_gen.graph_tokenizer import GraphTokenizer
-from data_gen.graph_windows import NEG_INF, Layout, first_max, max_context
+from data_gen.graph_windows import NEG_INF, Layout, first_max, max_context, window_positions
 from data_gen.tokenization import special_token_ids
 from engine.export import token_id_spec
 from tasks.squad.features import SquadSettings
@@ -133,13 +133,11 @@ class SquadServing(tf.Module):
             context, unit="UTF8_CHAR")
         layout = Layout.of(self.windowing.max_seq_length - query.row_lengths() - 3,
                            doc.row_lengths(), self.windowing.doc_stride)
-        request = tf.repeat(tf.range(tf.size(layout.counts, out_type=tf.int64)), layout.counts)
-        index = tf.ragged.range(layout.counts).flat_values  # of each window within its request
+        request, index = layout.windows()  # each window's request, its number within it
         doc_start, length = layout.window(request, index)
         doc_offset = tf.gather(query.row_lengths(), request) + 2
 
-        flat_start = tf.gather(doc.row_starts(), request) + doc_start
-        window_doc = tf.gather(doc.flat_values, tf.ragged.range(flat_start, flat_start + length))
+        window_doc = tf.gather(doc.flat_values, window_positions(doc, request, doc_start, length))
         window_query = tf.gather(query, request)
         cls, sep = (tf.RaggedTensor.from_tensor(tf.fill([tf.size(request), 1], tf.constant(
             token_id, tf.int64))) for token_id in (self.cls_id, self.sep_id))
