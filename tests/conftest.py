@@ -71,6 +71,29 @@ def run_script(script: str, *flags, check: bool = True) -> subprocess.CompletedP
     return result
 
 
+def read_tsv(path) -> list:
+    """A prediction file's rows (tab-separated, no quoting), header included."""
+    import csv
+
+    with open(path, encoding="utf-8") as f:
+        return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def serve_texts(script: str, export_dir, texts: list, tmp_path) -> dict:
+    """Runs `script` (Python that loads `sys.argv[1]`, a SavedModel, with only tensorflow and
+    tensorflow_text, serves the JSON list of strings in `sys.argv[2]` and prints one JSON object
+    as its last line) in a fresh process; returns that object."""
+    import json
+
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    (tmp_path / "serve.py").write_text(script)
+    result = subprocess.run([sys.executable, str(tmp_path / "serve.py"), str(export_dir),
+                             str(tmp_path / "texts.json")], capture_output=True, text=True,
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def read_results(path) -> dict:
     """`eval_results.txt` as a dict of floats."""
     return {k: float(v) for k, _, v in

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from data_gen.windows import fixed_stride_spans, max_context_windows
-from tests.conftest import run_script
+from tests.conftest import run_script, serve_texts
 from tests.reference_bert import ReferenceBert
 
 
@@ -151,22 +151,13 @@ print(json.dumps({"embedding": out["embedding"].numpy().tolist(),
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
 def test_embedding_saved_model_reads_long_strings_as_the_tool(windowed, tiny_checkpoint,
                                                              tmp_path, pooling):
-    import subprocess
-    import sys
-
     texts = [line for line in windowed["lines"] if " ||| " not in line]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     run_script("extract_features.py", f"--input_file={tmp_path / 'in.txt'}",
                f"--output_file={tmp_path / 'v.npy'}", f"--export_dir={tmp_path / 'export'}",
                f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=32",
                "--doc_stride=12", f"--pooling={pooling}", "--normalize")
-    (tmp_path / "texts.json").write_text(json.dumps(texts))
-    (tmp_path / "serve.py").write_text(SERVE)
-    result = subprocess.run([sys.executable, str(tmp_path / "serve.py"),
-                             str(tmp_path / "export"), str(tmp_path / "texts.json")],
-                            capture_output=True, text=True, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    served = json.loads(result.stdout.strip().splitlines()[-1])
+    served = serve_texts(SERVE, str(tmp_path / "export"), texts, tmp_path)
     assert served["modules"] == []
     vectors = np.load(tmp_path / "v.npy")
     np.testing.assert_allclose(served["embedding"], vectors, atol=2e-6)

@@ -1,16 +1,13 @@
 """Long documents in classification (`--doc_stride`): the windows by hand, the pooled logits against
 a NumPy loop, the SavedModel's in-graph windows against the runner's on a random sweep, and
 run_classifier end to end on long Reuters stories, served raw in a fresh process."""
-import csv
 import json
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import read_results, run_script
+from tests.conftest import read_results, read_tsv, run_script, serve_texts
 
 
 def windows(tokens_a, tokens_b, max_seq_length, doc_stride):
@@ -146,10 +143,6 @@ def long_run(tmp_path_factory, shared_data, tiny_checkpoint):
     return {"root": root, "data": data, "out": out, "flags": flags, "log": run.stderr}
 
 
-def read_tsv(path):
-    with open(path, encoding="utf-8") as f:
-        return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-
 
 def test_runner_trains_on_windows_and_answers_once_per_document(long_run, tokenizer):
     from data_gen.windows import fixed_stride_spans
@@ -190,13 +183,7 @@ print(json.dumps({"probabilities": out["probabilities"].numpy().tolist(),
 
 def test_saved_model_windows_raw_documents_as_the_runner(long_run, tmp_path):
     texts = [json.loads(x)["text"] for x in (long_run["data"] / "test.jsonl").open()]
-    (tmp_path / "texts.json").write_text(json.dumps(texts))
-    (tmp_path / "serve.py").write_text(SERVE)
-    result = subprocess.run([sys.executable, str(tmp_path / "serve.py"),
-                             str(long_run["root"] / "export"), str(tmp_path / "texts.json")],
-                            capture_output=True, text=True, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    served = json.loads(result.stdout.strip().splitlines()[-1])
+    served = serve_texts(SERVE, str(long_run["root"] / "export"), texts, tmp_path)
     assert served["modules"] == []
     rows = read_tsv(long_run["out"] / "test_predictions.tsv")[1:]
     np.testing.assert_allclose(served["probabilities"], [[float(v) for v in row[2:]]

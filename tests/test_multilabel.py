@@ -1,16 +1,13 @@
 """Multi-label classification: the JSON lines reader on the real Reuters-21578 files, the generic
 task's label column, the loss, metrics and thresholds against hand and NumPy computations, and
 run_classifier end to end on a Reuters slice down to a SavedModel served in a fresh process."""
-import csv
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from data_gen.errors import DataError
-from tests.conftest import read_results, run_script
+from tests.conftest import read_results, read_tsv, run_script, serve_texts
 
 
 def write_jsonl(path, records):
@@ -225,10 +222,6 @@ def reuters_run(tmp_path_factory, shared_data, tiny_checkpoint):
     return {"root": root, "data": data, "out": out, "flags": flags, "log": run.stderr}
 
 
-def read_tsv(path):
-    with open(path, encoding="utf-8") as f:
-        return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-
 
 def gold_matrix(path, labels):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
@@ -289,13 +282,7 @@ print(json.dumps({"probabilities": out["probabilities"].numpy().tolist(),
 def test_saved_model_serves_the_runner_s_probabilities_and_sets(reuters_run, tmp_path):
     texts = [json.loads(x)["text"] for x in
              (reuters_run["data"] / "test.jsonl").read_text().splitlines()]
-    (tmp_path / "texts.json").write_text(json.dumps(texts))
-    (tmp_path / "serve.py").write_text(SERVE)
-    result = subprocess.run([sys.executable, str(tmp_path / "serve.py"),
-                             str(reuters_run["root"] / "export"), str(tmp_path / "texts.json")],
-                            capture_output=True, text=True, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    served = json.loads(result.stdout.strip().splitlines()[-1])
+    served = serve_texts(SERVE, str(reuters_run["root"] / "export"), texts, tmp_path)
     assert served["modules"] == []
     rows = read_tsv(reuters_run["out"] / "test_predictions.tsv")[1:]
     np.testing.assert_allclose(served["probabilities"], [[float(v) for v in row[2:]]

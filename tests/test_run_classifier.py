@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import read_results, run_script
+from tests.conftest import read_results, read_tsv, run_script
 
 
 def glue_slice(shared_data, task, destination, rows):
@@ -32,10 +32,6 @@ def glue_slice(shared_data, task, destination, rows):
 def run_classifier(*flags, check=True):
     return run_script("run_classifier.py", *flags, check=check)
 
-
-def read_tsv(path):
-    with open(path, encoding="utf-8") as f:
-        return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
 results = read_results

@@ -5,7 +5,6 @@ driver itself (`engine.finetuning.finetune`) on a small run.
 The model outputs fed to `predictions` are built from the gold labels, so a correct chain of
 reading, conversion, decoding and scoring must give perfect scores and files that say the gold.
 """
-import csv
 import json
 import math
 
@@ -18,7 +17,7 @@ from engine.task import Setup
 from tasks.classification.task import ClassificationTask
 from tasks.ner.task import NerTask
 from tasks.squad.task import SquadTask
-from tests.conftest import read_results
+from tests.conftest import read_results, read_tsv
 from tests.test_run_classifier import glue_slice
 from tests.test_run_ner import conll_slice
 from tests.test_run_squad import paragraphs
@@ -48,10 +47,6 @@ def prepared(task, tmp_path, vocab_file, tokenizer, max_seq_length=SEQ):
     task.prepare(Setup(None, str(vocab_file), tokenizer, max_seq_length, True))
     return task
 
-
-def read_tsv(path):
-    with open(path, encoding="utf-8") as f:
-        return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
 def test_classification_reads_scores_and_writes_as_the_gold_says(
