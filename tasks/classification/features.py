@@ -39,20 +39,13 @@ def convert_example(example: InputExample, index: int, label_map: dict | None,
     unlabelled example (a test row) gets label 0. `multi_label`: the label is a tuple of names and
     `label_ids` their multi-hot vector.
     """
-    tokens_a = tokenizer.tokenize(example.text_a)
-    # As the original: an empty second text (or one with no tokens) makes a single-text example.
-    tokens_b = (tokenizer.tokenize(example.text_b) if example.text_b else None) or None
+    tokens_a, tokens_b = _tokens(example, tokenizer)
     if tokens_b is not None:
         truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
     else:
         del tokens_a[max_seq_length - 2:]
-    return {
-        **pack(tokens_a, tokens_b, max_seq_length, tokenizer),
-        "label_ids": (_multi_hot(example, label_map) if multi_label
-                      else [_label_value(example, label_map)]),
-        "is_real_example": [1],
-        "example_index": [index],
-    }
+    return _row(tokens_a, tokens_b, _label_ids(example, label_map, multi_label), index,
+                max_seq_length, tokenizer)
 
 
 def document_windows(tokens_a: list, tokens_b: list | None, max_seq_length: int,
@@ -69,14 +62,28 @@ def convert_document(example: InputExample, index: int, label_map: dict | None,
                      max_seq_length: int, tokenizer, multi_label: bool, doc_stride: int,
                      max_windows: int = 0) -> list:
     """The feature rows of one example's windows (the first `max_windows` of them, if set)."""
-    tokens_a = tokenizer.tokenize(example.text_a)
-    tokens_b = (tokenizer.tokenize(example.text_b) if example.text_b else None) or None
-    windows = document_windows(tokens_a, tokens_b, max_seq_length, doc_stride)
-    label = (_multi_hot(example, label_map) if multi_label
-             else [_label_value(example, label_map)])
-    return [{**pack(a, b, max_seq_length, tokenizer), "label_ids": label, "is_real_example": [1],
-             "example_index": [index]}
+    windows = document_windows(*_tokens(example, tokenizer), max_seq_length, doc_stride)
+    label = _label_ids(example, label_map, multi_label)
+    return [_row(a, b, label, index, max_seq_length, tokenizer)
             for a, b in windows[:max_windows or None]]
+
+
+def _tokens(example: InputExample, tokenizer) -> tuple:
+    """WordPieces of text A, and of text B or None: as the original, an empty second text (or
+    one with no tokens) makes a single-text example."""
+    tokens_a = tokenizer.tokenize(example.text_a)
+    return tokens_a, (tokenizer.tokenize(example.text_b) if example.text_b else None) or None
+
+
+def _row(tokens_a: list, tokens_b: list | None, label_ids: list, index: int,
+         max_seq_length: int, tokenizer) -> dict:
+    return {**pack(tokens_a, tokens_b, max_seq_length, tokenizer), "label_ids": label_ids,
+            "is_real_example": [1], "example_index": [index]}
+
+
+def _label_ids(example: InputExample, label_map: dict | None, multi_label: bool) -> list:
+    return (_multi_hot(example, label_map) if multi_label
+            else [_label_value(example, label_map)])
 
 
 def _label_value(example: InputExample, label_map: dict | None):

@@ -9,10 +9,9 @@ each split with its GLUE metrics (`metrics.glue_metrics`; multi-label: `multi_la
 whose main score is micro-F1) and the loss; the main metric (`eval_main`) picks the best weights.
 With `init_label_bias`, a fresh multi-label head starts with each label's bias at the log-odds of
 its training frequency (`label_log_odds`). A multi-label decision is "probability above the
-label's threshold": `threshold` (0.5) for every
-label, or, with `tune_threshold`, the threshold (global or per label) that maximises F1 on the
-first evaluation split under the kept weights, written to `thresholds.tsv`, used for the
-predictions and saved in the SavedModel.
+label's threshold": `threshold` (0.5) for every label, or, with `tune_threshold`, the threshold
+(global or per label) that maximises F1 on the first evaluation split under the kept weights,
+written to `thresholds.tsv`, used for the predictions and saved in the SavedModel.
 Long documents (`doc_stride`, ours): each text longer than a row becomes overlapping windows, one
 feature row each (`features.document_windows`; training keeps the first `max_windows` of a document
 if set); evaluation, prediction and the SavedModel pool a document's window logits into one
@@ -382,13 +381,13 @@ class ClassificationTask(FinetuningTask):
 
 
 TUNINGS = ("none", "global", "per_label")
+POOLINGS = ("mean", "max")
 
 
 def label_log_odds(frequencies, floor: float = 1e-4) -> np.ndarray:
     """log(p / (1 - p)) of each label's frequency, p kept within [floor, 1 - floor]."""
     p = np.clip(np.asarray(frequencies, np.float64), floor, 1 - floor)
     return np.log(p / (1 - p)).astype(np.float32)
-POOLINGS = ("mean", "max")
 
 
 def pool_windows(logits, example_index, examples: int, pooling: str) -> np.ndarray:

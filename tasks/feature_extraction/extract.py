@@ -182,6 +182,9 @@ class ShardExtractor:
         s = self.settings
         return s.batch_size * (s.window_batches if s.pooling else max(1, s.window_batches // 4))
 
+    def _run_batch(self, batch) -> dict:
+        return {name: value.numpy() for name, value in self.predict(batch).items()}
+
     def __call__(self, shard):
         from engine.streaming import predict_in_order
         from tasks.feature_extraction.features import featurize
@@ -197,10 +200,7 @@ class ShardExtractor:
         features = (featurize(line, self.tokenizer, s.max_seq_length)
                     for line in shard_lines(shard))
 
-        def run_batch(batch):
-            return {name: value.numpy() for name, value in self.predict(batch).items()}
-
-        for feature, outputs in predict_in_order(features, _inputs, run_batch, s.batch_size,
+        for feature, outputs in predict_in_order(features, _inputs, self._run_batch, s.batch_size,
                                                  self.window()):
             index = feature.line.index
             if s.pooling:
@@ -225,10 +225,8 @@ class ShardExtractor:
         windows = (window for line in lines for window in featurize_windows(
             line, self.tokenizer, s.max_seq_length, s.doc_stride))
 
-        def run_batch(batch):
-            return {name: value.numpy() for name, value in self.predict(batch).items()}
-
-        results = predict_in_order(windows, _inputs, run_batch, s.batch_size, self.window())
+        results = predict_in_order(windows, _inputs, self._run_batch, s.batch_size,
+                                   self.window())
         for _, group in itertools.groupby(results, key=lambda item: item[0].line.index):
             group = list(group)
             first = group[0][0]
