@@ -207,7 +207,8 @@ def test_hugging_face_weights_get_mean_rows_and_round_trip(tmp_path, minilm_dir,
 
 
 def test_continued_pretraining_from_the_adapted_sentence_encoder(tmp_path, minilm_dir,
-                                                                 reuters_text, words_file):
+                                                                 reuters_text, words_file,
+                                                                 shared_data):
     """MiniLM has no masked-LM head: run_pretraining starts one fresh, says so, and finds the
     config beside --init_checkpoint; records made with the new vocabulary hold the new ids."""
     from data_gen.records import read_records
@@ -216,10 +217,11 @@ def test_continued_pretraining_from_the_adapted_sentence_encoder(tmp_path, minil
     run_script("-m", "data_gen.extend_vocab", f"--input_file={reuters_text}",
                f"--vocab_file={minilm_dir / 'vocab.txt'}", f"--output_file={adapted / 'vocab.txt'}",
                f"--words_file={words_file}", f"--init_checkpoint={minilm_dir}")
-    docs = tmp_path / "docs.txt"
-    stories = reuters_text.read_text(encoding="utf-8").splitlines()[:60]
-    docs.write_text("".join("\n".join(s.split(". ")) + "\n\n" for s in stories), encoding="utf-8")
-    run_script("-m", "data_gen.pretraining.create_pretraining_data", f"--input_file={docs}",
+    stories = tmp_path / "stories.jsonl"  # the first 60 Reuters stories, as the docs' command
+    with (shared_data / "reuters21578" / "train.jsonl").open(encoding="utf-8") as lines:
+        stories.write_text("".join(next(lines) for _ in range(60)), encoding="utf-8")
+    run_script("-m", "data_gen.pretraining.create_pretraining_data", f"--input_file={stories}",
+               "--input_format=jsonl",
                f"--output_file={tmp_path / 'r.tfrecord'}", f"--vocab_file={adapted / 'vocab.txt'}",
                "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=1")
     import tensorflow as tf

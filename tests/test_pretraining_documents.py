@@ -1,4 +1,5 @@
-"""Reading documents: the original layout, WikiText and prose, sentence splitting, bad bytes."""
+"""Reading documents: the original layout, WikiText, prose and JSON lines, sentence splitting,
+bad bytes."""
 import logging
 
 import pytest
@@ -92,6 +93,28 @@ def test_prose_is_one_document_per_book_with_paragraphs_split(shared_data):
                         "little to distress or vex her."]
     assert "Sixteen years had Miss Taylor been in Mr. Woodhouse's family, less as a governess " \
            "than a friend, very fond of both daughters, but particularly of Emma." in emma
+
+
+def test_jsonl_is_one_document_per_line_with_its_text_lines_split(shared_data, tmp_path):
+    reuters = shared_data / "reuters21578" / "test.jsonl"
+    documents_ = read([str(reuters)], "jsonl")
+    assert len(documents_) == 3019  # one per story
+    # The first story: title line, then its body split into sentences.
+    assert documents_[0][:3] == [
+        "ASIAN EXPORTERS FEAR DAMAGE FROM U.S.-JAPAN RIFT",
+        "Mounting trade friction between the U.S. And Japan has raised fears among many of Asia's "
+        "exporting nations that the row could inflict far-reaching economic damage, businessmen "
+        "and officials said.",
+        "They told Reuter correspondents in Asian capitals a U.S. Move against Japan might boost "
+        "protectionist sentiment in the U.S. And lead to curbs on American imports of their "
+        "products."]
+    # Blank lines skipped, other fields ignored, an empty text no document; a bad line is named.
+    path = write(tmp_path / "d.jsonl", b'{"text": "One. Two", "id": 3}\n\n{"text": ""}\n'
+                 b'{"text": "A\\nB"}\n')
+    assert read([path], "jsonl") == [["One.", "Two"], ["A", "B"]]
+    bad = write(tmp_path / "bad.jsonl", b'{"text": "fine"}\n["text"]\n')
+    with pytest.raises(InputFormatError, match=r'bad.jsonl:2: not a JSON object with a "text"'):
+        read([bad], "jsonl")
 
 
 @pytest.mark.parametrize("paragraph, sentences", [

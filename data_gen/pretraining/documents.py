@@ -1,6 +1,6 @@
 """Documents from text files: lists of sentences, the unit that pretraining instances are cut from.
 
-Three layouts (`--input_format`):
+Four layouts (`--input_format`):
 
 - `sentence_lines`, the original's: one sentence per line, a blank (whitespace-only) line between
   documents. As in the original, lines are split on "\\n" only and stripped of whitespace
@@ -13,6 +13,9 @@ Three layouts (`--input_format`):
   `<unk>` is left as it is.
 - `prose`: plain running text such as a Gutenberg book: the whole file is one document, paragraphs
   are runs of non-blank lines (wrapped lines joined by a space), each split into sentences.
+- `jsonl`: JSON lines, one document per line, its text in the `"text"` field (as the shared
+  Reuters files and most scraped corpora hold it); each line of the text is a paragraph, split
+  into sentences. Blank lines are skipped; other fields are ignored.
 
 Sentence splitting (`split_sentences`): whitespace runs become one space; a sentence ends after a
 run of `.`, `!`, `?` or `…`, plus any closing quotes or brackets, when a space follows and the
@@ -26,6 +29,7 @@ or a NUL byte (a binary file). An empty file, or a `sentence_lines` file without
 as one document), is logged as a warning and otherwise handled as described.
 """
 import glob
+import json
 import os
 import re
 from typing import Callable, Iterable, Iterator, NamedTuple
@@ -199,10 +203,29 @@ def prose_documents(lines: Iterable[Line]) -> Iterator[list]:
         yield document
 
 
+def jsonl_documents(lines: Iterable[Line]) -> Iterator[list]:
+    """JSON lines: each line's `"text"` one document, its lines paragraphs split into sentences."""
+    for line in lines:
+        if not line.text:
+            continue
+        try:
+            text = json.loads(line.text)["text"]
+        except (ValueError, TypeError, KeyError):
+            text = None
+        if not isinstance(text, str):
+            raise InputFormatError(f'{line.name}:{line.number}: not a JSON object with a "text" '
+                                   'string; --input_format=jsonl wants one {"text": ...} per line')
+        document = [sentence for paragraph in text.split("\n") if paragraph.strip()
+                    for sentence in split_sentences(paragraph)]
+        if document:
+            yield document
+
+
 READERS = {
     "sentence_lines": sentence_line_documents,
     "wikitext": wikitext_documents,
     "prose": prose_documents,
+    "jsonl": jsonl_documents,
 }
 
 

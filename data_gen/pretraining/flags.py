@@ -39,7 +39,9 @@ def define_flags() -> None:
     flags.DEFINE_enum("input_format", "sentence_lines", list(documents.READERS),
                       "sentence_lines: the original's one sentence per line, blank line between "
                       "documents; wikitext: ' = Title = ' starts an article, paragraphs split into "
-                      "sentences; prose: one document per file, paragraphs split into sentences.")
+                      "sentences; prose: one document per file, paragraphs split into sentences; "
+                      "jsonl: one document per line, its \"text\" field's lines split into "
+                      "sentences.")
     flags.DEFINE_bool("skip_invalid_utf8", False, "Drop bytes that are not UTF-8 (logged per file) "
                       "instead of stopping with an error naming the file and line.")
     flags.DEFINE_integer("pool_bytes", nsp_pools.DEFAULT_POOL_BYTES,
