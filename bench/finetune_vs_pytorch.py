@@ -74,6 +74,7 @@ def timed(command: list, log: str) -> tuple[float, str]:
         for line in child.stdout:
             lines.append(line)
             out.write(f"{time.perf_counter() - start:8.1f} {line}")
+            out.flush()  # the log shows a long run's progress as it goes
     wall = time.perf_counter() - start
     if child.returncode:
         raise SystemExit(f"failed ({child.returncode}): {' '.join(command)}\n"

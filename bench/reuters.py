@@ -154,6 +154,7 @@ def main():
         raise SystemExit(f"{source}: missing; set BERT_DATA_DIR to the folder holding "
                          "reuters21578/")
     work = pathlib.Path(tempfile.mkdtemp(prefix="reuters-bench-"))
+    print(f"working in {work} (kept if a side fails)", flush=True)
     logs = REPO / "bench" / "results" / "logs"
     data = source
     if args.limit_train:
