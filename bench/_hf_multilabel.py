@@ -42,6 +42,8 @@ def main():
     parser.add_argument("--init_label_bias", action="store_true",
                         help="the classifier's biases at the log-odds of each label's training "
                              "share, as run_classifier.py --init_label_bias")
+    parser.add_argument("--gpu", action="store_true",
+                        help="train on the GPU (a lent machine), not the CPU")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     labels = [x.strip() for x in open(f"{args.data_dir}/labels.txt") if x.strip()]
@@ -61,7 +63,8 @@ def main():
 
     train = dataset("train", args.limit_train)
     model = BertForSequenceClassification.from_pretrained(
-        args.model_dir, num_labels=len(labels), problem_type="multi_label_classification")
+        args.model_dir, num_labels=len(labels), problem_type="multi_label_classification",
+        dtype=torch.float32)
     if args.init_label_bias:
         share = np.clip(np.mean(np.stack(train.labels), axis=0), 1e-4, 1 - 1e-4)
         with torch.no_grad():
@@ -73,7 +76,7 @@ def main():
         num_train_epochs=args.epochs, warmup_steps=0.1, lr_scheduler_type="linear",
         weight_decay=0.01, adam_epsilon=1e-6, max_grad_norm=1.0, seed=args.seed,
         data_seed=args.seed, save_strategy="no", eval_strategy="no", logging_steps=50,
-        report_to=[], dataloader_drop_last=False, use_cpu=True, disable_tqdm=True)
+        report_to=[], dataloader_drop_last=False, use_cpu=not args.gpu, disable_tqdm=True)
     trainer = Trainer(model=model, args=training_args, train_dataset=train,
                       data_collator=DataCollatorWithPadding(tokenizer))
     start = time.perf_counter()

@@ -6,21 +6,27 @@ instances/s and peak memory (PSS) of
   that the tests install),
 - ours in its default streaming mode with 1 and with 2 worker processes, and
 - ours with `--faithful_in_memory` (the original's records, byte for byte in content),
-at 1x, 4x and 16x a base corpus, each run as its own command-line process; and where the time goes
-(reading, tokenising, making instances, masking, encoding, writing) for the original and for ours.
+at 1x and 4x a base corpus (`--scales`), each run as its own command-line process; and where the
+time goes (reading, tokenising, making instances, masking, encoding, writing) for the original and
+for ours.
 
-The corpus is the shared one (WikiText-2 articles, Gutenberg books, Tiny Shakespeare) in the
-original layout, repeated into `--base_mb` x scale of text under `--workdir` (never in the
-repository); each copy of a document gets its own first sentence ("Copy 3.") so that copies are
-distinct documents. Memory is sampled every 0.1 s over the process and its workers: peak PSS (shared
-pages split between processes; the fair total) and peak RSS summed over processes.
+The corpus (`--corpus`, under `--workdir`, never in the repository), in the original layout:
+- `distinct` (the default; what users bring): every shared text once, each document distinct
+  (WikiText-2 articles, each Gutenberg book and Tiny Shakespeare whole, each Reuters-21578 story:
+  17.6 MB), then, for larger scales, copies with each copy's letters permuted (`encipher`):
+  no word of one copy is a word of another, so the tokenizer meets new words all through, as on a
+  real large corpus;
+- `repeated` (the figures of earlier sessions; flatters the tokenizer's chunk cache): WikiText-2,
+  Gutenberg and Shakespeare again and again, each copy's documents starting "Copy N.".
+Memory is sampled every 0.1 s over the process and its workers: peak PSS (shared pages split
+between processes; the fair total) and peak RSS summed over processes.
 
 Our compiled code is built on the first run after an install (numba caches it beside the
 sources); the bench builds it once in a fresh cache first and reports how long that took, and
 then times warm runs, as a user sees every run after the first.
 
-    python bench/pretraining_data.py                        # base 2 MB: 2, 8 and 32 MB
-    python bench/pretraining_data.py --base_mb 4 --scales 1,16 --dupe_factor 5
+    python bench/pretraining_data.py                        # distinct text: 17.6 and 70 MB
+    python bench/pretraining_data.py --corpus repeated --base_mb 2 --scales 1,4,16
 """
 from __future__ import annotations
 
@@ -55,42 +61,71 @@ STAGES = ("reading", "tokenizing", "instances", "masking", "encoding", "writing"
 
 
 # ---------------------------------------------------------------- the corpus
-def source_documents(data_dir: Path):
-    """Sentence lists of the shared corpus, read with the project's own readers."""
+def source_documents(data_dir: Path, with_reuters: bool = False):
+    """Sentence lists of the shared corpus, read with the project's own readers: WikiText-2
+    articles, each Gutenberg book and Tiny Shakespeare whole, and (`with_reuters`) each
+    Reuters-21578 story."""
     from data_gen.pretraining.documents import InputOptions, stream_documents
 
     corpus = data_dir / "corpus"
     sources = [([str(p) for p in sorted((corpus / "wikitext-2").glob("*.txt"))], "wikitext"),
                ([str(p) for p in sorted((corpus / "nltk_gutenberg").glob("*.txt"))], "prose"),
                ([str(corpus / "tinyshakespeare" / "input.txt")], "prose")]
+    if with_reuters:
+        reuters = data_dir / "reuters21578"
+        sources.append(([str(reuters / f"{split}.jsonl") for split in ("train", "dev", "test")],
+                        "jsonl"))
     for paths, input_format in sources:
         for document in stream_documents(paths, InputOptions(input_format, True)):
             yield document.sentences
 
 
-def make_corpus(data_dir: Path, size_mb: float, workdir: Path) -> list[str]:
-    """`size_mb` of text in the original layout, in files of about 10 MB; reused if present."""
-    folder = workdir / f"corpus-{size_mb}mb"
+def encipher(copy: int):
+    """A text -> the same text with its letters permuted (one permutation per copy, the same for
+    both cases), so that no word of one copy is a word of another: a corpus scaled up this way
+    meets the tokenizer with new words all through, as a real large corpus does."""
+    import random
+    import string
+
+    letters = list(string.ascii_lowercase)
+    random.Random(copy).shuffle(letters)
+    table = str.maketrans(string.ascii_lowercase + string.ascii_uppercase,
+                          "".join(letters) + "".join(letters).upper())
+    return lambda text: text.translate(table)
+
+
+def make_corpus(data_dir: Path, size_mb: float, workdir: Path, kind: str) -> list[str]:
+    """`size_mb` of text in the original layout, in files of about 10 MB; reused if present.
+
+    `distinct`: the shared texts once (each document distinct), then copies with their letters
+    permuted (`encipher`); `repeated`: the same texts again and again, each copy's documents
+    starting "Copy N." (words repeat from copy to copy: the tokenizer's cache answers them)."""
+    folder = workdir / f"corpus-{kind}-{size_mb}mb"
     done = folder / "DONE"
     if done.exists():
         return sorted(glob.glob(str(folder / "part-*.txt")))
     folder.mkdir(parents=True, exist_ok=True)
-    documents = ["".join(f"{s}\n" for s in sentences) for sentences in source_documents(data_dir)]
+    documents = ["".join(f"{s}\n" for s in sentences)
+                 for sentences in source_documents(data_dir, with_reuters=kind == "distinct")]
     target, written, part, copy = int(size_mb * 1_000_000), 0, None, 0
     files = []
     while written < target:
         copy += 1
+        if kind == "distinct":
+            change = (lambda text: text) if copy == 1 else encipher(copy)
+        else:
+            change = (lambda c: lambda text: f"Copy {c}.\n{text}")(copy)
         for text in documents:
             if part is None or part.tell() > 10_000_000:
                 if part is not None:
                     part.close()
                 files.append(str(folder / f"part-{len(files):03d}.txt"))
                 part = open(files[-1], "w", encoding="utf-8")
-            written += part.write(f"Copy {copy}.\n{text}\n")
+            written += part.write(f"{change(text)}\n")
             if written >= target:
                 break
     part.close()
-    done.write_text(f"{written} characters in {len(files)} files\n")
+    done.write_text(f"{written} characters in {len(files)} files, {copy} copies\n")
     return files
 
 
@@ -322,8 +357,12 @@ def default_vocab() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--base_mb", type=float, default=2.0, help="the 1x corpus (MB of text)")
-    parser.add_argument("--scales", default="1,4,16", help="comma-separated multiples of it")
+    parser.add_argument("--corpus", choices=("distinct", "repeated"), default="distinct",
+                        help="distinct: the shared texts once, then enciphered copies (no word "
+                             "repeats across copies); repeated: the same texts again and again")
+    parser.add_argument("--base_mb", type=float, default=17.6,
+                        help="the 1x corpus (MB of text; the shared texts are 17.6 MB)")
+    parser.add_argument("--scales", default="1,4", help="comma-separated multiples of it")
     parser.add_argument("--dupe_factor", type=int, default=2)
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--workdir", default="/tmp/bert-bench-pretraining-data")
@@ -343,17 +382,17 @@ def main() -> None:
     report = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                           "processor": platform.processor(),
                           "load_average": os.getloadavg()},
-              "dupe_factor": args.dupe_factor, "seed": args.seed,
+              "corpus": args.corpus, "dupe_factor": args.dupe_factor, "seed": args.seed,
               "compile_seconds_once": round(compile_s, 1), "scales": []}
     for scale in (int(s) for s in args.scales.split(",")):
-        files = make_corpus(Path(args.data_dir), args.base_mb * scale, workdir)
+        files = make_corpus(Path(args.data_dir), args.base_mb * scale, workdir, args.corpus)
         print(f"{scale}x: {sum(os.path.getsize(f) for f in files) / 1e6:.1f} MB", flush=True)
         report["scales"].append({"scale": scale, "results": [
             run_mode(name, files, args, workdir, env) for name in names]})
         if args.json:  # what is measured so far survives a failure later on
             Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     first = make_corpus(Path(args.data_dir), args.base_mb * int(args.scales.split(",")[0]),
-                        workdir)
+                        workdir, args.corpus)
     print("time split ...", flush=True)
     report["time_split"] = {
         "corpus_mb": sum(os.path.getsize(f) for f in first) / 1e6,

@@ -28,6 +28,12 @@ tokenising and `Trainer.predict`.
     python bench/reuters.py                       # all sides: about 1.5 hours on 2 cores
     python bench/reuters.py --no_peer --limit_train 300 --epochs 1     # a quick look
 
+The peer can run elsewhere (on a lent GPU it takes a minute where 2 CPU cores take half an hour):
+`bench/_hf_multilabel.py --gpu ... --seed N` there, then `--peer_probabilities=s1.npy,s2.npy,...
+--peer_device="H200"` here scores those files as the peer (F1 only: no throughput from another
+machine). `--work_dir` reuses a folder of an earlier run: sides trained there are only predicted
+again.
+
 Prints a Markdown table and writes bench/results/reuters.json and each run's log under
 bench/results/logs/.
 """
@@ -101,13 +107,21 @@ def seconds_between(log: str, first: str, last: str) -> float:
 def run_ours(name: str, args, work: pathlib.Path, logs: pathlib.Path, data: pathlib.Path,
              extra: list) -> dict:
     out = work / name
-    shutil.rmtree(out, ignore_errors=True)
+    train_log = logs / f"reuters-{name}-train.log"
     flags = ["--task_name=multilabel", f"--data_dir={data}", f"--output_dir={out}",
              f"--init_checkpoint={minilm_dir()}", f"--max_seq_length={args.max_seq_length}",
              "--train_batch_size=32", f"--learning_rate={args.learning_rate}",
              f"--num_train_epochs={args.epochs}", f"--random_seed={args.seed}", *extra]
-    wall, log = timed([sys.executable, "run_classifier.py", *flags, "--do_train"],
-                      str(logs / f"reuters-{name}-train.log"))
+    if args.work_dir and (out / "checkpoint").is_file() and train_log.is_file():
+        # --work_dir: this side was trained by an earlier run of the bench; its log says how long
+        # (each line is stamped with the seconds since the start).
+        log = train_log.read_text()
+        wall = float(log.strip().splitlines()[-1].split()[0])
+        print(f"  {name}: trained by an earlier run ({wall:.0f} s), predicting again", flush=True)
+    else:
+        shutil.rmtree(out, ignore_errors=True)
+        wall, log = timed([sys.executable, "run_classifier.py", *flags, "--do_train"],
+                          str(train_log))
     steps = int(re.findall(r"step (\d+)/\d+ \|", log)[-1])
     results = {}
     for pooling in (["mean", "max"] if "--doc_stride" in " ".join(extra) else [None]):
@@ -118,6 +132,15 @@ def run_ours(name: str, args, work: pathlib.Path, logs: pathlib.Path, data: path
         seconds = seconds_between(predicted, "using ", "predictions for test")
         results[pooling or "truncate"] = (probabilities, seconds)
     return {"train_wall": wall, "steps": steps, "predictions": results}
+
+
+def peer_from_files(args) -> dict:
+    """The peer run elsewhere (`bench/_hf_multilabel.py --gpu` on a lent GPU, same recipe): its
+    test probabilities, one file per seed; no throughput (another machine)."""
+    runs = [np.load(path) for path in args.peer_probabilities.split(",")]
+    return {"train_wall": float("nan"), "steps": 0,
+            "predictions": {f"truncate, seed {i + 1}": (p, float("nan"))
+                            for i, p in enumerate(runs)}}
 
 
 def run_peer(args, work: pathlib.Path, logs: pathlib.Path, data: pathlib.Path) -> dict:
@@ -136,6 +159,10 @@ def run_peer(args, work: pathlib.Path, logs: pathlib.Path, data: pathlib.Path) -
                                          result["predict_seconds"])}}
 
 
+def figure(value: float, digits: int) -> str:
+    return "-" if value != value else f"{value:.{digits}f}"  # NaN: not measured here
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", default="5")
@@ -148,12 +175,21 @@ def main():
     parser.add_argument("--limit_train", type=int, default=0,
                         help="train on the first N stories only (a quick look)")
     parser.add_argument("--no_peer", action="store_true")
+    parser.add_argument("--peer_probabilities", default="",
+                        help="comma-separated .npy files of the peer's test probabilities from "
+                             "runs elsewhere (bench/_hf_multilabel.py --gpu); scored, not run")
+    parser.add_argument("--peer_device", default="",
+                        help="where --peer_probabilities were made, for the table")
+    parser.add_argument("--work_dir", default="",
+                        help="reuse this folder: sides already trained there are only "
+                             "predicted again (their training time read from their logs)")
     args = parser.parse_args()
     source = data_dir()
     if not source.is_dir():
         raise SystemExit(f"{source}: missing; set BERT_DATA_DIR to the folder holding "
                          "reuters21578/")
-    work = pathlib.Path(tempfile.mkdtemp(prefix="reuters-bench-"))
+    work = (pathlib.Path(args.work_dir) if args.work_dir
+            else pathlib.Path(tempfile.mkdtemp(prefix="reuters-bench-")))
     print(f"working in {work} (kept if a side fails)", flush=True)
     logs = REPO / "bench" / "results" / "logs"
     data = source
@@ -172,7 +208,9 @@ def main():
     sides = {"ours-truncate": lambda: run_ours("truncate", args, work, logs, data, bias),
              "ours-windows": lambda: run_ours("windows", args, work, logs, data,
                                               [*bias, f"--doc_stride={args.doc_stride}"])}
-    if not args.no_peer:
+    if args.peer_probabilities:
+        sides[f"transformers ({args.peer_device or 'elsewhere'})"] = lambda: peer_from_files(args)
+    elif not args.no_peer:
         sides["transformers"] = lambda: run_peer(args, work, logs, data)
     rows = []
     for side, run in sides.items():
@@ -194,15 +232,16 @@ def main():
     for row in rows:
         lines.append(f"| {row['side']} | {row['pooling']} | {row['micro_f1']:.4f} | "
                      f"{row['macro_f1']:.4f} | {row['micro_f1_long']:.4f} | "
-                     f"{row['macro_f1_long']:.4f} | {row['train_wall']:.0f} | {row['steps']} | "
-                     f"{row['documents_per_second']:.1f} |")
+                     f"{row['macro_f1_long']:.4f} | {figure(row['train_wall'], 0)} | "
+                     f"{row['steps'] or '-'} | {figure(row['documents_per_second'], 1)} |")
     print("\n".join(lines))
     results = REPO / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
     (results / "reuters.json").write_text(json.dumps(
         {"date": datetime.date.today().isoformat(), "args": vars(args), "rows": rows},
         indent=1) + "\n")
-    shutil.rmtree(work, ignore_errors=True)
+    if not args.work_dir:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

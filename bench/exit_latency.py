@@ -1,0 +1,115 @@
+"""How long a fine-tuning run takes to finish once its work is done: consecutive short
+`run_classifier.py` runs, each watched from outside.
+
+Why: a user saw finished runs hang for 30-60 s after training (issue 29: the training input
+iterator's destructor waiting on a tf.data thread, in 2 of 13 runs). This counts it: for every run,
+the longest silence after the last training step (between its log lines, and from the last line
+to the process's exit). When a run is silent for more than `--dump_after` seconds after training,
+every thread's Python stack is written into its log (faulthandler, SIGUSR1), so a stall names the
+line it waits under. Evaluation is silent too: a dump during it is expected, and the exit delay is
+the figure that counts.
+
+    python bench/exit_latency.py                     # 20 runs of MRPC, 20 steps each
+    python bench/exit_latency.py --runs 5 --steps 10
+
+Prints one line per run and a summary; logs under bench/results/logs/exit-latency/.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.finetune_vs_pytorch import minilm_dir  # noqa: E402
+
+TRAIN_LINE = re.compile(r"step (\d+)/(\d+) \|")
+
+
+# The runner under Python's faulthandler: SIGUSR1 writes every thread's Python stack to stderr
+# (into the run's log) without stopping it; a stall then names the Python line it waits under.
+LAUNCH = ("import faulthandler, runpy, signal, sys; "
+          "faulthandler.register(signal.SIGUSR1, all_threads=True); "
+          "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def watch(command: list, log: pathlib.Path, dump_after: float) -> dict:
+    """Runs `command`; returns the longest silence after training and the exit delay (s)."""
+    start = time.perf_counter()
+    state = {"last": start, "trained": False, "dumped": False}
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, cwd=REPO)
+
+    def watchdog():
+        while child.poll() is None:
+            time.sleep(0.5)
+            if (state["trained"] and not state["dumped"]
+                    and time.perf_counter() - state["last"] > dump_after):
+                state["dumped"] = True
+                os.kill(child.pid, signal.SIGUSR1)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    gaps = []
+    with log.open("w") as out:
+        for line in child.stdout:
+            now = time.perf_counter()
+            if state["trained"]:
+                gaps.append(now - state["last"])
+            state["last"] = now
+            out.write(f"{now - start:8.1f} {line}")
+            out.flush()
+            match = TRAIN_LINE.search(line)
+            if match and match.group(1) == match.group(2):
+                state["trained"] = True
+    child.wait()
+    end = time.perf_counter()
+    if child.returncode:
+        raise SystemExit(f"failed ({child.returncode}); see {log}")
+    return {"wall": end - start, "longest_gap": max(gaps, default=0.0),
+            "exit_delay": end - state["last"], "stacks": state["dumped"]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--task", default="MRPC")
+    parser.add_argument("--dump_after", type=float, default=5.0)
+    args = parser.parse_args()
+    data = pathlib.Path(os.environ.get("BERT_DATA_DIR") or REPO.parent / "shared" / "data")
+    logs = REPO / "bench" / "results" / "logs" / "exit-latency"
+    logs.mkdir(parents=True, exist_ok=True)
+    work = pathlib.Path(tempfile.mkdtemp(prefix="exit-latency-"))
+    rows = []
+    for run in range(args.runs):
+        out = work / f"run{run}"
+        command = [sys.executable, "-c", LAUNCH, "run_classifier.py", f"--task_name={args.task}",
+                   f"--data_dir={data / 'glue' / args.task}", f"--output_dir={out}",
+                   f"--init_checkpoint={minilm_dir()}", "--do_train", "--do_eval",
+                   "--max_seq_length=128", "--train_batch_size=32",
+                   f"--num_train_steps={args.steps}", f"--random_seed={run}"]
+        row = watch(command, logs / f"run{run}.log", args.dump_after)
+        rows.append(row)
+        print(f"run {run}: wall {row['wall']:.1f} s, longest silence after training "
+              f"{row['longest_gap']:.1f} s, last line to exit {row['exit_delay']:.1f} s"
+              + (" (Python stacks in its log)" if row["stacks"] else ""), flush=True)
+        shutil.rmtree(out, ignore_errors=True)
+    slow = sum(1 for r in rows if max(r["longest_gap"], r["exit_delay"]) > 2.0)
+    print(f"{slow} of {len(rows)} runs were silent for more than 2 s after training; longest "
+          f"silence {max(r['longest_gap'] for r in rows):.1f} s, longest exit "
+          f"{max(r['exit_delay'] for r in rows):.1f} s")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
