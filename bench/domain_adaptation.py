@@ -172,20 +172,7 @@ def main():
     work = pathlib.Path(tempfile.mkdtemp(prefix="domain-bench-"))
     print(f"working in {work} (kept if a step fails)", flush=True)
     minilm = minilm_dir()
-    train_texts = stories(source / "train.jsonl", args.limit)
     test_texts = stories(source / "test.jsonl", args.limit)
-    corpus = work / "train.txt"
-    corpus.write_text("".join(t.replace("\n", " ") + "\n" for t in train_texts), encoding="utf-8")
-
-    print("extending the vocabulary ...", flush=True)
-    adapted = work / "adapted"
-    _, log = run("extend", "-m", "data_gen.extend_vocab", f"--input_file={corpus}",
-                 f"--vocab_file={minilm}/vocab.txt", f"--output_file={adapted / 'vocab.txt'}",
-                 f"--num_words={args.num_words}", f"--init_checkpoint={minilm}")
-    before, after = pieces_per_word(log)
-    old = (pathlib.Path(minilm) / "vocab.txt").read_text(encoding="utf-8").splitlines()
-    new = (adapted / "vocab.txt").read_text(encoding="utf-8").splitlines()
-    NEW_IDS.extend(i for i, (a, b) in enumerate(zip(old, new)) if a != b)
 
     def first_lines(name: str, keep: int, folder: pathlib.Path) -> pathlib.Path:
         folder.mkdir(exist_ok=True)
@@ -195,6 +182,18 @@ def main():
 
     pretrain_stories = {"train": first_lines("train.jsonl", args.limit, work / "pretrain"),
                         "test": first_lines("test.jsonl", args.limit, work / "heldout")}
+
+    print("extending the vocabulary ...", flush=True)
+    adapted = work / "adapted"
+    _, log = run("extend", "-m", "data_gen.extend_vocab",
+                 f"--input_file={pretrain_stories['train']}", "--input_format=jsonl",
+                 f"--vocab_file={minilm}/vocab.txt", f"--output_file={adapted / 'vocab.txt'}",
+                 f"--num_words={args.num_words}", f"--init_checkpoint={minilm}")
+    before, after = pieces_per_word(log)
+    old = (pathlib.Path(minilm) / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    new = (adapted / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    NEW_IDS.extend(i for i, (a, b) in enumerate(zip(old, new)) if a != b)
+
     data = work / "finetune"
     for name, keep in (("train.jsonl", args.finetune_stories), ("dev.jsonl", args.limit),
                        ("test.jsonl", args.limit), ("labels.txt", 0)):

@@ -2,6 +2,7 @@
 
     python -m data_gen.extend_vocab --input_file='domain/*.txt' --vocab_file=base/vocab.txt \
         --output_file=adapted/vocab.txt --num_words=500 [--do_lower_case (default)]
+        [--input_format=jsonl: the text in each JSON line's "text" field]
 
 Why: a released BERT splits a domain's own words into many pieces ("bundesbank" -> "bun ##des
 ##bank"), and the answer its authors gave (google-research/bert #9, #396) is to write new words
@@ -177,7 +178,7 @@ def main(argv) -> None:
             check_words(words, tokens, FLAGS.do_lower_case, FLAGS.words_file)
         output_lock.check_file_output(FLAGS.output_file, "--output_file")
         with output_lock.holding({FLAGS.output_file: "--output_file"}):
-            counts = count_words(paths, FLAGS.do_lower_case)
+            counts = count_words(paths, FLAGS.do_lower_case, input_format=FLAGS.input_format)
             if not counts:
                 raise ValueError(f"--input_file={FLAGS.input_file!r}: no words in "
                                  f"{len(paths)} files")
@@ -208,6 +209,8 @@ def define_flags() -> None:
     if "words_file" in FLAGS:
         return
     flags.DEFINE_string("input_file", None, "Domain text: comma-separated paths or glob patterns.")
+    flags.DEFINE_enum("input_format", "text", ("text", "jsonl"), "text: every line is text; "
+                      "jsonl: JSON lines, the text in each line's \"text\" field.")
     flags.DEFINE_string("vocab_file", None, "The model's vocab.txt.")
     flags.DEFINE_string("output_file", None, "Where to write the extended vocab.txt.")
     flags.DEFINE_integer("num_words", 0, "Words to add (0: as many as there are [unused] "

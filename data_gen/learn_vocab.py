@@ -43,19 +43,28 @@ def reserved_tokens(num_unused: int = NUM_UNUSED_TOKENS) -> list:
             + unused[UNUSED_BEFORE_SPECIALS:])
 
 
-def count_words(paths, do_lower_case: bool,
-                skip_invalid_utf8: bool = False) -> collections.Counter:
-    """How often each basic-tokenizer word occurs in the files. Bytes that are not UTF-8 stop the
-    count with an error naming the file and line, as `create_pretraining_data` does (a Latin-1
-    corpus would otherwise lose every accented letter without a word), unless
-    `skip_invalid_utf8` drops them."""
-    from data_gen.pretraining.documents import file_lines
+INPUT_FORMATS = ("text", "jsonl")  # every line is text; or each line's JSON "text" field
+
+
+def count_words(paths, do_lower_case: bool, skip_invalid_utf8: bool = False,
+                input_format: str = "text") -> collections.Counter:
+    """How often each basic-tokenizer word occurs in the files (`jsonl`: in each line's `"text"`
+    field, a bad line named as `create_pretraining_data --input_format=jsonl` names it). Bytes that
+    are not UTF-8 stop the count with an error naming the file and line, as
+    `create_pretraining_data` does (a Latin-1 corpus would otherwise lose every accented letter
+    without a word), unless `skip_invalid_utf8` drops them."""
+    from data_gen.pretraining.documents import file_lines, jsonl_documents
 
     basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
     counts = collections.Counter()
     for path in paths:
-        for line in file_lines(path, skip_invalid_utf8):
-            counts.update(basic.tokenize(line.text))
+        lines = file_lines(path, skip_invalid_utf8)
+        if input_format == "jsonl":
+            texts = (sentence for document in jsonl_documents(lines) for sentence in document)
+        else:
+            texts = (line.text for line in lines)
+        for text in texts:
+            counts.update(basic.tokenize(text))
         logging.info("counted %s: %d distinct words so far", path, len(counts))
     return counts
 
@@ -167,7 +176,8 @@ def main(argv) -> None:
         reserved_tokens(FLAGS.num_unused_tokens)  # a wrong layout fails before the long count
         output_lock.check_file_output(FLAGS.output_file, "--output_file")
         with output_lock.holding({FLAGS.output_file: "--output_file"}):
-            counts = count_words(paths, FLAGS.do_lower_case, FLAGS.skip_invalid_utf8)
+            counts = count_words(paths, FLAGS.do_lower_case, FLAGS.skip_invalid_utf8,
+                                 FLAGS.input_format)
             if not counts:
                 raise ValueError(f"--input_file={FLAGS.input_file!r}: no words in {len(paths)} "
                                  f"files")
@@ -193,6 +203,8 @@ def define_flags() -> None:
                          "[unusedN] slots (at least 99; 994 in the released uncased vocabulary).")
     flags.DEFINE_integer("min_frequency", 2, "Stop when no pair of pieces occurs this often.",
                          lower_bound=1)
+    flags.DEFINE_enum("input_format", "text", INPUT_FORMATS, "text: every line is text; "
+                      "jsonl: JSON lines, the text in each line's \"text\" field.")
     flags.DEFINE_bool("skip_invalid_utf8", False, "Drop bytes that are not UTF-8 instead of "
                       "stopping at the first (as create_pretraining_data).")
 

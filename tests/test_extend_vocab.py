@@ -62,6 +62,26 @@ def reuters_text(tmp_path_factory, shared_data):
     return path
 
 
+def test_json_lines_count_the_same_words_as_their_text(reuters_text, shared_data, vocab_file,
+                                                       tmp_path):
+    """--input_format=jsonl reads each line's "text": the same words as the text written out."""
+    from data_gen.learn_vocab import count_words
+
+    stories = shared_data / "reuters21578" / "train.jsonl"
+    as_text = count_words([str(reuters_text)], True)
+    assert count_words([str(stories)], True, input_format="jsonl") == as_text
+    assert sum(as_text.values()) > 500_000
+    first = tmp_path / "first.jsonl"
+    with stories.open(encoding="utf-8") as lines:
+        first.write_text("".join(next(lines) for _ in range(200)), encoding="utf-8")
+    run_script("-m", "data_gen.extend_vocab", f"--input_file={first}", "--input_format=jsonl",
+               f"--vocab_file={vocab_file}", f"--output_file={tmp_path / 'vocab.txt'}",
+               "--num_words=3")
+    added = [t for t, o in zip(tokenization.load_vocab_tokens(tmp_path / "vocab.txt"),
+                               tokenization.load_vocab_tokens(vocab_file)) if t != o]
+    assert added == ["mln", "dlrs", "pct"]  # no JSON syntax among the words counted
+
+
 def test_reuters_words_into_minilm_s_unused_slots(reuters_text, vocab_file, tmp_path):
     output = tmp_path / "vocab.txt"
     result = run_script("-m", "data_gen.extend_vocab", f"--input_file={reuters_text}",
