@@ -15,10 +15,11 @@ both continued runs start a fresh head):
 - `extended`: `data_gen.extend_vocab` (500 words into the [unused] slots, rows the mean of their
   pieces), then the same continued pretraining on records made with the new vocabulary.
 Continued pretraining: records from the training stories (`--input_format=jsonl`: each story a
-document, its title and body split into sentences; seq 128, 20 predictions, dupe factor 2), `--steps` updates (300) of batch 32,
-lr 1e-4, warmup 10%, seed 1; held-out accuracy: `run_pretraining.py --do_eval` on records made the
-same way from the test stories (each side with its own vocabulary, so the masked tokens differ:
-the extended side predicts some whole words where the other predicts pieces).
+document, its title and body split into sentences; seq 128, 20 predictions, dupe factor 2),
+`--steps` updates (300) of batch 32, lr 1e-4, warmup 10%, seed 1; held-out accuracy:
+`run_pretraining.py --do_eval` on records made the same way from the test stories (each side
+with its own vocabulary, so the masked tokens differ: the extended side predicts some whole words
+where the other predicts pieces).
 Fine-tuning: `run_classifier.py --task_name=multilabel`, the first `--finetune_stories` (2,000)
 training stories, seq 128 truncated, lr 1e-4, batch 32, 5 epochs, `--init_label_bias`, seed 1;
 micro/macro-F1 on all 3,019 test stories at threshold 0.5.
@@ -50,7 +51,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.finetune_vs_pytorch import minilm_dir, peer_python, timed  # noqa: E402
-from bench.reuters import data_dir, gold, scores  # noqa: E402
+from bench.reuters import data_dir, first_lines, gold, scores  # noqa: E402
 
 def stories(path: pathlib.Path, limit: int = 0) -> list:
     texts = [json.loads(line)["text"] for line in path.open(encoding="utf-8")]
@@ -74,14 +75,6 @@ def records(name: str, stories_file: pathlib.Path, vocab: str, output: pathlib.P
         "--random_seed=1")
 
 
-def eval_results(path: pathlib.Path) -> dict:
-    values = {}
-    for line in path.read_text().splitlines():
-        key, _, value = line.partition(" = ")
-        values[key.strip()] = float(value)
-    return values
-
-
 def pretrain(name: str, init: str, vocab: str, train: pathlib.Path, heldout: pathlib.Path,
              work: pathlib.Path, args) -> dict:
     out = work / name / "pretrain"
@@ -95,13 +88,15 @@ def pretrain(name: str, init: str, vocab: str, train: pathlib.Path, heldout: pat
     run(f"heldout-{name}", "run_pretraining.py", f"--input_file={heldout}",
         f"--output_dir={work / name / 'heldout'}", f"--init_checkpoint={out / 'tf1'}",
         "--do_eval", "--eval_batch_size=32", "--max_eval_steps=1000000", *common)
-    results = eval_results(work / name / "heldout" / "eval_results.txt")
+    from engine.results import read_eval_results
+
+    results = read_eval_results(str(work / name / "heldout" / "eval_results.txt"))
     return {"pretrain_wall": wall, "tf1": out / "tf1",
             "masked_lm_accuracy": results["masked_lm_accuracy"],
             "masked_lm_loss": results["masked_lm_loss"]}
 
 
-def finetune(name: str, init: str, data: pathlib.Path, work: pathlib.Path, truth, long,
+def finetune(name: str, init: str, data: pathlib.Path, work: pathlib.Path, truth,
              args) -> dict:
     out = work / name / "classifier"
     flags = ["--task_name=multilabel", f"--data_dir={data}", f"--output_dir={out}",
@@ -110,7 +105,7 @@ def finetune(name: str, init: str, data: pathlib.Path, work: pathlib.Path, truth
              "--random_seed=1", "--init_label_bias"]
     run(f"finetune-{name}", "run_classifier.py", *flags, "--do_train", "--do_predict")
     probabilities = np.loadtxt(out / "test_results.tsv", ndmin=2)
-    return scores(probabilities, truth, long)
+    return scores(probabilities, truth)
 
 
 def pieces_per_word(log: str) -> tuple:
@@ -120,7 +115,7 @@ def pieces_per_word(log: str) -> tuple:
     return float(match.group(1)), float(match.group(2))
 
 
-def export_check(tf1: pathlib.Path, texts: list, work: pathlib.Path) -> dict:
+def export_check(tf1: pathlib.Path, texts: list, new_ids: list, work: pathlib.Path) -> dict:
     """transformers loads the converted folder; the project's encoder reads the same folder."""
     from data_gen.tokenization import FullTokenizer
     from modeling import checkpoints
@@ -148,10 +143,7 @@ def export_check(tf1: pathlib.Path, texts: list, work: pathlib.Path) -> dict:
     difference = np.abs(np.asarray(ours) - peer["hidden"])[real]
     return {"texts": len(texts), "ids_equal": bool(np.array_equal(ids, peer["input_ids"])),
             "max_abs_difference": float(difference.max()),
-            "new_ids_seen": int(np.isin(ids, NEW_IDS).sum())}
-
-
-NEW_IDS: list = []
+            "new_ids_seen": int(np.isin(ids, new_ids).sum())}
 
 
 def main():
@@ -166,22 +158,12 @@ def main():
                              "still takes --finetune_stories)")
     args = parser.parse_args()
     source = data_dir()
-    if not source.is_dir():
-        raise SystemExit(f"{source}: missing; set BERT_DATA_DIR to the folder holding "
-                         "reuters21578/")
     work = pathlib.Path(tempfile.mkdtemp(prefix="domain-bench-"))
     print(f"working in {work} (kept if a step fails)", flush=True)
     minilm = minilm_dir()
     test_texts = stories(source / "test.jsonl", args.limit)
-
-    def first_lines(name: str, keep: int, folder: pathlib.Path) -> pathlib.Path:
-        folder.mkdir(exist_ok=True)
-        lines = (source / name).read_text(encoding="utf-8").splitlines()
-        (folder / name).write_text("\n".join(lines[:keep or None]) + "\n", encoding="utf-8")
-        return folder / name
-
-    pretrain_stories = {"train": first_lines("train.jsonl", args.limit, work / "pretrain"),
-                        "test": first_lines("test.jsonl", args.limit, work / "heldout")}
+    pretrain_stories = {split: first_lines(source, f"{split}.jsonl", args.limit, work / folder)
+                        for split, folder in (("train", "pretrain"), ("test", "heldout"))}
 
     print("extending the vocabulary ...", flush=True)
     adapted = work / "adapted"
@@ -192,15 +174,14 @@ def main():
     before, after = pieces_per_word(log)
     old = (pathlib.Path(minilm) / "vocab.txt").read_text(encoding="utf-8").splitlines()
     new = (adapted / "vocab.txt").read_text(encoding="utf-8").splitlines()
-    NEW_IDS.extend(i for i, (a, b) in enumerate(zip(old, new)) if a != b)
+    new_ids = [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
 
     data = work / "finetune"
     for name, keep in (("train.jsonl", args.finetune_stories), ("dev.jsonl", args.limit),
                        ("test.jsonl", args.limit), ("labels.txt", 0)):
-        first_lines(name, keep, data)
+        first_lines(source, name, keep, data)
     labels = [x.strip() for x in (source / "labels.txt").open() if x.strip()]
     truth = gold(data / "test.jsonl", labels)
-    long = np.ones(len(truth), bool)  # the long-story split is bench/reuters.py's, not this one's
 
     rows = {}
     for name, init, vocab in (("continued", minilm, f"{minilm}/vocab.txt"),
@@ -213,13 +194,13 @@ def main():
         rows[name] = pretrain(name, init, vocab, work / f"{name}-train.tfrecord",
                               work / f"{name}-test.tfrecord", work, args)
     print("export check ...", flush=True)
-    check = export_check(rows["extended"]["tf1"], test_texts[:64], work)
+    check = export_check(rows["extended"]["tf1"], test_texts[:64], new_ids, work)
     print(json.dumps(check), flush=True)
     rows["base"] = {}
     for name in ("base", "continued", "extended"):
         print(f"{name}: fine-tuning ...", flush=True)
         init = minilm if name == "base" else str(rows[name]["tf1"])
-        result = finetune(name, init, data, work, truth, long, args)
+        result = finetune(name, init, data, work, truth, args)
         rows[name].update(micro_f1=result["micro_f1"], macro_f1=result["macro_f1"])
 
     table = [f"Reuters-21578, MiniLM; pieces per word on the training stories {before:.4f} -> "
@@ -236,8 +217,8 @@ def main():
                f"{row['pretrain_wall']:.0f}" if "masked_lm_accuracy" in row else "- | - | -")
         table.append(f"| {name} | {mlm} | {row['micro_f1']:.4f} | {row['macro_f1']:.4f} |")
     table += ["", f"export check: {check['texts']} test stories, token ids equal: "
-              f"{check['ids_equal']}, {check['new_ids_seen']} new-word tokens, largest hidden-state "
-              f"difference {check['max_abs_difference']:.2e}"]
+              f"{check['ids_equal']}, {check['new_ids_seen']} new-word tokens, largest "
+              f"hidden-state difference {check['max_abs_difference']:.2e}"]
     print("\n".join(table))
     for row in rows.values():
         row.pop("tf1", None)

@@ -111,17 +111,18 @@ def make_corpus(data_dir: Path, size_mb: float, workdir: Path, kind: str) -> lis
     files = []
     while written < target:
         copy += 1
-        if kind == "distinct":
-            change = (lambda text: text) if copy == 1 else encipher(copy)
-        else:
-            change = (lambda c: lambda text: f"Copy {c}.\n{text}")(copy)
+        cipher = encipher(copy)
         for text in documents:
             if part is None or part.tell() > 10_000_000:
                 if part is not None:
                     part.close()
                 files.append(str(folder / f"part-{len(files):03d}.txt"))
                 part = open(files[-1], "w", encoding="utf-8")
-            written += part.write(f"{change(text)}\n")
+            if kind == "repeated":
+                text = f"Copy {copy}.\n{text}"
+            elif copy > 1:
+                text = cipher(text)
+            written += part.write(f"{text}\n")
             if written >= target:
                 break
     part.close()
