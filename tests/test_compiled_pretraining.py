@@ -7,18 +7,21 @@
   counts, and the generator left in the same state;
 - `compiled_records` against `schema.serialize_example`, and `tfrecord_frames` against TensorFlow's
   own `TFRecordWriter`;
-- `FullTokenizer.tokenize_lines_to_ids` (the data tools' tokenizer) against `tokenize` on the cases
-  that break fast paths: controls that `str.split()` would split on, U+2028, NUL, CJK, accents,
-  words over 200 characters, empty lines.
+- `FullTokenizer.tokenize_lines_to_ids` (the data tools' tokenizer) and its compiled twin
+  `compiled_wordpiece` against `tokenize` on the cases that break fast paths: controls that
+  `str.split()` would split on, U+2028, NUL, CJK, accents, words over 200 characters, empty lines,
+  words no piece of the vocabulary fits; and the compiled twin on random mixes of all of these.
 """
 import itertools
 import random
+import string
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from data_gen import tfrecord_frames
+from data_gen.compiled_wordpiece import CompiledWordpiece
 from data_gen.pretraining import compiled_instances, mersenne, schema
 from data_gen.pretraining.compiled_records import FramedRecords, framed_records
 from data_gen.pretraining.documents import InputOptions, stream_documents
@@ -190,6 +193,9 @@ HARD_LINES = [
     "\u0130stanbul dotted I", "x" * 201, "y" * 200, "\ufeffbyte order mark", "\u200bzero width",
     "tab\tnew\rline", "nbsp\u00a0and\u3000ideographic space", "emoji \U0001F600 and \u00bd",
     "\ufffd replacement", "[CLS] [SEP] [MASK] as text",
+    "##ing ## # #a a##b", "unaffable unwantedness antidisestablishmentarianism",
+    "x" * 199 + "\x01" * 5, "\x01\x02\x03", "a\x7f\x7fb", "MiXeD-CaSe_under__score~tilde`",
+    "caf\u00e9\x01s", "\u00e9\x00", "dig1ts 12345678901234567890 3.14",
 ]
 
 
@@ -197,6 +203,7 @@ HARD_LINES = [
 @pytest.mark.parametrize("lower", [True, False])
 def test_lines_to_ids_equal_tokenize_on_hard_cases(vocab_file, lower):
     tokenizer = FullTokenizer(str(vocab_file), do_lower_case=lower)
+    compiled = CompiledWordpiece(tokenizer)
     expected = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line)) for line in HARD_LINES]
     assert [tokenizer.tokenize_to_ids(line) for line in HARD_LINES] == expected
     for lines in (HARD_LINES, [line for line in HARD_LINES if "\x00" not in line],
@@ -206,7 +213,59 @@ def test_lines_to_ids_equal_tokenize_on_hard_cases(vocab_file, lower):
             len(tokenizer.tokenize(line)) for line in lines]
         assert ids.tolist() == [i for line in lines
                                 for i in tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line))]
+        compiled_ids, compiled_counts = compiled.tokenize_lines_to_ids(lines)
+        assert compiled_ids.dtype == np.int32
+        assert compiled_ids.tolist() == ids.tolist() and compiled_counts.tolist() == counts.tolist()
     assert [len(x) for x in tokenizer.tokenize_lines_to_ids([])] == [0, 0]
+    assert [len(x) for x in compiled.tokenize_lines_to_ids([])] == [0, 0]
+
+
+def random_line(rng: random.Random) -> str:
+    """Words of ASCII letters (any case), digits, punctuation, controls and some other
+    characters, cut by every kind of space; some words long, some made of pieces the
+    vocabulary lacks."""
+    alphabet = (string.ascii_letters * 4 + string.digits * 2 + string.punctuation
+                + "\x00\x01\x0b\x0c\x1c\x7f" + "\u00e9\u00c5\u4e2d\u2028\u00a0\ufffd\U0001F600")
+    spaces = "  \t\n\r\x0b\u3000"
+    words = []
+    for _ in range(rng.randint(0, 12)):
+        length = rng.choice([1, 2, 3, 5, 8, 13, 30, 199, 200, 201, 260])
+        words.append("".join(rng.choice(alphabet) for _ in range(length)))
+    return "".join(word + rng.choice(spaces) for word in words)
+
+
+def sparse_vocab(folder) -> str:
+    """A vocabulary where many words have no segmentation: a-m and digits at a word's start,
+    continuations of a-f only, some longer pieces, punctuation, a repeated token."""
+    tokens = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklm0123456789")
+              + [f"##{c}" for c in "abcdef"] + ["ab", "abc", "##bcd", "##cd", "deaf", "##ade"]
+              + list(string.punctuation) + ["ab", "Ab", "ABC", "##A", "\u00e9"])
+    path = folder / "sparse_vocab.txt"
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.filterwarnings("ignore:.*looks UNCASED", "ignore:.*looks CASED")
+@pytest.mark.parametrize("vocabulary,lower", [("real", True), ("real", False), ("sparse", True),
+                                              ("sparse", False)])
+def test_compiled_ids_equal_tokenize_on_random_lines(vocab_file, tmp_path, vocabulary, lower):
+    """2,000 random lines, in batches of 1 to 50: the compiled twin gives `tokenize`'s ids."""
+    path = str(vocab_file) if vocabulary == "real" else sparse_vocab(tmp_path)
+    tokenizer = FullTokenizer(path, do_lower_case=lower)
+    compiled = CompiledWordpiece(tokenizer)
+    rng = random.Random(7)
+    lines = [random_line(rng) for _ in range(2000)]
+    start, checked, unk = 0, 0, 0
+    while start < len(lines):
+        batch = lines[start:start + rng.randint(1, 50)]
+        ids, counts = compiled.tokenize_lines_to_ids(batch)
+        expected = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line)) for line in batch]
+        assert counts.tolist() == [len(e) for e in expected]
+        assert ids.tolist() == [i for e in expected for i in e]
+        checked += len(ids)
+        unk += sum(e.count(tokenizer.vocab["[UNK]"]) for e in expected)
+        start += len(batch)
+    assert checked > 50_000 and 0 < unk < checked  # long words and [UNK]s were in the mix
 
 
 def test_separator_ranges_found_fast_equal_the_full_scan():

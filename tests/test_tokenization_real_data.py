@@ -1,7 +1,8 @@
 """All tokenizers on every line of every text file of the shared data: same ids, faithful spans.
 
 Compared with the Python `FullTokenizer.tokenize`: the graph tokenizer, the data tools' fast paths
-(`tokenize_to_ids`, and `tokenize_lines_to_ids` on each batch of lines at once) and, where
+(`tokenize_to_ids`, and `tokenize_lines_to_ids` on each batch of lines at once, in Python and
+compiled: `compiled_wordpiece`, which the pretraining-data tools use) and, where
 bert-tensorflow is installed, Google's own `FullTokenizer`.
 
 Sources (bytes, as stored): every line of every file under corpus/ (Gutenberg, WikiText-2, tiny
@@ -20,6 +21,7 @@ import pytest
 import tensorflow as tf
 
 from data_gen import learn_vocab, vocab_sanity
+from data_gen.compiled_wordpiece import CompiledWordpiece
 from data_gen.graph_tokenizer import GraphTokenizer
 from data_gen.tokenization import FullTokenizer
 from tests.test_tokenization import span_mismatches
@@ -111,24 +113,27 @@ def compare(vocab_file, do_lower_case: bool, texts: dict, every: int) -> dict:
         warnings.simplefilter("error", vocab_sanity.VocabularyWarning)  # casing must fit
         python = FullTokenizer(vocab_file, do_lower_case)
         graph = GraphTokenizer(vocab_file, do_lower_case)
+    compiled = CompiledWordpiece(python)
     original = original_tokenizer(vocab_file, do_lower_case)
     unk = python.vocab["[UNK]"]
     summary = {}
     for source, lines in texts.items():
         lines = lines[::every]
         differing = {"graph": [], "tokenize_to_ids": [], "tokenize_lines_to_ids": [],
-                     "original": []}
+                     "compiled": [], "original": []}
         tokens, unks, bad_spans = 0, 0, []
         for start in range(0, len(lines), 4096):
             batch = lines[start:start + 4096]
             graph_ids = graph(tf.constant(batch)).to_list()
             decoded = [line.decode("utf-8", "ignore") for line in batch]  # as the original does
             batch_ids = line_ids(python, decoded)
+            compiled_ids = line_ids(compiled, decoded)
             for offset, line in enumerate(batch):
                 python_ids = python.convert_tokens_to_ids(python.tokenize(line))
                 others = {"graph": graph_ids[offset],
                           "tokenize_to_ids": python.tokenize_to_ids(line),
-                          "tokenize_lines_to_ids": batch_ids[offset]}
+                          "tokenize_lines_to_ids": batch_ids[offset],
+                          "compiled": compiled_ids[offset]}
                 if original is not None:
                     others["original"] = original.convert_tokens_to_ids(original.tokenize(line))
                 for name, ids in others.items():
@@ -162,7 +167,7 @@ def test_every_tokenizer_gives_the_same_ids_on_every_line(results):
     assert {source: s["lines"] for source, s in summary.items()} == {
         source: -(-count // every) for source, count in LINES.items()}
     no_difference = {"graph": [], "tokenize_to_ids": [], "tokenize_lines_to_ids": [],
-                     "original": []}
+                     "compiled": [], "original": []}
     assert {source: s["differing_lines"] for source, s in summary.items()} == {
         source: no_difference for source in LINES}
 
@@ -186,3 +191,31 @@ def test_token_spans_map_back_to_the_original_text(results):
     _, summary = results
     assert {source: s["span_mismatches"] for source, s in summary.items()} == {
         source: [] for source in LINES}
+
+
+@pytest.mark.filterwarnings("ignore:.*looks UNCASED")
+@pytest.mark.parametrize("lower", [True, False])
+def test_compiled_ids_equal_the_python_fast_path_on_every_line(real_texts, shared_data,
+                                                               minilm_dir, lower):
+    """Every line of every source above, and every Reuters-21578 story, without sampling: the
+    compiled tokenizer of the pretraining-data tools gives the ids of `tokenize_lines_to_ids`
+    (which the tests above hold to `tokenize` and the original's), in batches of 1,000 lines."""
+    python = FullTokenizer(minilm_dir / "vocab.txt", lower)
+    compiled = CompiledWordpiece(python)
+    reuters = [json.loads(line)["text"] for split in ("train", "dev", "test")
+               for line in (shared_data / "reuters21578" / f"{split}.jsonl").open(
+                   encoding="utf-8")]
+    texts = {source: [line.decode("utf-8", "ignore") for line in lines]
+             for source, lines in real_texts.items()}
+    texts["reuters"] = reuters
+    differing, tokens = {}, 0
+    for source, lines in texts.items():
+        for start in range(0, len(lines), 1000):
+            batch = lines[start:start + 1000]
+            expected = line_ids(python, batch)
+            ours = line_ids(compiled, batch)
+            differing[source] = differing.get(source, []) + [
+                start + k for k, (a, b) in enumerate(zip(expected, ours)) if a != b]
+            tokens += sum(map(len, expected))
+    assert {source: len(lines) for source, lines in texts.items()} == {**LINES, "reuters": 10789}
+    assert differing == {source: [] for source in texts} and tokens > 6_000_000

@@ -79,7 +79,7 @@ def spill(job: SpillJob) -> SpillResult:
             input_bytes += sum(map(len, sentences)) + len(sentences)
             bucket = nsp_pools.document_bucket(sentences, job.seed, job.bucket_count)
             start_tokenizing = time.perf_counter()
-            ids, lengths = _maker.tokenizer.tokenize_lines_to_ids(sentences)
+            ids, lengths = _maker.lines_to_ids(sentences)
             tokenizing += time.perf_counter() - start_tokenizing
             spill_files.add(bucket, lengths, ids)
     finally:

@@ -3,8 +3,9 @@
 This is the unit of work that the local worker processes, the in-memory mode and the Beam pipeline
 share: tokenize the sentences (dropping those that tokenize to nothing, then empty documents, as the
 original does), make the original's instances, and encode them as TFRecord frames. Tokenising runs
-through the tokenizer's chunk cache (`FullTokenizer.tokenize_lines_to_ids`); instances, masking and
-encoding run compiled (`compiled_instances`, `compiled_records`), one call per pool. The Python
+compiled on ASCII chunks (`compiled_wordpiece`, the twin of `FullTokenizer.tokenize_lines_to_ids`,
+which takes the other chunks); instances, masking and encoding run compiled (`compiled_instances`,
+`compiled_records`), one call per pool. The Python
 statement of the same algorithm (`instances`, `masking`, `schema`) is the reference the tests hold
 this against, record for record.
 """
@@ -12,6 +13,7 @@ import random
 import time
 from typing import Iterable, NamedTuple
 
+from data_gen.compiled_wordpiece import CompiledWordpiece
 from data_gen.pretraining import compiled_instances
 from data_gen.pretraining.compiled_instances import TokenizedPool
 from data_gen.pretraining.compiled_records import FramedRecords, framed_records
@@ -36,6 +38,7 @@ class RecordMaker:
         special_token_ids(self.tokenizer.vocab, REQUIRED_TOKENS, source=vocab_file)
         self.vocab_words = list(self.tokenizer.vocab.keys())
         self.vocabulary = compiled_instances.vocabulary_ids(self.tokenizer.vocab, self.vocab_words)
+        self.lines_to_ids = CompiledWordpiece(self.tokenizer).tokenize_lines_to_ids
 
     def tokenize(self, documents: Iterable[list]) -> TokenizedPool:
         """Documents of sentences -> the pool's non-empty documents of non-empty sentences.
@@ -46,7 +49,7 @@ class RecordMaker:
         start = time.perf_counter()
         pieces, lengths = [], []
         for sentences in documents:
-            ids, counts = self.tokenizer.tokenize_lines_to_ids(sentences)
+            ids, counts = self.lines_to_ids(sentences)
             counts = counts[counts > 0]
             if len(counts):
                 pieces.append(ids)
