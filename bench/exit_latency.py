@@ -3,8 +3,10 @@
 
 Why: a user saw finished runs hang for 30-60 s after training (issue 29: the training input
 iterator's destructor waiting on a tf.data thread, in 2 of 13 runs). This counts it: for every run,
-the longest silence after the last training step (between its log lines, and from the last line
-to the process's exit). When a run is silent for more than `--dump_after` seconds after training,
+the silence at the end of training (from the line of the last evaluation, which runs inside the
+training loop, to the next line, written once training has returned: where the stall was), the
+longest silence after the last training step, and the time from the last line to the process's
+exit. When a run is silent for more than `--dump_after` seconds after training,
 every thread's Python stack is written into its log (faulthandler, SIGUSR1), so a stall names the
 line it waits under. Evaluation is silent too: a dump during it is expected, and the exit delay is
 the figure that counts.
@@ -34,6 +36,7 @@ sys.path.insert(0, str(REPO))
 from bench.finetune_vs_pytorch import minilm_dir  # noqa: E402
 
 TRAIN_LINE = re.compile(r"step (\d+)/(\d+) \|")
+EVALUATION_LINE = re.compile(r"evaluation at step (\d+)")
 
 
 # The runner under Python's faulthandler: SIGUSR1 writes every thread's Python stack to stderr
@@ -46,7 +49,8 @@ LAUNCH = ("import faulthandler, runpy, signal, sys; "
 def watch(command: list, log: pathlib.Path, dump_after: float) -> dict:
     """Runs `command`; returns the longest silence after training and the exit delay (s)."""
     start = time.perf_counter()
-    state = {"last": start, "trained": False, "dumped": False}
+    state = {"last": start, "trained": False, "dumped": False, "steps": None,
+             "after_evaluation": False, "release": 0.0}
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, cwd=REPO)
 
@@ -65,18 +69,24 @@ def watch(command: list, log: pathlib.Path, dump_after: float) -> dict:
             now = time.perf_counter()
             if state["trained"]:
                 gaps.append(now - state["last"])
+            if state["after_evaluation"]:  # the first line after training returned
+                state["release"], state["after_evaluation"] = now - state["last"], False
             state["last"] = now
             out.write(f"{now - start:8.1f} {line}")
             out.flush()
             match = TRAIN_LINE.search(line)
             if match and match.group(1) == match.group(2):
-                state["trained"] = True
+                state["trained"], state["steps"] = True, match.group(1)
+            match = EVALUATION_LINE.search(line)
+            if state["trained"] and match and match.group(1) == state["steps"]:
+                state["after_evaluation"] = True
     child.wait()
     end = time.perf_counter()
     if child.returncode:
         raise SystemExit(f"failed ({child.returncode}); see {log}")
     return {"wall": end - start, "longest_gap": max(gaps, default=0.0),
-            "exit_delay": end - state["last"], "stacks": state["dumped"]}
+            "release": state["release"], "exit_delay": end - state["last"],
+            "stacks": state["dumped"]}
 
 
 def main():
@@ -100,10 +110,15 @@ def main():
                    f"--num_train_steps={args.steps}", f"--random_seed={run}"]
         row = watch(command, logs / f"run{run}.log", args.dump_after)
         rows.append(row)
-        print(f"run {run}: wall {row['wall']:.1f} s, longest silence after training "
+        print(f"run {run}: wall {row['wall']:.1f} s, end of training (last evaluation line to "
+              f"the next) {row['release']:.1f} s, longest silence after training "
               f"{row['longest_gap']:.1f} s, last line to exit {row['exit_delay']:.1f} s"
               + (" (Python stacks in its log)" if row["stacks"] else ""), flush=True)
         shutil.rmtree(out, ignore_errors=True)
+    stalled = [r["release"] for r in rows if r["release"] > 2.0]
+    print(f"{len(stalled)} of {len(rows)} runs stalled more than 2 s at the end of training "
+          f"({', '.join(f'{s:.1f}' for s in stalled) or 'none'} s); longest "
+          f"{max(r['release'] for r in rows):.1f} s")
     late = sum(1 for r in rows if r["exit_delay"] > 2.0)
     print(f"{late} of {len(rows)} runs took more than 2 s from their last line to exit (longest "
           f"{max(r['exit_delay'] for r in rows):.1f} s); longest silence after training "

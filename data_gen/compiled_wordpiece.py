@@ -32,7 +32,7 @@ class CompiledWordpiece:
         self.tokenizer = tokenizer
         vocab = tokenizer.vocab
         self._table, self._hashes, self._blob, self._starts = _vocabulary_table(vocab)
-        self._longest = int(np.diff(self._starts).max(initial=0))  # bytes of the longest token
+        self._longest = _longest_by_prefix(vocab)
         wordpiece = tokenizer.wordpiece_tokenizer
         self._unk_id = vocab[wordpiece.unk_token]
         self._max_chars = wordpiece.max_input_chars_per_word
@@ -58,6 +58,20 @@ class CompiledWordpiece:
         ends = np.flatnonzero(ids == _LINE_END_ID)
         counts = np.diff(ends, prepend=-1, append=len(ids)) - 1
         return ids[ids != _LINE_END_ID], counts
+
+
+def _longest_by_prefix(vocab) -> np.ndarray:
+    """`[continuation, b0, b1]`: the bytes of the longest token (after "##" for a continuation)
+    whose first two bytes are b0, b1; no longer candidate can match, so none is tried."""
+    longest = np.zeros((2, 256, 256), dtype=np.int32)
+    for token in vocab:
+        raw = token.encode("utf-8", "surrogatepass")
+        continuation = raw.startswith(b"##")
+        for kind, piece in ((0, raw), (1, raw[2:])) if continuation else ((0, raw),):
+            if len(piece) >= 2:
+                longest[kind, piece[0], piece[1]] = max(longest[kind, piece[0], piece[1]],
+                                                        len(piece))
+    return longest
 
 
 def _vocabulary_table(vocab) -> tuple:
@@ -126,8 +140,7 @@ def _lookup(table, hashes, blob, starts, h, word, start, end, continuation):
 def _wordpiece(word, length, out, n, scratch, table, hashes, blob, starts, unk_id, max_chars,
                longest):
     """Appends the WordPiece ids of `word[:length]` to `out` from `n`; returns the new `n`.
-    `scratch`: room for `length` hashes; `longest`: the bytes of the longest token (no longer
-    candidate can match, so none is tried)."""
+    `scratch`: room for `length` hashes; `longest`: `_longest_by_prefix`."""
     if length > max_chars:
         out[n] = unk_id
         return n + 1
@@ -136,11 +149,14 @@ def _wordpiece(word, length, out, n, scratch, table, hashes, blob, starts, unk_i
     while start < length:
         # The hash of each candidate ("##" +) word[start:end], then tried longest first.
         h = _FNV_BASIS
-        last = min(length, start + longest)
-        if start > 0:
+        continuation = 1 if start > 0 else 0
+        if continuation:
             h = ((h ^ 35) * _FNV_PRIME) & _HASH_MASK
             h = ((h ^ 35) * _FNV_PRIME) & _HASH_MASK
-            last = min(length, start + longest - 2)
+        last = start + 1
+        if length - start >= 2:
+            last = min(length, start + max(1, longest[continuation, word[start],
+                                                      word[start + 1]]))
         for k in range(start, last):
             h = ((h ^ word[k]) * _FNV_PRIME) & _HASH_MASK
             scratch[k] = h

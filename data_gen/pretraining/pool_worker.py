@@ -73,15 +73,30 @@ def spill(job: SpillJob) -> SpillResult:
     began = time.perf_counter()
     spill_files = nsp_pools.TokenSpill(job.spill_dir, job.bucket_count, job.index)
     documents, input_bytes, tokenizing = 0, 0, 0.0
-    try:
+    reading = 0.0  # of the time in `next(tokenized)`, what `read` took
+
+    def read():
+        nonlocal documents, input_bytes, reading
+        began = time.perf_counter()
         for sentences in range_documents(job.part, job.input_options):
             documents += 1
             input_bytes += sum(map(len, sentences)) + len(sentences)
             bucket = nsp_pools.document_bucket(sentences, job.seed, job.bucket_count)
+            reading += time.perf_counter() - began
+            yield bucket, sentences
+            began = time.perf_counter()
+        reading += time.perf_counter() - began
+
+    try:
+        tokenized = _maker.tokenize_documents(read())  # documents tokenized together
+        while True:
             start_tokenizing = time.perf_counter()
-            ids, lengths = _maker.lines_to_ids(sentences)
+            bucket, ids, lengths = next(tokenized, (None, None, None))
             tokenizing += time.perf_counter() - start_tokenizing
+            if bucket is None:
+                break
             spill_files.add(bucket, lengths, ids)
+        tokenizing -= reading
     finally:
         spill_files.close()
     return SpillResult(spill_files.documents_per_bucket, documents, input_bytes, {

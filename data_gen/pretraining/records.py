@@ -11,7 +11,9 @@ this against, record for record.
 """
 import random
 import time
-from typing import Iterable, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
+
+import numpy as np
 
 from data_gen.compiled_wordpiece import CompiledWordpiece
 from data_gen.pretraining import compiled_instances
@@ -22,6 +24,7 @@ from data_gen.pretraining.stats import PretrainingStats
 from data_gen.tokenization import FullTokenizer, special_token_ids
 
 REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")  # [UNK]: for characters it lacks
+TOKENIZE_BATCH_BYTES = 1 << 18  # characters of text per tokenizer call (`tokenize_documents`)
 
 
 class PoolRecords(NamedTuple):
@@ -48,14 +51,38 @@ class RecordMaker:
         """
         start = time.perf_counter()
         pieces, lengths = [], []
-        for sentences in documents:
-            ids, counts = self.lines_to_ids(sentences)
+        for _, ids, counts in self.tokenize_documents((None, sentences) for sentences in documents):
             counts = counts[counts > 0]
             if len(counts):
                 pieces.append(ids)
                 lengths.append(counts)
         return TokenizedPool.of_documents(pieces, lengths)._replace(
             seconds=time.perf_counter() - start)
+
+    def tokenize_documents(self, documents: Iterable[tuple]) -> Iterator[tuple]:
+        """`(key, sentences)` pairs -> `(key, ids, counts)` per document, in order: the ids of
+        its sentences one after another and how many each has (zeros kept). Documents are
+        tokenized together, about `TOKENIZE_BATCH_BYTES` of text per call: one call per short
+        document (a news story) would cost more than its tokens."""
+        batch, size = [], 0
+        for key, sentences in documents:
+            batch.append((key, sentences))
+            size += sum(map(len, sentences))
+            if size >= TOKENIZE_BATCH_BYTES:
+                yield from self._tokenize_batch(batch)
+                batch, size = [], 0
+        yield from self._tokenize_batch(batch)
+
+    def _tokenize_batch(self, batch: list) -> Iterator[tuple]:
+        if not batch:
+            return
+        ids, counts = self.lines_to_ids([line for _, sentences in batch for line in sentences])
+        line_ends = np.cumsum([len(sentences) for _, sentences in batch])
+        token_ends = np.concatenate(([0], np.cumsum(counts)))[line_ends]
+        line_start, token_start = 0, 0
+        for (key, _), line_end, token_end in zip(batch, line_ends.tolist(), token_ends.tolist()):
+            yield key, ids[token_start:token_end], counts[line_start:line_end]
+            line_start, token_start = line_end, token_end
 
     def warm_up(self) -> None:
         """Load the compiled code (and the tokenizer's patterns) now, on a two-document pool,
