@@ -37,6 +37,7 @@ from bench.finetune_vs_pytorch import minilm_dir  # noqa: E402
 
 TRAIN_LINE = re.compile(r"step (\d+)/(\d+) \|")
 EVALUATION_LINE = re.compile(r"evaluation at step (\d+)")
+STACK_LINE = re.compile(r"\s+File |Current thread 0x|Thread 0x|\s*$")  # faulthandler's dump
 
 
 # The runner under Python's faulthandler: SIGUSR1 writes every thread's Python stack to stderr
@@ -46,34 +47,42 @@ LAUNCH = ("import faulthandler, runpy, signal, sys; "
           "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
-def watch(command: list, log: pathlib.Path, dump_after: float) -> dict:
+def watch(command: list, log: pathlib.Path, dump_after: float, py_spy: str = "") -> dict:
     """Runs `command`; returns the longest silence after training and the exit delay (s)."""
     start = time.perf_counter()
     state = {"last": start, "trained": False, "dumped": False, "steps": None,
-             "after_evaluation": False, "release": 0.0}
+             "after_evaluation": False, "release": 0.0, "native": False}
+    native = log.with_suffix(".native.txt")
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, cwd=REPO)
 
     def watchdog():
         while child.poll() is None:
             time.sleep(0.5)
-            if (state["trained"] and not state["dumped"]
-                    and time.perf_counter() - state["last"] > dump_after):
+            silent = time.perf_counter() - state["last"] > dump_after
+            if state["trained"] and not state["dumped"] and silent:
                 state["dumped"] = True
                 os.kill(child.pid, signal.SIGUSR1)
+            if py_spy and state["after_evaluation"] and silent and not state["native"]:
+                state["native"] = True  # a stall at the end of training: native stacks too
+                dump = subprocess.run([py_spy, "dump", "--native", "--pid", str(child.pid)],
+                                      capture_output=True, text=True)
+                native.write_text(dump.stdout + dump.stderr)
 
     threading.Thread(target=watchdog, daemon=True).start()
     gaps = []
     with log.open("w") as out:
         for line in child.stdout:
             now = time.perf_counter()
+            out.write(f"{now - start:8.1f} {line}")
+            out.flush()
+            if STACK_LINE.match(line):  # a stack dump's line, not the run's output
+                continue
             if state["trained"]:
                 gaps.append(now - state["last"])
             if state["after_evaluation"]:  # the first line after training returned
                 state["release"], state["after_evaluation"] = now - state["last"], False
             state["last"] = now
-            out.write(f"{now - start:8.1f} {line}")
-            out.flush()
             match = TRAIN_LINE.search(line)
             if match and match.group(1) == match.group(2):
                 state["trained"], state["steps"] = True, match.group(1)
@@ -95,6 +104,9 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--task", default="MRPC")
     parser.add_argument("--dump_after", type=float, default=5.0)
+    parser.add_argument("--py_spy", default="",
+                        help="a py-spy executable: on a stall at the end of training, every "
+                             "thread's native stack goes to runN.native.txt beside the log")
     args = parser.parse_args()
     data = pathlib.Path(os.environ.get("BERT_DATA_DIR") or REPO.parent / "shared" / "data")
     logs = REPO / "bench" / "results" / "logs" / "exit-latency"
@@ -108,7 +120,7 @@ def main():
                    f"--init_checkpoint={minilm_dir()}", "--do_train", "--do_eval",
                    "--max_seq_length=128", "--train_batch_size=32",
                    f"--num_train_steps={args.steps}", f"--random_seed={run}"]
-        row = watch(command, logs / f"run{run}.log", args.dump_after)
+        row = watch(command, logs / f"run{run}.log", args.dump_after, args.py_spy)
         rows.append(row)
         print(f"run {run}: wall {row['wall']:.1f} s, end of training (last evaluation line to "
               f"the next) {row['release']:.1f} s, longest silence after training "

@@ -22,6 +22,9 @@ Every fine-tuning task's features (one row per example or window, NumPy arrays b
   a step meets to `max_seq_length / 8` (XLA compiles each shape); the fine-tuning driver asks
   for 1 on a CPU without XLA, where the step is traced once for any width.
 
+Iterators are made without tf.data's autotuning model (`without_autotune_model`): deleting one
+could wait up to a minute for the model's thread.
+
 `Batching` carries these choices from the runner's flags to a task's `dataset`; a task that packs
 several examples into one row (`data_gen.example_packing`) reads `pack` from it.
 """
@@ -160,4 +163,19 @@ def in_memory_dataset(features: dict, batch_size: int, is_training: bool, seed: 
     if trim:
         dataset = dataset.map(lambda batch: trim_to_longest(batch, sequence_features,
                                                              batching.width_multiple))
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return without_autotune_model(dataset.prefetch(tf.data.AUTOTUNE))
+
+
+def without_autotune_model(dataset):
+    """`dataset` with tf.data's autotuning model off (prefetch buffers still adapt).
+
+    Why: with it on, deleting an iterator that has run for a while can wait for the model's
+    background thread, which sleeps between optimization rounds whose period doubles up to 60 s;
+    a finished training run then hung silently for up to a minute at the end (issue 29:
+    bench/exit_latency.py). A pipeline of in-memory gathers, or of parsing with a fixed
+    parallelism, has nothing for the model to tune. Measured in docs/benchmarks.md."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)

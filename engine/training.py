@@ -271,7 +271,12 @@ class Trainer:
             if on_resume:
                 on_resume(self.global_step)
         step = self.global_step
-        if not single:
+        if not single and self.strategy.num_replicas_in_sync == 1:
+            # The dataset itself, not a distributed one: the distributed iterator's own
+            # pipelines run tf.data's autotuning model, whose thread can hold the iterator's
+            # deletion at the end of training for up to a minute (issue 29).
+            iterator = iter(dataset_fn(tf.distribute.InputContext()).skip(step))
+        elif not single:
             iterator = iter(self.strategy.distribute_datasets_from_function(
                 lambda context: dataset_fn(context).skip(step * _elements_per_update(context))))
         metrics = {}

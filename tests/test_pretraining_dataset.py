@@ -66,3 +66,11 @@ def test_input_pipelines_split_the_data_without_overlap(shards):
     assert len(one_file[0] | one_file[1]) >= len(everything) - 2 * 8  # all but the remainders
     by_file = [ids(shards, len(shards), i) for i in range(len(shards))]
     assert all(by_file) and not set.intersection(*by_file)
+
+
+def test_pretraining_input_runs_without_the_autotune_model(shards):
+    """As every input pipeline (tests/test_datasets.py): its thread could hold a finished run."""
+    for is_training in (True, False):
+        dataset = pretraining_dataset(shards, 32, 128, 20, is_training=is_training, seed=3)
+        assert dataset.options().autotune.enabled is False
+        assert next(iter(dataset))["input_ids"].shape == (32, 128)
