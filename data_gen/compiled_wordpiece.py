@@ -18,10 +18,10 @@ punctuation), and its ids are put back in place. The tests hold the ids equal to
 import numba
 import numpy as np
 
+from data_gen.tokenization import LINE_END_ID, join_lines, split_at_line_ends
+
 _EMPTY = -1
 _FNV_BASIS, _FNV_PRIME, _HASH_MASK = 2166136261, 16777619, 0xFFFFFFFF  # 32-bit FNV-1a
-_LINE_END_ID = -1  # as `tokenization._LINE_END_ID`
-_LINE_END = "\n\0\n"  # as `tokenization._LINE_END`: the NUL marks it, the newlines cut chunks
 
 
 class CompiledWordpiece:
@@ -43,10 +43,7 @@ class CompiledWordpiece:
         line has; the same as `FullTokenizer.tokenize_lines_to_ids(lines)`."""
         if not lines:
             return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
-        text = _LINE_END.join(lines)
-        if text.count("\0") != len(lines) - 1:  # NUL in a line: dropped, as the cleaner does
-            text = _LINE_END.join(line.replace("\0", "") for line in lines)
-        data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+        data = np.frombuffer(join_lines(lines).encode("utf-8", "surrogatepass"), dtype=np.uint8)
         ids, others = _ascii_ids(data, self._lower, self._table, self._hashes, self._blob,
                                  self._starts, self._unk_id, self._max_chars,
                                  self._longest)
@@ -55,9 +52,7 @@ class CompiledWordpiece:
             chunks = [raw[start:end].decode("utf-8", "surrogatepass") for start, end in others]
             filled, counts = self.tokenizer.tokenize_lines_to_ids(chunks)
             ids = _fill(ids, filled, np.concatenate(([0], np.cumsum(counts))))
-        ends = np.flatnonzero(ids == _LINE_END_ID)
-        counts = np.diff(ends, prepend=-1, append=len(ids)) - 1
-        return ids[ids != _LINE_END_ID], counts
+        return split_at_line_ends(ids)
 
 
 def _longest_by_prefix(vocab) -> np.ndarray:
@@ -179,7 +174,7 @@ def _wordpiece(word, length, out, n, scratch, table, hashes, blob, starts, unk_i
 
 @numba.njit(cache=True)
 def _ascii_ids(data, lower, table, hashes, blob, starts, unk_id, max_chars, longest):
-    """`(ids, others)`: the ids of UTF-8 `data`, with `_LINE_END_ID` at each NUL and, for the
+    """`(ids, others)`: the ids of UTF-8 `data`, with `LINE_END_ID` at each NUL and, for the
     k-th chunk holding a byte above 0x7f, `-2 - k` in its place; `others[k]` is that chunk's
     `(start, end)` in `data`."""
     n_bytes = len(data)
@@ -196,7 +191,7 @@ def _ascii_ids(data, lower, table, hashes, blob, starts, unk_id, max_chars, long
             i += 1
             continue
         if byte == 0:
-            out[n] = _LINE_END_ID
+            out[n] = LINE_END_ID
             n += 1
             i += 1
             continue

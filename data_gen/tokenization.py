@@ -110,17 +110,13 @@ class FullTokenizer:
         """
         if not lines:
             return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
-        text = _LINE_END.join(lines)
-        if text.count("\0") != len(lines) - 1:  # NUL in a line: dropped, as the cleaner does
-            text = _LINE_END.join(line.replace("\0", "") for line in lines)
+        text = join_lines(lines)
         if not _split_differs().search(text):
             chunks = text.split()  # the same chunks as the pattern's, found faster
         else:
             chunks = _chunk_pattern().findall(text)
-        ids = np.frombuffer(b"".join(map(self._chunk_ids.__getitem__, chunks)), dtype=np.int32)
-        ends = np.flatnonzero(ids == _LINE_END_ID)
-        counts = np.diff(ends, prepend=-1, append=len(ids)) - 1
-        return ids[ids != _LINE_END_ID], counts
+        return split_at_line_ends(
+            np.frombuffer(b"".join(map(self._chunk_ids.__getitem__, chunks)), dtype=np.int32))
 
     def convert_ids_to_tokens(self, ids) -> list:
         return convert_by_vocab(self.inv_vocab, ids)
@@ -174,8 +170,26 @@ class FullTokenizer:
 # Words of a printable ASCII chunk: each ASCII punctuation character alone (`is_punctuation`),
 # and the runs between them.
 _ASCII_WORDS = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
-_LINE_END, _LINE_END_ID = "\n\0\n", -1  # between lines in `tokenize_lines_to_ids`
-_LINE_END_BYTES = np.array([_LINE_END_ID], dtype=np.int32).tobytes()
+_LINE_END, LINE_END_ID = "\n\0\n", -1  # between lines in `tokenize_lines_to_ids`
+_LINE_END_BYTES = np.array([LINE_END_ID], dtype=np.int32).tobytes()
+
+
+def join_lines(lines: list) -> str:
+    """The lines as one text for the ids-only paths: joined around a NUL, which the tokenizer
+    drops from any text (a NUL inside a line is dropped here), so each NUL marks a line end and
+    tokenizes to `LINE_END_ID`; the newlines around it keep it a chunk of its own."""
+    text = _LINE_END.join(lines)
+    if text.count("\0") != len(lines) - 1:
+        text = _LINE_END.join(line.replace("\0", "") for line in lines)
+    return text
+
+
+def split_at_line_ends(ids: np.ndarray) -> tuple:
+    """The ids of a `join_lines` text -> `(ids, counts)`: without the line-end markers, and how
+    many ids each line has."""
+    ends = np.flatnonzero(ids == LINE_END_ID)
+    counts = np.diff(ends, prepend=-1, append=len(ids)) - 1
+    return ids[ids != LINE_END_ID], counts
 
 
 class _BoundedCache(dict):
