@@ -271,14 +271,8 @@ class Trainer:
             if on_resume:
                 on_resume(self.global_step)
         step = self.global_step
-        if not single and self.strategy.num_replicas_in_sync == 1:
-            # The dataset itself, not a distributed one: the distributed iterator's own
-            # pipelines run tf.data's autotuning model, whose thread can hold the iterator's
-            # deletion at the end of training for up to a minute (issue 29).
-            iterator = iter(dataset_fn(tf.distribute.InputContext()).skip(step))
-        elif not single:
-            iterator = iter(self.strategy.distribute_datasets_from_function(
-                lambda context: dataset_fn(context).skip(step * _elements_per_update(context))))
+        if not single:
+            iterator = iter(self._input(dataset_fn, skip_updates=step))
         metrics = {}
         while step < cfg.num_train_steps:
             n = min(cfg.steps_per_loop, cfg.num_train_steps - step,
@@ -320,7 +314,7 @@ class Trainer:
 
     def evaluate(self, dataset_fn: Callable, max_steps: int | None = None) -> dict:
         """Metrics over a finite dataset (or its first `max_steps` batches), summed exactly."""
-        dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
+        dataset = self._input(dataset_fn)
         totals = None
         for i, batch in enumerate(dataset):
             if max_steps is not None and i >= max_steps:
@@ -341,16 +335,27 @@ class Trainer:
         2-5 s to every evaluation of a GLUE dev split."""
         import numpy as np
 
+        dataset = self._input(dataset_fn)
         if self.strategy.num_replicas_in_sync == 1:
-            dataset = dataset_fn(tf.distribute.InputContext())
             step = self._single_predict_step.get_concrete_function(dataset.element_spec)
             chunks = [step(batch) for batch in dataset]
         else:
-            chunks = [self._predict_step(batch) for batch in
-                      self.strategy.distribute_datasets_from_function(dataset_fn)]
+            chunks = [self._predict_step(batch) for batch in dataset]
         if not chunks:
             raise ValueError("prediction dataset is empty")
         return {k: np.concatenate([c[k].numpy() for c in chunks]) for k in chunks[0]}
+
+    def _input(self, dataset_fn: Callable, skip_updates: int = 0):
+        """What a loop reads, after the batches of `skip_updates` updates: on one replica the
+        dataset itself, on several a distributed dataset. Why not a distributed one on one
+        replica too: its own pipeline does not carry the dataset's options and runs tf.data's
+        autotuning model, whose thread can hold the iterator's deletion, at the end of training,
+        for up to a minute (issue 29; `data_gen.datasets.without_autotune_model`)."""
+        if self.strategy.num_replicas_in_sync == 1:
+            dataset = dataset_fn(tf.distribute.InputContext())
+            return dataset.skip(skip_updates) if skip_updates else dataset
+        return self.strategy.distribute_datasets_from_function(
+            lambda context: dataset_fn(context).skip(skip_updates * _elements_per_update(context)))
 
     def restore_latest(self) -> str | None:
         """Restore model and optimiser from the newest checkpoint in output_dir (no iterator)."""
