@@ -55,6 +55,11 @@ flags.DEFINE_enum("window_pooling", "mean", ["mean", "max"], "With --doc_stride:
                   "logits are the mean of its windows', or the maximum of each.")
 flags.DEFINE_integer("max_windows_per_document", 0, "With --doc_stride: train on at most this "
                      "many windows of a document, the first ones (0: all).")
+flags.DEFINE_enum("window_loss", "window", ["window", "document"], "With --doc_stride, what "
+                  "training scores: 'window' (each window an example carrying its document's "
+                  "labels) or 'document' (each step takes --train_batch_size whole documents, "
+                  "pools each one's window logits by --window_pooling as prediction does, and "
+                  "puts the loss on the documents).")
 flags.DEFINE_string("best_metric", None, "Keep the best checkpoint by this eval_results.txt key "
                     "(default: the task's GLUE score, eval_main).")
 
@@ -83,6 +88,7 @@ def main(argv):
                               threshold=FLAGS.threshold, tune_threshold=FLAGS.tune_threshold,
                               doc_stride=FLAGS.doc_stride, window_pooling=FLAGS.window_pooling,
                               max_windows=FLAGS.max_windows_per_document,
+                              window_loss=FLAGS.window_loss,
                               init_label_bias=FLAGS.init_label_bias)
     runner_flags.finetune(task, FLAGS.best_metric)
 

@@ -10,6 +10,9 @@ Runs, one after the other, each a whole process timed from outside:
 - `ours-windows`: the same with `--doc_stride=64` (training rows are windows; steps still count
   documents, so both see the same number of batches), scored with `--window_pooling=mean` and,
   by an evaluation-only rerun on the same weights, `max`;
+- `ours-windows-document`: windows trained on the document (`--window_loss=document`: each step
+  32 whole stories, their window logits pooled by `--document_pooling` as prediction pools them,
+  the loss on the stories), scored as the windows side;
 - `transformers`: `bench/_hf_multilabel.py` (BertForSequenceClassification, multi-label problem
   type, truncation at 128) in `bench/.venv-pytorch` (made on first use, as
   `bench/finetune_vs_pytorch.py` makes it).
@@ -197,6 +200,10 @@ def main():
                         help="epochs (over documents, as --num_train_epochs counts) for the "
                              "windows side; default --epochs. 12.7 at 128/64 on Reuters gives "
                              "as many passes over the windows as --epochs=5 gives over documents")
+    parser.add_argument("--document_pooling", default="max", choices=["mean", "max"],
+                        help="the pooling the ours-windows-document side trains with")
+    parser.add_argument("--sides", default="truncate,windows,document,peer",
+                        help="comma-separated sides to run, of truncate, windows, document, peer")
     parser.add_argument("--no_label_bias", action="store_true",
                         help="start the head's biases at 0 on both sides")
     parser.add_argument("--learning_rate", default="1e-4")
@@ -231,15 +238,23 @@ def main():
     long = long_documents(source / "test.jsonl", args.max_seq_length)
 
     bias = [] if args.no_label_bias else ["--init_label_bias"]
-    sides = {"ours-truncate": lambda: run_ours("truncate", args, work, logs, data, bias),
-             "ours-windows": lambda: run_ours(
-                 "windows" + (f"-{args.windows_epochs}" if args.windows_epochs else ""), args,
-                 work, logs, data, [*bias, f"--doc_stride={args.doc_stride}"],
-                 args.windows_epochs)}
-    if args.peer_probabilities:
-        sides[f"transformers ({args.peer_device or 'elsewhere'})"] = lambda: peer_from_files(args)
-    elif not args.no_peer:
-        sides["transformers"] = lambda: run_peer(args, work, logs, data)
+    windows = [*bias, f"--doc_stride={args.doc_stride}"]
+    sides = {  # --sides name: (the table's name, the run)
+        "truncate": ("ours-truncate", lambda: run_ours("truncate", args, work, logs, data, bias)),
+        "windows": ("ours-windows", lambda: run_ours(
+            "windows" + (f"-{args.windows_epochs}" if args.windows_epochs else ""), args, work,
+            logs, data, windows, args.windows_epochs)),
+        "document": ("ours-windows-document", lambda: run_ours(
+            f"windows-document-{args.document_pooling}", args, work, logs, data,
+            [*windows, "--window_loss=document", f"--window_pooling={args.document_pooling}"])),
+        "peer": (f"transformers ({args.peer_device or 'elsewhere'})", lambda: peer_from_files(args))
+        if args.peer_probabilities else ("transformers", lambda: run_peer(args, work, logs, data)),
+    }
+    chosen = [name for name in args.sides.split(",") if not (name == "peer" and args.no_peer)]
+    unknown = sorted(set(chosen) - set(sides))
+    if unknown:
+        raise SystemExit(f"--sides: unknown {', '.join(unknown)} (of {', '.join(sides)})")
+    sides = dict(sides[name] for name in chosen)
     rows = []
     for side, run in sides.items():
         print(f"running {side} ...", flush=True)

@@ -22,6 +22,12 @@ Every fine-tuning task's features (one row per example or window, NumPy arrays b
   a step meets to `max_seq_length / 8` (XLA compiles each shape); the fine-tuning driver asks
   for 1 on a CPU without XLA, where the step is traced once for any width.
 
+- with `whole_examples` (training), a batch holds `batch_size` whole examples rather than rows:
+  every row of each (a long document's windows, consecutive rows sharing an `example_index`),
+  in a fresh seeded permutation of the examples every epoch, each row carrying `example_slot`,
+  its example's place in the batch (0, 0, 1, 2, 2, 2, ...), so that a task can pool an example's
+  rows in its loss. Such batches have a varying number of rows and are not bucketed.
+
 Iterators are made without tf.data's autotuning model (`without_autotune_model`): deleting one
 could wait up to a minute for the model's thread.
 
@@ -111,12 +117,64 @@ def _bucketed(indices, lengths, batch_size: int, window: int, seed: int):
     return windows.flat_map(batches_of)
 
 
+def _epoch_order(count: int, seed: int):
+    """The indices 0..count-1 in a fresh permutation every epoch, endlessly: a function of
+    (seed, epoch) alone, whatever the global seed is (a tensor seed in Dataset.shuffle fails
+    when the global seed is 0)."""
+    import tensorflow as tf
+
+    def epoch(e):
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(count, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), e]))
+        return tf.data.Dataset.from_tensor_slices(order)
+
+    return tf.data.Dataset.counter().flat_map(epoch)
+
+
+def example_row_spans(example_index) -> tuple:
+    """The first row and the number of rows of each example, whose rows must be consecutive
+    (a split's windows are written in document order)."""
+    example_index = np.asarray(example_index)
+    examples = int(example_index.max()) + 1 if len(example_index) else 0
+    if np.any(np.diff(example_index) < 0) or np.any(example_index < 0):
+        raise ValueError("whole_examples needs each example's rows consecutive, in order")
+    counts = np.bincount(example_index, minlength=examples)
+    if np.any(counts == 0):
+        raise ValueError(f"examples without a row: {np.flatnonzero(counts == 0)[:5]}")
+    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64), counts.astype(np.int64)
+
+
+def _whole_example_batches(tensors: dict, example_index, batch_size: int, seed: int,
+                           pipelines: int, pipeline: int):
+    """Training batches of `batch_size` whole examples (see the module docstring)."""
+    import tensorflow as tf
+
+    starts, counts = example_row_spans(example_index)
+    if len(counts) < batch_size * pipelines:
+        raise DataError(f"{len(counts)} training examples are fewer than one batch of "
+                        f"{batch_size * pipelines}")
+    starts, counts = tf.constant(starts), tf.constant(counts)
+
+    def gather(examples):
+        first, rows = tf.gather(starts, examples), tf.gather(counts, examples)
+        index = tf.ragged.range(first, first + rows).flat_values
+        batch = {name: tf.gather(value, index) for name, value in tensors.items()}
+        batch["example_slot"] = tf.repeat(tf.range(batch_size, dtype=tf.int32), rows)
+        return batch
+
+    examples = _epoch_order(len(counts), seed)
+    if pipelines > 1:
+        examples = examples.shard(pipelines, pipeline)
+    return examples.batch(batch_size, drop_remainder=True).map(gather)
+
+
 def in_memory_dataset(features: dict, batch_size: int, is_training: bool, seed: int = 0,
                       input_context=None, batching: Batching = Batching(),
-                      sequence_features=SEQUENCE_FEATURES, transform: Callable | None = None):
+                      sequence_features=SEQUENCE_FEATURES, transform: Callable | None = None,
+                      whole_examples: bool = False):
     """Batches of `features` (see the module docstring). `transform` maps each batch before it is
     trimmed (a task adding a derived feature, or packing rows); `sequence_features` are the
-    names trimmed."""
+    names trimmed; `whole_examples`: training batches of whole examples, not rows."""
     import tensorflow as tf
 
     trim, window = batching.trim, batching.bucket_window
@@ -125,19 +183,16 @@ def in_memory_dataset(features: dict, batch_size: int, is_training: bool, seed: 
     pipelines = input_context.num_input_pipelines if input_context else 1
     pipeline = input_context.input_pipeline_id if input_context else 0
     tensors = {name: tf.constant(value) for name, value in features.items()}
-    if is_training:
+    if is_training and whole_examples:
+        dataset = _whole_example_batches(tensors, features["example_index"], batch_size, seed,
+                                         pipelines, pipeline)
+    elif is_training:
         if count < batch_size * pipelines:
             raise DataError(f"{count} training examples are fewer than one batch of "
                             f"{batch_size * pipelines}")
 
-        def epoch(e):  # a permutation per epoch, the same in every pipeline, sharded below
-            # Stateless: a function of (seed, epoch) alone, whatever the global seed is (a
-            # tensor seed in Dataset.shuffle fails when the global seed is 0).
-            order = tf.random.experimental.stateless_shuffle(
-                tf.range(count, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), e]))
-            return tf.data.Dataset.from_tensor_slices(order)
-
-        indices = tf.data.Dataset.counter().flat_map(epoch)
+        # A permutation per epoch, the same in every pipeline, sharded below.
+        indices = _epoch_order(count, seed)
         if pipelines > 1:
             indices = indices.shard(pipelines, pipeline)
         if window:

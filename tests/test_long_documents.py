@@ -1,6 +1,8 @@
 """Long documents in classification (`--doc_stride`): the windows by hand, the pooled logits against
-a NumPy loop, the SavedModel's in-graph windows against the runner's on a random sweep, and
-run_classifier end to end on long Reuters stories, served raw in a fresh process."""
+a NumPy loop (and the graph's pooling against NumPy's), the SavedModel's in-graph windows against
+the runner's on a random sweep, batches of whole documents and the document loss by hand
+(`--window_loss=document`), and run_classifier end to end on long Reuters stories, served raw in a
+fresh process."""
 import json
 import random
 
@@ -68,7 +70,7 @@ def test_a_document_s_rows_carry_its_labels_and_index(tokenizer):
 
 
 def test_pooled_logits_against_a_loop():
-    from tasks.classification.task import pool_windows
+    from tasks.classification.window_pooling import pool_windows
 
     rng = np.random.default_rng(1)
     owner = np.array([0, 0, 0, 1, 2, 2, 3, 3, 3, 3])
@@ -79,6 +81,144 @@ def test_pooled_logits_against_a_loop():
         np.testing.assert_allclose(pool_windows(logits, owner, 4, pooling), expected, rtol=1e-12)
     with pytest.raises(RuntimeError, match="examples without a window"):
         pool_windows(logits, owner, 5, "mean")
+
+
+def test_graph_pooling_equals_numpy_pooling():
+    from tasks.classification.window_pooling import pool_window_logits, pool_windows
+
+    rng = np.random.default_rng(2)
+    owner = np.repeat(np.arange(6), [1, 4, 2, 1, 7, 3])
+    logits = rng.normal(size=(len(owner), 5)).astype(np.float32)
+    for pooling in ("mean", "max"):
+        np.testing.assert_allclose(
+            np.asarray(pool_window_logits(logits, owner.astype(np.int32), pooling)),
+            pool_windows(logits, owner, 6, pooling), rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------------ the document loss
+def whole_document_features():
+    """12 rows of 6 documents (1, 2 or 4 windows each); each row's first id is its row number."""
+    owner = np.array([0, 0, 0, 1, 2, 2, 3, 4, 4, 4, 4, 5], np.int64)
+    rows = len(owner)
+    return {"input_ids": np.arange(rows * 4, dtype=np.int32).reshape(rows, 4) // 4,
+            "input_mask": np.ones((rows, 4), np.int32),
+            "segment_ids": np.zeros((rows, 4), np.int32),
+            "label_ids": (owner * 10).astype(np.int32), "example_index": owner,
+            "is_real_example": np.ones(rows, np.int32)}
+
+
+def batches(dataset, count):
+    return [{name: value.numpy() for name, value in batch.items()}
+            for batch in dataset.take(count)]
+
+
+def test_training_batches_hold_whole_documents():
+    from data_gen.datasets import Batching, in_memory_dataset
+
+    features = whole_document_features()
+    owner = features["example_index"]
+    made = lambda seed, context=None: in_memory_dataset(  # noqa: E731
+        features, 2, True, seed=seed, input_context=context, whole_examples=True,
+        batching=Batching(trim=False))
+    first = batches(made(3), 9)  # three epochs of 3 batches
+    for epoch in range(3):
+        seen = []
+        for batch in first[3 * epoch: 3 * epoch + 3]:
+            rows = batch["input_ids"][:, 0]
+            documents = batch["example_index"]
+            # Every row of each of its 2 documents, in row order, slot = the document's place.
+            assert len(set(documents)) == 2
+            for slot, document in enumerate(dict.fromkeys(documents)):
+                assert rows[batch["example_slot"] == slot].tolist() == np.flatnonzero(
+                    owner == document).tolist()
+            assert batch["example_slot"].tolist() == sorted(batch["example_slot"].tolist())
+            assert (batch["label_ids"] == documents * 10).all()
+            seen += list(dict.fromkeys(documents))
+        assert sorted(seen) == list(range(6))  # each document once per epoch
+    orders = [[list(dict.fromkeys(b["example_index"])) for b in first[e * 3: e * 3 + 3]]
+              for e in range(3)]
+    assert orders[0] != orders[1] or orders[1] != orders[2]  # a fresh permutation each epoch
+    again = batches(made(3), 9)
+    assert all((a["input_ids"] == b["input_ids"]).all() for a, b in zip(first, again))
+    # A resumed run rebuilds the pipeline and skips the batches it used: the same stream.
+    resumed = batches(made(3).skip(4), 5)
+    assert all((a["input_ids"] == b["input_ids"]).all() for a, b in zip(first[4:], resumed))
+    other = batches(made(4), 3)
+    assert any(a["input_ids"].shape != b["input_ids"].shape or (a["input_ids"] != b[
+        "input_ids"]).any() for a, b in zip(first, other))
+
+
+def test_whole_documents_need_consecutive_rows_and_a_full_batch():
+    from data_gen.datasets import Batching, in_memory_dataset
+    from data_gen.errors import DataError
+
+    features = whole_document_features()
+    with pytest.raises(DataError, match="6 training examples are fewer than one batch of 8"):
+        in_memory_dataset(features, 8, True, whole_examples=True, batching=Batching(trim=False))
+    shuffled = dict(features, example_index=features["example_index"][::-1].copy())
+    with pytest.raises(ValueError, match="consecutive"):
+        in_memory_dataset(shuffled, 2, True, whole_examples=True, batching=Batching(trim=False))
+
+
+class RowLogits:
+    """A stand-in model: row r's logits are `table[first input id of r]`."""
+
+    def __init__(self, table):
+        self.table = np.asarray(table, np.float32)
+
+    def __call__(self, inputs, training=False):
+        from keras import ops
+
+        return {"logits": ops.take(self.table, inputs["input_word_ids"][:, 0], axis=0)}
+
+
+def document_task(pooling, multi_label):
+    from tasks.classification.task import ClassificationTask
+
+    task = ClassificationTask("multilabel" if multi_label else "mrpc", "unused", doc_stride=8,
+                              window_pooling=pooling, window_loss="document")
+    task.multi_label = multi_label
+    return task
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_document_loss_by_hand_multi_label(pooling):
+    """Rows 0-3 are document A's windows (labels 1, 0, 1), rows 4-5 document B's (0, 1, 0): the
+    loss is the mean binary cross-entropy of the two pooled rows, worked out here by hand."""
+    table = np.array([[2.0, -1.0, 0.5], [-3.0, 0.0, 1.5], [1.0, 1.0, -2.0], [0.0, -4.0, 3.0],
+                      [-1.0, 2.5, 0.0], [-2.0, 0.5, -1.0]])
+    batch = {"input_ids": np.arange(6, dtype=np.int32)[:, None].repeat(4, 1),
+             "input_mask": np.ones((6, 4), np.int32), "segment_ids": np.zeros((6, 4), np.int32),
+             "label_ids": np.array([[1, 0, 1]] * 4 + [[0, 1, 0]] * 2, np.int32),
+             "example_slot": np.array([0, 0, 0, 0, 1, 1], np.int32)}
+    if pooling == "mean":
+        a = [(2.0 - 3.0 + 1.0 + 0.0) / 4, (-1.0 + 0.0 + 1.0 - 4.0) / 4, (0.5 + 1.5 - 2.0 + 3.0) / 4]
+        b = [(-1.0 - 2.0) / 2, (2.5 + 0.5) / 2, (0.0 - 1.0) / 2]
+    else:
+        a, b = [2.0, 1.0, 3.0], [-1.0, 2.5, 0.0]
+    bce = lambda x, z: np.log(1 + np.exp(-x)) if z else np.log(1 + np.exp(x))  # noqa: E731
+    expected = np.mean([bce(x, z) for x, z in zip(a + b, [1, 0, 1, 0, 1, 0])])
+    loss, metrics = document_task(pooling, True).loss_and_metrics(RowLogits(table), batch, True)
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+    hits, documents = (float(v) for v in metrics["subset_accuracy"])
+    # mean: A (0.0, -1.0, 0.75) -> {c}, not {a, c}; B (-1.5, 1.5, -0.5) -> {b}: one right of two.
+    # max: A (2, 1, 3) -> {a, b, c}; B (-1, 2.5, 0) -> {b}: one right.
+    assert (hits, documents) == (1.0, 2.0)
+
+
+def test_document_loss_by_hand_single_label():
+    table = np.array([[1.0, 0.0], [0.0, 3.0], [2.0, -2.0]])
+    batch = {"input_ids": np.array([[0], [1], [2]], np.int32), "input_mask": np.ones((3, 1),
+                                                                                   np.int32),
+             "segment_ids": np.zeros((3, 1), np.int32), "label_ids": np.array([1, 1, 0], np.int32),
+             "example_slot": np.array([0, 0, 1], np.int32)}
+    pooled = [[0.5, 1.5], [2.0, -2.0]]  # mean of rows 0-1; row 2
+    expected = np.mean([np.log(np.exp(0.5) + np.exp(1.5)) - 1.5,
+                        np.log(np.exp(2.0) + np.exp(-2.0)) - 2.0])
+    loss, metrics = document_task("mean", False).loss_and_metrics(RowLogits(table), batch, True)
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+    assert [float(v) for v in metrics["accuracy"]] == [2.0, 2.0]
+    assert np.argmax(pooled, -1).tolist() == [1, 0]
 
 
 def test_served_windows_are_the_runner_s(vocab_file, tokenizer):
@@ -166,6 +306,22 @@ def test_runner_trains_on_windows_and_answers_once_per_document(long_run, tokeni
     assert results["eval_main"] == results["eval_micro_f1"]
 
 
+def test_document_loss_trains_on_whole_documents_end_to_end(long_run, tmp_path):
+    """--window_loss=document: an epoch is 160 documents in batches of 16 (10 steps, each all the
+    windows of its 16 documents), and every file is still one line per document."""
+    out = tmp_path / "out"
+    flags = [f for f in long_run["flags"] if not f.startswith("--output_dir")]
+    run = run_script("run_classifier.py", *flags, f"--output_dir={out}", "--do_train",
+                     "--do_eval", "--window_loss=document", "--window_pooling=max")
+    assert "160 training examples in" in run.stderr and "10 steps" in run.stderr
+    assert "step 10/10" in run.stderr
+    assert len(read_tsv(out / "eval_predictions.tsv")) == 41
+    ours = read_results(out / "eval_results.txt")
+    assert ours["eval_main"] == ours["eval_micro_f1"]
+    assert json.loads((out / "run_config.json").read_text())["identity"]["window_loss"] == (
+        "document")
+
+
 SERVE = r"""
 import json, sys
 import tensorflow as tf
@@ -199,6 +355,7 @@ def test_max_pooling_rescored_from_the_same_weights(long_run, tmp_path):
     import shutil
 
     import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the export's tokenizer ops, when run on its own)
 
     copy = tmp_path / "out"
     shutil.copytree(long_run["out"], copy)
@@ -233,11 +390,16 @@ def test_max_pooling_rescored_from_the_same_weights(long_run, tmp_path):
     ("--window_pooling=max", "--window_pooling and --max_windows_per_document apply to windows: "
                              "add --doc_stride"),
     ("--max_windows_per_document=2", "apply to windows: add --doc_stride"),
+    ("--window_loss=document", "--window_loss=document applies to windows: add --doc_stride"),
+    ("--doc_stride=32 --window_loss=document --pack_examples",
+     "--window_loss=document cannot be combined with --pack_examples"),
+    ("--doc_stride=32 --window_loss=document --num_accumulation_steps=2",
+     "or --num_accumulation_steps"),
 ])
 def test_window_flags_are_checked_in_one_line(long_run, tmp_path, flag, message):
     flags = [f for f in long_run["flags"] if not f.startswith(("--output_dir", "--doc_stride"))]
     result = run_script("run_classifier.py", *flags, f"--output_dir={tmp_path / 'o'}",
-                        "--do_train", flag, check=False)
+                        "--do_train", *flag.split(), check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert message in result.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "o").exists()

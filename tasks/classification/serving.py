@@ -23,6 +23,7 @@ import tensorflow as tf
 from data_gen.graph_tokenizer import GraphTokenizer, InputPacker
 from data_gen.graph_windows import Layout, map_in_batches, window_positions
 from engine.export import token_id_spec
+from tasks.classification.window_pooling import pool_window_logits
 
 
 class ClassifierServing(tf.Module):
@@ -81,8 +82,7 @@ class ClassifierServing(tf.Module):
             return self.outputs(self.text_inputs(text_a, text_b))
         inputs, request = self.windows(text_a, text_b)
         logits = map_in_batches(self.logits, inputs, self.window_batch, [None, self.num_logits])
-        pool = tf.math.segment_max if self.pooling == "max" else tf.math.segment_mean
-        return self.outputs(None, pool(logits, request))
+        return self.outputs(None, pool_window_logits(logits, request, self.pooling))
 
     def windows(self, text_a, text_b=None) -> tuple:
         """The encoder's inputs for every window of every text, and each window's request."""

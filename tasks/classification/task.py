@@ -16,7 +16,11 @@ Long documents (`doc_stride`, ours): each text longer than a row becomes overlap
 feature row each (`features.document_windows`; training keeps the first `max_windows` of a document
 if set); evaluation, prediction and the SavedModel pool a document's window logits into one
 (`window_pooling`: the mean, or the maximum of each logit), so every metric, file and answer is
-one per document. An epoch of steps counts documents, as run_squad counts questions.
+one per document. An epoch of steps counts documents, as run_squad counts questions. Training
+reads each window as an example with its document's labels (`window_loss="window"`), or, with
+`window_loss="document"`, takes `train_batch_size` whole documents per step (all their windows,
+`data_gen.datasets` `whole_examples`), pools each document's window logits as prediction does and
+puts the loss on the documents: a window without evidence of a label is not taught to find it.
 Files (`tasks.prediction_files`): `test_results.tsv`, the original's layout (probabilities only,
 no header; regression: the score), and `test_predictions.tsv` and `eval_predictions.tsv` (what
 the kept weights predict on dev): `id`, `prediction` and one probability per label (regression:
@@ -38,6 +42,7 @@ from data_gen.errors import DataError
 from engine.task import FinetuningTask, Split
 from modeling import losses
 from modeling.errors import SettingsError
+from tasks.classification.window_pooling import POOLINGS, pool_window_logits, pool_windows
 from tasks.tensors import model_inputs
 
 logger = logging.getLogger(__name__)
@@ -56,6 +61,7 @@ class ClassificationTask(FinetuningTask):
     doc_stride: int | None = None  # windows over long texts (None: the original's truncation)
     window_pooling: str = "mean"  # how a document's window logits become one: "mean" or "max"
     max_windows: int = 0  # training: at most this many windows of a document (0: all)
+    window_loss: str = "window"  # training: "window" (each window an example) or "document"
     init_label_bias: bool = False  # multi-label: a fresh head's biases at the labels' log-odds
     packs_examples = True  # training rows may hold several examples (`--pack_examples`)
 
@@ -105,6 +111,16 @@ class ClassificationTask(FinetuningTask):
         if self.doc_stride is None and (self.max_windows or self.window_pooling != "mean"):
             raise SettingsError("--window_pooling and --max_windows_per_document apply to "
                                 "windows: add --doc_stride")
+        if self.window_loss not in WINDOW_LOSSES:
+            raise SettingsError(f"--window_loss={self.window_loss}: one of "
+                                f"{', '.join(WINDOW_LOSSES)}")
+        if self.window_loss == "document":
+            if self.doc_stride is None:
+                raise SettingsError("--window_loss=document applies to windows: add --doc_stride")
+            if settings.pack_examples or settings.num_accumulation_steps > 1:
+                raise SettingsError("--window_loss=document cannot be combined with "
+                                    "--pack_examples or --num_accumulation_steps (its batches "
+                                    "hold whole documents, a varying number of rows)")
         self.row_unit = "window" if self.doc_stride else None
         if self.init_label_bias and not self.multi_label:
             raise SettingsError("--init_label_bias applies to multi-label tasks "
@@ -127,6 +143,8 @@ class ClassificationTask(FinetuningTask):
                     "labels": self.labels}
         if self.doc_stride:  # only then, so that earlier runs' identity stays the same
             identity.update(doc_stride=self.doc_stride, max_windows=self.max_windows)
+        if self.window_loss != "window":
+            identity["window_loss"] = self.window_loss
         return identity
 
     def metric_names(self) -> list:
@@ -188,6 +206,10 @@ class ClassificationTask(FinetuningTask):
         from data_gen.datasets import in_memory_dataset
         from data_gen.example_packing import pack_batch
 
+        if self.window_loss == "document" and is_training:  # whole documents, not bucketed
+            return in_memory_dataset(features, batch_size, is_training, seed=seed,
+                                     input_context=input_context, whole_examples=True,
+                                     batching=dataclasses.replace(batching, bucket_window=0))
         if batching.pack and is_training:
             length = self.setup.max_seq_length
             return in_memory_dataset(
@@ -217,6 +239,10 @@ class ClassificationTask(FinetuningTask):
                                          training=training)
         else:
             logits = model(model_inputs(batch), training=training)["logits"]
+        if "example_slot" in batch:  # whole documents: the loss on their pooled window logits
+            slots = batch["example_slot"]
+            logits = pool_window_logits(ops.cast(logits, "float32"), slots, self.window_pooling)
+            batch = {"label_ids": ops.segment_max(batch["label_ids"], slots, sorted=True)}
         examples = ops.cast(ops.shape(logits)[0], "float32")
         if self.regression:
             loss = losses.regression_loss(logits, batch["label_ids"])
@@ -381,29 +407,13 @@ class ClassificationTask(FinetuningTask):
 
 
 TUNINGS = ("none", "global", "per_label")
-POOLINGS = ("mean", "max")
+WINDOW_LOSSES = ("window", "document")
 
 
 def label_log_odds(frequencies, floor: float = 1e-4) -> np.ndarray:
     """log(p / (1 - p)) of each label's frequency, p kept within [floor, 1 - floor]."""
     p = np.clip(np.asarray(frequencies, np.float64), floor, 1 - floor)
     return np.log(p / (1 - p)).astype(np.float32)
-
-
-def pool_windows(logits, example_index, examples: int, pooling: str) -> np.ndarray:
-    """One row of logits per example from its windows' rows: their mean or their maximum."""
-    logits = np.asarray(logits, np.float64)
-    example_index = np.asarray(example_index)
-    counts = np.bincount(example_index, minlength=examples)
-    if np.any(counts == 0):
-        raise RuntimeError(f"examples without a window: {np.flatnonzero(counts == 0)[:5]}")
-    if pooling == "max":
-        pooled = np.full((examples, logits.shape[1]), -np.inf)
-        np.maximum.at(pooled, example_index, logits)
-        return pooled
-    pooled = np.zeros((examples, logits.shape[1]))
-    np.add.at(pooled, example_index, logits)
-    return pooled / counts[:, None]
 
 
 def sigmoid(logits) -> np.ndarray:
