@@ -36,8 +36,9 @@ The peer can run elsewhere (on a lent GPU it takes a minute where 2 CPU cores ta
 `bench/_hf_multilabel.py --gpu ... --seed N` there, then `--peer_probabilities=s1.npy,s2.npy,...
 --peer_device="H200"` here scores those files as the peer (F1 only: no throughput from another
 machine). `--work_dir` reuses a folder of an earlier run: sides trained there are only predicted
-again, and a side whose training was interrupted resumes from its last checkpoint (its training
-time then counts this run's part only).
+again (what their training took is read from `NAME.train.json` there), and a side whose training
+was interrupted resumes from its last checkpoint (its training time then counts this run's part
+only).
 
 Prints a Markdown table and writes bench/results/reuters.json and each run's log under
 bench/results/logs/.
@@ -133,18 +134,19 @@ def run_ours(name: str, args, work: pathlib.Path, logs: pathlib.Path, data: path
              f"--init_checkpoint={minilm_dir()}", f"--max_seq_length={args.max_seq_length}",
              "--train_batch_size=32", f"--learning_rate={args.learning_rate}",
              f"--num_train_epochs={epochs or args.epochs}", f"--random_seed={args.seed}", *extra]
-    if args.work_dir and (out / "checkpoint").is_file() and finished(train_log):
-        # --work_dir: this side was trained by an earlier run of the bench; its log says how long
-        # (each line is stamped with the seconds since the start).
-        log = train_log.read_text()
-        wall = float(log.strip().splitlines()[-1].split()[0])
+    summary = work / f"{name}.train.json"  # what training took, kept with the side's folder
+    if args.work_dir and (out / "checkpoint").is_file() and summary.is_file():
+        # --work_dir: this side was trained by an earlier run of the bench.
+        trained = json.loads(summary.read_text())
+        wall, steps = trained["train_wall"], trained["steps"]
         print(f"  {name}: trained by an earlier run ({wall:.0f} s), predicting again", flush=True)
     else:
         if not (args.work_dir and (out / "checkpoint").is_file()):
             shutil.rmtree(out, ignore_errors=True)  # else: an interrupted run, resumed
         wall, log = timed([sys.executable, "run_classifier.py", *flags, "--do_train"],
                           str(train_log))
-    steps = int(re.findall(r"step (\d+)/\d+ \|", log)[-1])
+        steps = int(re.findall(r"step (\d+)/\d+ \|", log)[-1])
+        summary.write_text(json.dumps({"train_wall": wall, "steps": steps}) + "\n")
     results = {}
     for pooling in (["mean", "max"] if "--doc_stride" in " ".join(extra) else [None]):
         pooled = [f"--window_pooling={pooling}"] if pooling else []
@@ -154,14 +156,6 @@ def run_ours(name: str, args, work: pathlib.Path, logs: pathlib.Path, data: path
         seconds = seconds_between(predicted, "using ", "predictions for test")
         results[pooling or "truncate"] = (probabilities, seconds)
     return {"train_wall": wall, "steps": steps, "predictions": results}
-
-
-def finished(train_log: pathlib.Path) -> bool:
-    """Whether the training log reached its last step ("step N/N")."""
-    if not train_log.is_file():
-        return False
-    steps = re.findall(r"step (\d+)/(\d+) \|", train_log.read_text())
-    return bool(steps) and steps[-1][0] == steps[-1][1]
 
 
 def peer_from_files(args) -> dict:
