@@ -318,8 +318,16 @@ def test_document_loss_trains_on_whole_documents_end_to_end(long_run, tmp_path):
     assert len(read_tsv(out / "eval_predictions.tsv")) == 41
     ours = read_results(out / "eval_results.txt")
     assert ours["eval_main"] == ours["eval_micro_f1"]
-    assert json.loads((out / "run_config.json").read_text())["identity"]["window_loss"] == (
-        "document")
+    identity = json.loads((out / "run_config.json").read_text())["identity"]
+    assert (identity["window_loss"], identity["window_pooling"]) == ("document", "max")
+    # Trained for max pooling: predicting with the mean, or as window-trained, is one line.
+    for wrong, message in ((["--window_loss=document", "--window_pooling=mean"],
+                            "window_pooling was 'max', now 'mean'"),
+                           ([], "window_loss was 'document', now 'window'")):
+        refused = run_script("run_classifier.py", *flags, f"--output_dir={out}", "--do_predict",
+                             *wrong, check=False)
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr
+        assert message in refused.stderr.strip().splitlines()[-1]
 
 
 SERVE = r"""

@@ -142,9 +142,10 @@ class ClassificationTask(FinetuningTask):
         identity = {"task": self.processor.name, "processor_options": self.processor_options,
                     "labels": self.labels}
         if self.doc_stride:  # only then, so that earlier runs' identity stays the same
-            identity.update(doc_stride=self.doc_stride, max_windows=self.max_windows)
-        if self.window_loss != "window":
-            identity["window_loss"] = self.window_loss
+            identity.update(doc_stride=self.doc_stride, max_windows=self.max_windows,
+                            window_loss=self.window_loss)
+        if self.window_loss == "document":  # trained for this pooling: predict with it alone
+            identity["window_pooling"] = self.window_pooling
         return identity
 
     def metric_names(self) -> list:
