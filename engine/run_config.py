@@ -74,7 +74,8 @@ def check_run_config(output_dir: str, identity: dict, training: dict | None,
                if key in previous[group] and previous[group][key] != value]
     if changed:
         raise RunConfigError(f"{output_dir} holds a run with other settings "
-                             f"({'; '.join(changed)}): use another --output_dir, or empty it")
+                             f"({'; '.join(changed)}): run with the settings it was made "
+                             f"with, or use another --output_dir (or empty it to start over)")
 
 
 def _other_kind(kind: str, names: list, has_checkpoints: bool) -> str | None:
