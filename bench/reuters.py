@@ -148,7 +148,9 @@ def seconds_between(log: str, first: str, last: str) -> float:
 
 
 def run_ours(name: str, args, work: pathlib.Path, logs: pathlib.Path, data: pathlib.Path,
-             extra: list, epochs: str = "") -> dict:
+             extra: list, epochs: str = "", poolings: tuple = (None,)) -> dict:
+    """One side of ours: trained (or found trained in --work_dir), then predicted with each of
+    `poolings` (None: truncation, no --window_pooling)."""
     out = work / name
     train_log = logs / f"reuters-{name}-train.log"
     flags = ["--task_name=multilabel", f"--data_dir={data}", f"--output_dir={out}",
@@ -169,11 +171,6 @@ def run_ours(name: str, args, work: pathlib.Path, logs: pathlib.Path, data: path
         steps = int(re.findall(r"step (\d+)/\d+ \|", log)[-1])
         summary.write_text(json.dumps({"train_wall": wall, "steps": steps}) + "\n")
     results = {}
-    poolings = [None]  # truncation
-    if "--window_loss=document" in extra:  # trained for one pooling (the run refuses others)
-        poolings = [flag.split("=")[1] for flag in extra if flag.startswith("--window_pooling=")]
-    elif any(flag.startswith("--doc_stride=") for flag in extra):
-        poolings = ["mean", "max"]
     for pooling in poolings:
         pooled = [f"--window_pooling={pooling}"] if pooling else []
         _, predicted = timed([sys.executable, "run_classifier.py", *flags, "--do_predict",
@@ -263,10 +260,12 @@ def main():
         "truncate": ("ours-truncate", lambda: run_ours("truncate", args, work, logs, data, bias)),
         "windows": ("ours-windows", lambda: run_ours(
             "windows" + (f"-{args.windows_epochs}" if args.windows_epochs else ""), args, work,
-            logs, data, windows, args.windows_epochs)),
+            logs, data, windows, args.windows_epochs, poolings=("mean", "max"))),
+        # Trained for one pooling: a run refuses to predict it with the other.
         "document": ("ours-windows-document", lambda: run_ours(
             f"windows-document-{args.document_pooling}", args, work, logs, data,
-            [*windows, "--window_loss=document", f"--window_pooling={args.document_pooling}"])),
+            [*windows, "--window_loss=document", f"--window_pooling={args.document_pooling}"],
+            poolings=(args.document_pooling,))),
         "peer": (f"transformers ({args.peer_device or 'elsewhere'})", lambda: peer_from_files(args))
         if args.peer_probabilities else ("transformers", lambda: run_peer(args, work, logs, data)),
     }

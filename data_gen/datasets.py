@@ -131,7 +131,7 @@ def _epoch_order(count: int, seed: int):
     return tf.data.Dataset.counter().flat_map(epoch)
 
 
-def example_row_spans(example_index) -> tuple:
+def _example_row_spans(example_index) -> tuple:
     """The first row and the number of rows of each example, whose rows must be consecutive
     (a split's windows are written in document order)."""
     example_index = np.asarray(example_index)
@@ -144,16 +144,13 @@ def example_row_spans(example_index) -> tuple:
     return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64), counts.astype(np.int64)
 
 
-def _whole_example_batches(tensors: dict, example_index, batch_size: int, seed: int,
+def _whole_example_batches(tensors: dict, spans: tuple, batch_size: int, seed: int,
                            pipelines: int, pipeline: int):
-    """Training batches of `batch_size` whole examples (see the module docstring)."""
+    """Training batches of `batch_size` whole examples (see the module docstring), from each
+    example's first row and number of rows (`_example_row_spans`)."""
     import tensorflow as tf
 
-    starts, counts = example_row_spans(example_index)
-    if len(counts) < batch_size * pipelines:
-        raise DataError(f"{len(counts)} training examples are fewer than one batch of "
-                        f"{batch_size * pipelines}")
-    starts, counts = tf.constant(starts), tf.constant(counts)
+    starts, counts = (tf.constant(value) for value in spans)
 
     def gather(examples):
         first, rows = tf.gather(starts, examples), tf.gather(counts, examples)
@@ -162,7 +159,7 @@ def _whole_example_batches(tensors: dict, example_index, batch_size: int, seed: 
         batch["example_slot"] = tf.repeat(tf.range(batch_size, dtype=tf.int32), rows)
         return batch
 
-    examples = _epoch_order(len(counts), seed)
+    examples = _epoch_order(len(spans[1]), seed)
     if pipelines > 1:
         examples = examples.shard(pipelines, pipeline)
     return examples.batch(batch_size, drop_remainder=True).map(gather)
@@ -183,14 +180,16 @@ def in_memory_dataset(features: dict, batch_size: int, is_training: bool, seed: 
     pipelines = input_context.num_input_pipelines if input_context else 1
     pipeline = input_context.input_pipeline_id if input_context else 0
     tensors = {name: tf.constant(value) for name, value in features.items()}
+    spans = None  # with whole_examples: each example's first row and number of rows
     if is_training and whole_examples:
-        dataset = _whole_example_batches(tensors, features["example_index"], batch_size, seed,
-                                         pipelines, pipeline)
+        spans = _example_row_spans(features["example_index"])
+    units = count if spans is None else len(spans[1])  # what a training batch counts
+    if is_training and units < batch_size * pipelines:
+        raise DataError(f"{units} training examples are fewer than one batch of "
+                        f"{batch_size * pipelines}")
+    if spans is not None:
+        dataset = _whole_example_batches(tensors, spans, batch_size, seed, pipelines, pipeline)
     elif is_training:
-        if count < batch_size * pipelines:
-            raise DataError(f"{count} training examples are fewer than one batch of "
-                            f"{batch_size * pipelines}")
-
         # A permutation per epoch, the same in every pipeline, sharded below.
         indices = _epoch_order(count, seed)
         if pipelines > 1:
