@@ -19,8 +19,8 @@ from __future__ import annotations
 from absl import flags
 
 import runner_flags
-from modeling import environment  # noqa: F401  (before TensorFlow)
-from modeling import flag_ranges
+from process import environment  # noqa: F401  (before TensorFlow)
+from process import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -41,8 +41,8 @@ flag_ranges.check("num_output_shards", 0, why="0: the runner decides")
 
 
 def main(argv):
-    from modeling.errors import SettingsError
     from engine.saved_model_predict import SavedModelPredictor, predict_file
+    from process.errors import SettingsError
 
     runner_flags.setup_logging()
     for name in ("saved_model", "input_file", "output_file"):
@@ -61,7 +61,7 @@ def main(argv):
 
     from data_gen.pretraining.beam_pipeline import match_input_files
     from engine.beam_jobs import shard_pipeline, write_lines
-    from modeling import output_lock
+    from process import output_lock
 
     predictor.load()  # a wrong model or signature fails here, before the workers start
     files = [path for path, _ in match_input_files(FLAGS.input_file)]
@@ -73,7 +73,7 @@ def main(argv):
 
 
 def console_main():
-    from modeling.errors import parse_known_flags, run_main
+    from process.errors import parse_known_flags, run_main
 
     run_main(main, flags_parser=parse_known_flags)
 

@@ -19,7 +19,7 @@ strings. The code lives in `tasks/feature_extraction/`.
 from __future__ import annotations
 
 import runner_flags
-from modeling import environment  # noqa: F401  (before TensorFlow)
+from process import environment  # noqa: F401  (before TensorFlow)
 from tasks.feature_extraction import flags as extraction_flags
 
 extraction_flags.define_flags()

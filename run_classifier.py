@@ -18,7 +18,7 @@ from __future__ import annotations
 from absl import flags
 
 import runner_flags
-from modeling import environment  # noqa: F401  (before TensorFlow)
+from process import environment  # noqa: F401  (before TensorFlow)
 
 FLAGS = flags.FLAGS
 

@@ -21,8 +21,8 @@ import logging
 from absl import flags
 
 import runner_flags
-from modeling import environment  # noqa: F401  (before TensorFlow)
-from modeling import flag_ranges
+from process import environment  # noqa: F401  (before TensorFlow)
+from process import flag_ranges
 
 FLAGS = flags.FLAGS
 

@@ -15,7 +15,7 @@ import logging
 
 from absl import flags
 
-from modeling import flag_ranges
+from process import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -48,7 +48,7 @@ def define_engine_flags() -> None:
 
 
 def check_training_flags() -> None:
-    """The ranges of the flags fine-tuning and pretraining share (`modeling.flag_ranges`)."""
+    """The ranges of the flags fine-tuning and pretraining share (`process.flag_ranges`)."""
     flag_ranges.at_least_one("train_batch_size", "eval_batch_size", "save_checkpoints_steps",
                              "iterations_per_loop", "num_train_steps", "keep_checkpoint_max")
     flag_ranges.check("learning_rate", 0, above=True)
@@ -170,14 +170,14 @@ def finetune(task, best_metric: str | None = None) -> None:
 
 def run(driver, task, settings) -> None:
     """`driver(task, settings)` with the runners' logging; its user errors (`SettingsError`,
-    `DataError`, ...) reach `main()`, which prints them as one line (`modeling.errors`)."""
+    `DataError`, ...) reach `main()`, which prints them as one line (`process.errors`)."""
     setup_logging()
     driver(task, settings)
 
 
 def main(program_main) -> None:
     """A runner's entry point: absl's `app.run` with one-line user and flag errors."""
-    from modeling.errors import run_main
+    from process.errors import run_main
 
     run_main(program_main)
 

@@ -13,9 +13,10 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    # modeling (the math), data_gen (text to tensors), engine (training and drivers), tasks.
-    packages=find_packages(include=["modeling", "data_gen", "data_gen.*", "engine", "tasks",
-                                    "tasks.*"]),
+    # process (errors, atomic files, locks: the ground floor), modeling (the math), data_gen
+    # (text to tensors), engine (training and drivers), tasks.
+    packages=find_packages(include=["process", "modeling", "data_gen", "data_gen.*", "engine",
+                                    "tasks", "tasks.*"]),
     # runner_flags: the flags every runner shares. Runners are the only modules that define or
     # read flags, so it sits beside them.
     py_modules=RUNNERS + ["runner_flags", "create_pretraining_data"],

@@ -23,7 +23,7 @@ import pathlib  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
-from modeling import environment  # noqa: E402,F401
+from process import environment  # noqa: E402,F401
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

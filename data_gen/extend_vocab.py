@@ -37,9 +37,9 @@ import re
 from absl import flags, logging
 
 from data_gen import tokenization
-from modeling import output_lock
-from modeling.atomic_files import write_text
-from modeling.errors import SettingsError, as_user_error, run_main
+from process import output_lock
+from process.atomic_files import write_text
+from process.errors import SettingsError, as_user_error, run_main
 
 UNUSED = re.compile(r"^\[unused\d+\]$")
 

@@ -17,8 +17,8 @@ import os
 from typing import Callable, Iterable
 
 from data_gen.records import ShardedRecordWriter
-from modeling import fault_points
-from modeling.atomic_files import write_text
+from process import fault_points
+from process.atomic_files import write_text
 
 logger = logging.getLogger(__name__)
 

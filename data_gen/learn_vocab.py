@@ -23,9 +23,9 @@ import os
 from absl import flags, logging
 
 from data_gen import tokenization
-from modeling import output_lock
-from modeling.atomic_files import write_text
-from modeling.errors import SettingsError, as_user_error, run_main
+from process import output_lock
+from process.atomic_files import write_text
+from process.errors import SettingsError, as_user_error, run_main
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 UNUSED_BEFORE_SPECIALS = 99  # [unused0]..[unused98] sit between [PAD] and [UNK] = 100

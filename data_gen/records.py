@@ -2,7 +2,7 @@
 back into NumPy arrays.
 
 Writing (`ShardedRecordWriter`): records go round-robin to the shards, as the original's writer
-sends them. Each shard is written under its hidden temporary name (`modeling.atomic_files`) and
+sends them. Each shard is written under its hidden temporary name (`process.atomic_files`) and
 renamed to its real name only when every shard is complete; on any error the temporary files are
 removed, so a failed run leaves no partial output (a killed process can leave a hidden `.tmp`
 file, never a truncated shard). `serialize` makes the `tf.train.Example` of a feature dict, with
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import os
 
-from data_gen.errors import DataError
 from data_gen import tfrecord_frames
-from modeling import fault_points
-from modeling.atomic_files import is_remote, temporary_name
+from data_gen.errors import DataError
+from process import fault_points
+from process.atomic_files import is_remote, temporary_name
 
 
 def _tf():

@@ -8,7 +8,7 @@ processor on the same shards, so the outputs are equal line for line; only the o
 the output files differs. The runner is Beam's choice: `--runner=DirectRunner` (the default; add
 `--direct_num_workers=2 --direct_running_mode=multi_processing` to use the cores), `DataflowRunner`,
 `FlinkRunner`, `SparkRunner`, with their options after `--` on the command line, as for the
-pretraining-data pipeline (`modeling.errors.parse_known_flags`).
+pretraining-data pipeline (`process.errors.parse_known_flags`).
 """
 from __future__ import annotations
 

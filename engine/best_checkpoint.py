@@ -11,7 +11,7 @@ import logging
 import os
 
 from engine.results import RESULTS_FILE, lower_is_better, read_eval_results, write_eval_results
-from modeling.atomic_files import recover_directory, replace_directory, staging_directory
+from process.atomic_files import recover_directory, replace_directory, staging_directory
 
 logger = logging.getLogger(__name__)
 

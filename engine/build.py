@@ -15,7 +15,7 @@ import logging
 import os
 from typing import Callable
 
-from modeling.errors import SettingsError
+from process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def model_files(settings: RunSettings, vocab_required: bool = True):
 
 
 def held_outputs(settings: RunSettings, **others) -> dict:
-    """The outputs this process must hold for the run (`modeling.output_lock.holding`):
+    """The outputs this process must hold for the run (`process.output_lock.holding`):
     `output_dir` and `others` (`export_dir=...`), for the process that writes them."""
     from engine.distribution import writes_outputs
 
@@ -121,7 +121,7 @@ def check_output_dir(output_dir: str, flag: str = "--output_dir") -> None:
 def open_output(run: Run, settings: RunSettings) -> None:
     """Make the output folders: the first write of a run, after every check passed; remove the
     temporary files a killed run left there (the lock is held: no live writer owns them)."""
-    from modeling.atomic_files import remove_temporary_files
+    from process.atomic_files import remove_temporary_files
 
     os.makedirs(settings.output_dir, exist_ok=True)
     os.makedirs(run.work_dir, exist_ok=True)

@@ -19,7 +19,7 @@ import shutil
 
 import tensorflow as tf
 
-from modeling.atomic_files import (recover_directory, replace_directory,
+from process.atomic_files import (recover_directory, replace_directory,
                                    staging_directory)
 from modeling.encoder import INPUT_NAMES
 

@@ -33,8 +33,8 @@ from engine.results import (RESULTS_FILE, format_results, log_results, read_eval
                             write_eval_results)
 from engine.run_config import check_run_config, record_run_config
 from engine.training import is_boundary
-from modeling import fault_points, output_lock
-from modeling.errors import SettingsError
+from process import fault_points, output_lock
+from process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class NoTrainedWeightsError(SettingsError):
 # ------------------------------------------------------------------------------------ the driver
 def finetune(task, settings: FinetuneSettings) -> None:
     """Run `task` as `settings` say (see the module docstring), holding `output_dir` and
-    `export_dir` against other processes (`modeling.output_lock`) from the start."""
+    `export_dir` against other processes (`process.output_lock`) from the start."""
     check_settings(settings)
     with output_lock.holding(held_outputs(settings, export_dir=settings.export_dir)):
         _finetune(task, settings)

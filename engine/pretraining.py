@@ -21,8 +21,8 @@ from engine.build import (RunSettings, build_trainer, check_batch_split, held_ou
 from engine.results import RESULTS_FILE, log_results, write_eval_results
 from engine.run_config import PRETRAINING, check_run_config, record_run_config
 from engine.training import EmptyInputError
-from modeling import fault_points, output_lock
-from modeling.errors import SettingsError
+from process import fault_points, output_lock
+from process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def pretrain(task, settings: PretrainSettings) -> None:
 
 def _pretrain(task, settings: PretrainSettings) -> None:
     from modeling import checkpoints, convert
-    from modeling.atomic_files import recover_directory, replace_directory, staging_directory
+    from process.atomic_files import recover_directory, replace_directory, staging_directory
 
     if not (settings.do_train or settings.do_eval):
         raise SettingsError("at least one of --do_train or --do_eval must be set")

@@ -14,7 +14,7 @@ import logging
 import numbers
 import os
 
-from modeling.atomic_files import write_text
+from process.atomic_files import write_text
 
 RESULTS_FILE = "eval_results.txt"
 # The keys the original's run_classifier and run_pretraining write (Estimator adds `global_step`

@@ -15,8 +15,8 @@ import json
 import os
 
 from engine.training import is_training_checkpoint
-from modeling.atomic_files import write_text
-from modeling.errors import SettingsError
+from process.atomic_files import write_text
+from process.errors import SettingsError
 
 RUN_CONFIG = "run_config.json"
 FINE_TUNING = "fine-tuning"

@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from data_gen.errors import DataError, decode_line
-from modeling.errors import SettingsError
+from process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -140,10 +140,10 @@ def predict_file(predictor: SavedModelPredictor, input_file: str, output_file: s
     """The local run: every line of `input_file`, in order, into `output_file` (atomically)."""
     from engine.line_shards import count_lines, file_shards
     from engine.streaming import Progress
-    from modeling.atomic_files import atomic_path
+    from process.atomic_files import atomic_path
 
-    from modeling import output_lock
-    from modeling.atomic_files import remove_partial_files
+    from process import output_lock
+    from process.atomic_files import remove_partial_files
 
     output_lock.check_file_output(output_file, "--output_file")
     predictor.load()

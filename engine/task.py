@@ -66,7 +66,7 @@ class FinetuningTask(abc.ABC):
     packs_examples = False  # its training batches can pack several examples into one row
 
     def check(self, settings) -> None:
-        """Raise `modeling.errors.SettingsError` for settings this task cannot run with."""
+        """Raise `process.errors.SettingsError` for settings this task cannot run with."""
 
     @abc.abstractmethod
     def prepare(self, setup: Setup) -> None: ...

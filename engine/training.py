@@ -29,8 +29,8 @@ from typing import Callable, Protocol
 import tensorflow as tf
 import keras
 
-from modeling import fault_points
-from modeling.errors import UserError
+from process import fault_points
+from process.errors import UserError
 
 logger = logging.getLogger(__name__)
 

@@ -1,2 +1,3 @@
-"""BERT's math as Keras 3 layers and models, checkpoint I/O, optimisers. No task data, no flags."""
-from modeling import environment  # noqa: F401  (quiet TensorFlow before anything imports it)
+"""BERT's math as Keras 3 layers and models, checkpoint I/O, optimisers. No task data, no flags,
+no process machinery (that is `process/`, the floor below)."""
+from process import environment  # noqa: F401  (quiet TensorFlow before anything imports it)

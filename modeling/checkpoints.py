@@ -22,10 +22,10 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from modeling import atomic_files
 from modeling import checkpoint_names as names
 from modeling.config import BertConfig
-from modeling.errors import UserError
+from process import atomic_files
+from process.errors import UserError
 
 logger = logging.getLogger(__name__)
 

@@ -14,11 +14,12 @@ import os
 
 from absl import app, flags
 
-from modeling import atomic_files, checkpoints, output_lock
+from modeling import checkpoints
 from modeling.config import BertConfig
-from modeling.errors import as_user_error, run_main
 from modeling.encoder import BertEncoder
 from modeling.models import BertClassifier, BertPretrainer, BertSpanLabeler
+from process import atomic_files, output_lock
+from process.errors import as_user_error, run_main
 
 FLAGS = flags.FLAGS
 

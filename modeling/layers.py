@@ -9,7 +9,7 @@ import keras
 from keras import ops
 
 from modeling import activations
-from modeling.errors import UserError
+from process.errors import UserError
 
 
 def initializer(stddev: float):

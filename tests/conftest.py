@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from modeling import environment  # noqa: F401
+from process import environment  # noqa: F401
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

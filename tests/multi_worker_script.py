@@ -9,19 +9,19 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from modeling import environment  # noqa: E402,F401
+from process import environment  # noqa: E402,F401
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from modeling.checkpoint_names import tf1_variable_map  # noqa: E402
 from engine.distribution import get_strategy  # noqa: E402
+from engine.training import Trainer, TrainerConfig  # noqa: E402
+from modeling.checkpoint_names import tf1_variable_map  # noqa: E402
 from modeling.encoder import BertEncoder  # noqa: E402
 from modeling.models import BertPretrainer  # noqa: E402
 from modeling.optimization import create_optimizer  # noqa: E402
 from tasks.pretraining.task import PretrainingTask  # noqa: E402
-from engine.training import Trainer, TrainerConfig  # noqa: E402
 from tests.test_training_loop import config, records  # noqa: E402
 
 GLOBAL_BATCH, STEPS = 16, 6

@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from modeling.atomic_files import (atomic_path, recover_directory, replace_directory,
+from process.atomic_files import (atomic_path, recover_directory, replace_directory,
                                    staging_directory, write_text)
 
 

@@ -14,7 +14,7 @@ def run_python(code, **env):
 
 
 def test_tokenizer_import_does_not_load_tensorflow():
-    result = run_python("import sys, data_gen.tokenization, modeling.atomic_files; "
+    result = run_python("import sys, data_gen.tokenization, process.atomic_files; "
                         "print('tensorflow' in sys.modules)")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"

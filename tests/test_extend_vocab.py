@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from data_gen import extend_vocab, tokenization
-from modeling.errors import SettingsError
+from process.errors import SettingsError
 from tests.conftest import run_script
 
 SMALL = ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused2]",

@@ -1,7 +1,7 @@
 """A kill anywhere resumes to the same result: each runner killed with SIGKILL at every named phase.
 
 Each runner's command is run once uninterrupted, and once as a chain of runs of the same command,
-each killed at the next fault point (`modeling.fault_points`: the process kills itself there)
+each killed at the next fault point (`process.fault_points`: the process kills itself there)
 and the next one resuming what the killed one left, until a last run that finishes. The chain's
 outputs must then equal the uninterrupted run's byte for byte: checkpoints, `best/`,
 `eval_results.txt`, the prediction files, the export's variables, and the folder's listing
@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from modeling.fault_points import KILL_VARIABLE, POINTS
+from process.fault_points import KILL_VARIABLE, POINTS
 from tests.conftest import REPO
 from tests.test_run_classifier import glue_slice
 
@@ -301,7 +301,7 @@ def wait_until_stopped(process, deadline=600):
 
 def frozen(command, point):
     """`command` started and frozen (SIGSTOP) at fault point `point`, holding its outputs."""
-    from modeling.fault_points import STOP_VARIABLE
+    from process.fault_points import STOP_VARIABLE
 
     process = subprocess.Popen([sys.executable, *command], cwd=REPO, text=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

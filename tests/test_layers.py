@@ -2,11 +2,12 @@
 command-line front doors read flags, and the math loads alone.
 
 Layers, from the ground up (docs/architecture.md):
-  1 modeling   the math and checkpoint I/O
-  2 data_gen   text to tensors
-  3 engine     the training loop and the drivers
-  4 tasks      one folder per task
-  5 runners    run_*.py and runner_flags.py
+  1 process    errors, atomic files, output locks, fault points, flag ranges, TF start-up
+  2 modeling   the math and checkpoint I/O
+  3 data_gen   text to tensors
+  4 engine     the training loop and the drivers
+  5 tasks      one folder per task
+  6 runners    run_*.py and runner_flags.py
 A module may import its own layer and the ones below it, never one above.
 """
 import ast
@@ -16,14 +17,14 @@ import sys
 
 from tests.conftest import REPO
 
-LAYERS = {"modeling": 1, "data_gen": 2, "engine": 3, "tasks": 4}
-RUNNER_LAYER = 5
+LAYERS = {"process": 1, "modeling": 2, "data_gen": 3, "engine": 4, "tasks": 5}
+RUNNER_LAYER = 6
 # Command-line front doors besides the runners: they define and read their own flags.
 FRONT_DOORS = {"modeling/convert.py", "data_gen/learn_vocab.py", "data_gen/extend_vocab.py",
                "data_gen/pretraining/create_pretraining_data.py",
                "data_gen/pretraining/beam_pipeline.py", "data_gen/pretraining/flags.py",
-               "modeling/errors.py",  # the front doors' one-line errors, flag errors included
-               "modeling/flag_ranges.py",  # the front doors' range checks, registered on their flags
+               "process/errors.py",  # the front doors' one-line errors, flag errors included
+               "process/flag_ranges.py",  # the front doors' range checks, registered on their flags
                "tasks/feature_extraction/beam_pipeline.py", "tasks/feature_extraction/flags.py"}
 
 
@@ -113,6 +114,37 @@ def test_the_encoder_loads_without_data_gen_engine_or_tasks():
     script = ("import sys, modeling.encoder\n"
               "print(sorted({m.split('.')[0] for m in sys.modules} & "
               "{'data_gen', 'engine', 'tasks', 'runner_flags'}))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+# What marks process machinery: OS locks, signals, exit hooks, the fault points' environment.
+PROCESS_MODULES = {"fcntl", "signal", "atexit", "threading", "tempfile", "importlib.abc"}
+
+
+def test_modeling_holds_no_process_machinery():
+    """`modeling/` is the math and checkpoint I/O: no module of it takes locks, handles signals,
+    hooks the exit or the import system; those live in `process/`, the floor below."""
+    found = []
+    for path in sorted((REPO / "modeling").rglob("*.py")):
+        for line, module in imported_modules(path):
+            if any(module == m or module.startswith(m + ".") for m in PROCESS_MODULES):
+                found.append(f"{relative(path)}:{line} imports {module}")
+    assert not found, "process machinery in modeling/:\n" + "\n".join(found)
+    machinery = {p.stem for p in (REPO / "process").glob("*.py")} - {"__init__"}
+    assert machinery >= {"errors", "atomic_files", "output_lock", "fault_points", "flag_ranges",
+                         "environment"}
+    assert not machinery & {p.stem for p in (REPO / "modeling").glob("*.py")}
+
+
+def test_the_ground_floor_loads_alone():
+    """Every module of `process/` imports without TensorFlow, Keras or any floor above it."""
+    modules = sorted(p.stem for p in (REPO / "process").glob("*.py") if p.stem != "__init__")
+    script = (f"import sys\nfor m in {modules!r}: __import__('process.' + m)\n"
+              "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'keras', "
+              "'modeling', 'data_gen', 'engine', 'tasks', 'runner_flags'}))\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -11,7 +11,7 @@ from absl.testing import flagsaver
 
 from data_gen import learn_vocab, vocab_sanity
 from data_gen.tokenization import BasicTokenizer, FullTokenizer, load_vocab_tokens
-from modeling.errors import UserError
+from process.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -35,8 +35,8 @@ from data_gen.pretraining.documents import InputOptions
 from data_gen.pretraining.instances import InstanceSettings
 from data_gen.pretraining.records import RecordMaker
 from data_gen.pretraining.stats import PretrainingStats
-from modeling import output_lock
-from modeling.errors import as_user_error, parse_known_flags, run_main
+from process import output_lock
+from process.errors import as_user_error, parse_known_flags, run_main
 
 FLAGS = flags.FLAGS
 STATS_TAG = "stats"

@@ -33,15 +33,15 @@ from data_gen.pretraining import nsp_pools
 from data_gen.pretraining import pool_worker
 from data_gen.pretraining import flags as pretraining_flags
 from data_gen.pretraining.documents import InputOptions
-from data_gen.pretraining.parallel import OrderedPool, start_method
 from data_gen.pretraining.instances import InstanceSettings
+from data_gen.pretraining.parallel import OrderedPool, start_method
 from data_gen.pretraining.records import REQUIRED_TOKENS, RecordMaker
 from data_gen.pretraining.stats import PretrainingStats
 from data_gen.records import ShardedRecordWriter, check_output_files
 from data_gen.tokenization import load_vocab, special_token_ids
-from modeling import output_lock
-from modeling.atomic_files import remove_partial_files, write_text
-from modeling.errors import SettingsError, as_user_error, run_main
+from process import output_lock
+from process.atomic_files import remove_partial_files, write_text
+from process.errors import SettingsError, as_user_error, run_main
 
 FLAGS = flags.FLAGS
 

@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 
 from absl import logging
 
-from modeling.errors import SettingsError, UserError
+from process.errors import SettingsError, UserError
 
 
 class InputFormatError(UserError):

@@ -23,7 +23,7 @@ import random
 from typing import NamedTuple
 
 from data_gen.pretraining import masking
-from modeling.errors import SettingsError
+from process.errors import SettingsError
 
 MAX_RANDOM_DOCUMENT_DRAWS = 10
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from data_gen.pretraining.compiled_instances import TokenizedPool
 from data_gen.pretraining.documents import InputFormatError
-from modeling.errors import SettingsError
+from process.errors import SettingsError
 
 MIN_DOCUMENTS_WITH_NSP = 2  # a random next document must be able to differ from the current one
 DEFAULT_POOL_BYTES = 2_000_000

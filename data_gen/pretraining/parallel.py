@@ -17,7 +17,7 @@ import multiprocessing
 import signal
 import sys
 from typing import Callable, Iterable, Iterator
-from modeling.errors import SettingsError
+from process.errors import SettingsError
 
 
 class OrderedPool:

@@ -41,7 +41,7 @@ from keras import ops
 from data_gen.errors import DataError
 from engine.task import FinetuningTask, Split
 from modeling import losses
-from modeling.errors import SettingsError
+from process.errors import SettingsError
 from tasks.classification.window_pooling import POOLINGS, pool_window_logits, pool_windows
 from tasks.tensors import model_inputs
 

@@ -25,9 +25,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from data_gen.pretraining.beam_pipeline import match_input_files
 from engine.beam_jobs import shard_pipeline, write_lines
-from modeling import output_lock
-from modeling.errors import SettingsError
-from modeling.errors import parse_known_flags, run_main
+from process import output_lock
+from process.errors import SettingsError
+from process.errors import parse_known_flags, run_main
 from tasks.feature_extraction import flags as extraction_flags
 from tasks.feature_extraction.extract import ExtractSettings, ShardExtractor, check
 

@@ -20,8 +20,8 @@ import dataclasses
 import logging
 import os
 
-from modeling import output_lock
-from modeling.errors import SettingsError
+from process import output_lock
+from process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def load_encoder(settings: ExtractSettings):
 
 def extract(settings: ExtractSettings) -> None:
     """Run the extraction `settings` describe (see the module docstring), holding its outputs
-    against other processes (`modeling.output_lock`)."""
+    against other processes (`process.output_lock`)."""
     check(settings)
     if settings.output_file and "://" in settings.output_file:
         raise SettingsError(f"--output_file={settings.output_file}: extract_features writes a "
@@ -251,7 +251,7 @@ def run(settings: ExtractSettings, encoder, tokenizer, vocab_file: str) -> None:
     """The local run: shard after shard of the one input file, resumable."""
     from engine.line_shards import count_lines, file_shards
     from engine.streaming import Progress
-    from modeling.errors import user_error_status
+    from process.errors import user_error_status
     from tasks.feature_extraction.output import ShardedOutput
 
     out = ShardedOutput(settings.output_file, settings.lines_per_shard,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from modeling import flag_ranges
+from process import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -53,7 +53,7 @@ def layers() -> tuple:
     try:
         return tuple(int(x) for x in FLAGS.layers.split(","))
     except ValueError:
-        from modeling.errors import SettingsError
+        from process.errors import SettingsError
 
         raise SettingsError(f"--layers={FLAGS.layers}: comma-separated integers, such as "
                             f"-1,-2,-3,-4") from None

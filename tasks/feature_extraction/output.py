@@ -21,8 +21,8 @@ import shutil
 
 import numpy as np
 
-from modeling import fault_points
-from modeling.atomic_files import atomic_path, remove_partial_files
+from process import fault_points
+from process.atomic_files import atomic_path, remove_partial_files
 
 logger = logging.getLogger(__name__)
 

@@ -66,7 +66,7 @@ def to_csv(rows: list) -> str:
 def main(argv=None) -> None:
     from data_gen.pretraining.documents import (InputOptions, expand_input_files,
                                                 stream_documents)
-    from modeling.atomic_files import write_text
+    from process.atomic_files import write_text
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--input_file", required=True, help="Comma-separated paths or globs.")

@@ -20,7 +20,7 @@ from keras import ops
 
 from engine.task import FinetuningTask, Split
 from modeling import losses
-from modeling.errors import SettingsError
+from process.errors import SettingsError
 from tasks.multiple_choice.features import MASKED_LOGIT
 from tasks.tensors import model_inputs
 

@@ -22,7 +22,7 @@ from keras import ops
 
 from engine.task import FinetuningTask, Split
 from modeling import losses
-from modeling.errors import SettingsError
+from process.errors import SettingsError
 from tasks.tensors import model_inputs, pad_positions
 
 logger = logging.getLogger(__name__)
@@ -217,7 +217,7 @@ class NerTask(FinetuningTask):
         return values
 
     def write_eval_outputs(self, split: Split, predicted: list, output_dir: str) -> None:
-        from modeling.atomic_files import write_text
+        from process.atomic_files import write_text
         from tasks.ner import metrics
 
         write_tagged(os.path.join(output_dir, "eval_predictions.txt"), split.examples, predicted)
@@ -225,7 +225,7 @@ class NerTask(FinetuningTask):
                    metrics.report(self.conlleval(split, predicted)))
 
     def write_predictions(self, split: Split, predicted: list, output_dir: str) -> str:
-        from modeling.atomic_files import write_text
+        from process.atomic_files import write_text
         from tasks.ner import metrics
 
         path = os.path.join(output_dir, "test_predictions.txt")
@@ -258,7 +258,7 @@ def _data_file(given: str | None, data_dir: str | None, names: tuple) -> str | N
 
 def write_tagged(path: str, sentences: list, predicted: list) -> None:
     """CoNLL lines `word [gold] predicted`, a blank line after each sentence."""
-    from modeling.atomic_files import write_text
+    from process.atomic_files import write_text
 
     lines = []
     for sentence, tags in zip(sentences, predicted):

@@ -16,7 +16,7 @@ import glob
 from keras import ops
 
 from modeling import losses
-from modeling.errors import SettingsError
+from process.errors import SettingsError
 from tasks.tensors import model_inputs
 
 

@@ -18,7 +18,7 @@ import random
 from typing import Sequence
 
 from data_gen.errors import DataError, not_utf8
-from modeling.atomic_files import write_text
+from process.atomic_files import write_text
 
 
 def load_squad(path: str | os.PathLike) -> dict:

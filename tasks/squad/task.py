@@ -23,7 +23,7 @@ from keras import ops
 from data_gen.errors import DataError
 from engine.task import FinetuningTask, Split
 from modeling import losses
-from modeling.errors import SettingsError
+from process.errors import SettingsError
 from tasks.tensors import model_inputs, pad_positions
 
 PADDED_LOGIT = -10000.0
@@ -177,7 +177,7 @@ class SquadTask(FinetuningTask):
         return metrics.squad_v1_scores(gold, answers.predictions)
 
     def write_predictions(self, split: Split, answers, output_dir: str) -> str:
-        from modeling.atomic_files import write_text
+        from process.atomic_files import write_text
 
         files = {"predictions.json": answers.predictions,
                  "nbest_predictions.json": answers.nbest}

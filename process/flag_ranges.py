@@ -3,7 +3,7 @@
 `--train_batch_size=0`, `--learning_rate=nan` or `--doc_stride=0` cannot work; left to the code they
 fail minutes later with a traceback (a division by zero, a NaN loss, a loop that never advances).
 Each program registers the range of each of its numeric flags with `check`; absl then refuses a
-value outside it as any bad flag, one line and exit status 2 (`modeling.errors`):
+value outside it as any bad flag, one line and exit status 2 (`process.errors`):
 
     run_classifier.py: error: flag --train_batch_size=0: must be at least 1 (--helpshort ...)
 

@@ -2,7 +2,7 @@
 
 A user error is a mistake the user can fix: bad data, a bad config or checkpoint, a flag that cannot
 work, a missing file. Each layer raises its own kind (`ConfigError`, `CheckpointError`,
-`data_gen.errors.DataError`, `modeling.errors.SettingsError`, ...), all `UserError`s whose message
+`data_gen.errors.DataError`, `process.errors.SettingsError`, ...), all `UserError`s whose message
 starts with the file (and line) at fault. Every program's front door (the runners, the data tools,
 the converter) runs its `main` through `run_main`, which prints such an error as
 

@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 
-from modeling import fault_points
+from process import fault_points
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ _TEMPORARY = re.compile(r"^\..+\.tmp(\d+)(\.[A-Za-z0-9]+)?$")
 def remove_temporary_files(directory, names=None) -> list:
     """Delete the hidden temporary files (`.NAME.tmp<pid>`) that writes killed before their
     rename left in `directory` (only those of `names`, when given); call only while holding the
-    outputs (`modeling.output_lock`), so that no live writer owns them. Returns what was removed."""
+    outputs (`process.output_lock`), so that no live writer owns them. Returns what was removed."""
     removed = []
     directory = os.fspath(directory)
     if is_remote(directory) or not os.path.isdir(directory):
@@ -85,7 +85,7 @@ def remove_temporary_files(directory, names=None) -> list:
 
 def remove_partial_files(path) -> list:
     """The hidden temporary files of `path` (`.NAME.tmp<pid>`) that killed writes left beside
-    it; call while holding `path` (`modeling.output_lock`). Returns what was removed."""
+    it; call while holding `path` (`process.output_lock`). Returns what was removed."""
     if is_remote(path):
         return []
     folder, name = os.path.split(os.path.abspath(os.fspath(path)))
@@ -112,7 +112,7 @@ def staging_directory(directory) -> str:
 
 def replace_directory(staging, directory, fault_point: str | None = None) -> None:
     """Swap the complete `staging` in for `directory` (which may not exist yet); `fault_point`
-    names this swap for the kill tests (`modeling.fault_points`), reached between the renames."""
+    names this swap for the kill tests (`process.fault_points`), reached between the renames."""
     directory = os.fspath(directory)
     old = f"{directory}.old{os.getpid()}"
     if os.path.isdir(directory):
