@@ -11,7 +11,7 @@ import logging
 import os
 
 from engine.results import RESULTS_FILE, lower_is_better, read_eval_results, write_eval_results
-from process.atomic_files import recover_directory, replace_directory, staging_directory
+from process.atomic_files import recover_directory, staged_directory
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +44,9 @@ class BestCheckpoint:
         if self.score is not None and not (score < self.score if self.lower_is_better
                                            else score > self.score):
             return False
-        staging = staging_directory(self.directory)
-        tf.train.Checkpoint(model=model).write(os.path.join(staging, "model"))
-        write_eval_results(os.path.join(staging, RESULTS_FILE), results)
-        replace_directory(staging, self.directory, fault_point="best_swap")
+        with staged_directory(self.directory, fault_point="best_swap") as staging:
+            tf.train.Checkpoint(model=model).write(os.path.join(staging, "model"))
+            write_eval_results(os.path.join(staging, RESULTS_FILE), results)
         logger.info("new best %s = %.4f at step %d (was %s): saved in %s", self.metric, score,
                     int(results.get("global_step", -1)),
                     "none" if self.score is None else f"{self.score:.4f}", self.directory)

@@ -19,8 +19,7 @@ import shutil
 
 import tensorflow as tf
 
-from process.atomic_files import (recover_directory, replace_directory,
-                                   staging_directory)
+from process.atomic_files import recover_directory, staged_directory
 from modeling.encoder import INPUT_NAMES
 
 logger = logging.getLogger(__name__)
@@ -38,14 +37,13 @@ def save(module: tf.Module, export_dir: str, extra_files: dict | None = None) ->
     """
     export_dir = os.path.abspath(export_dir)
     recover_directory(export_dir)
-    staging = staging_directory(export_dir)
-    tf.saved_model.save(module, staging, signatures=module.signatures())
-    if extra_files:
-        extra = os.path.join(staging, "assets.extra")
-        os.makedirs(extra, exist_ok=True)
-        for name, source in extra_files.items():
-            shutil.copyfile(source, os.path.join(extra, name))
-    replace_directory(staging, export_dir, fault_point="export")
+    with staged_directory(export_dir, fault_point="export") as staging:
+        tf.saved_model.save(module, staging, signatures=module.signatures())
+        if extra_files:
+            extra = os.path.join(staging, "assets.extra")
+            os.makedirs(extra, exist_ok=True)
+            for name, source in extra_files.items():
+                shutil.copyfile(source, os.path.join(extra, name))
     logger.info("SavedModel written to %s (signatures: %s)", export_dir,
                 ", ".join(sorted(module.signatures())))
     return export_dir

@@ -33,7 +33,7 @@ from engine.results import (RESULTS_FILE, format_results, log_results, read_eval
                             write_eval_results)
 from engine.run_config import check_run_config, record_run_config
 from engine.training import is_boundary
-from process import fault_points, output_lock
+from process import fault_points, interrupts, output_lock
 from process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
@@ -128,6 +128,7 @@ def _finetune(task, settings: FinetuneSettings) -> None:
     open_output(run, settings)
     if run.chief:
         record_run_config(settings.output_dir, identity, training)
+    interrupts.at("while converting the data to features")
     for split in [train, *evals, *predicts]:
         if split is not None:
             data.convert(split)
@@ -146,6 +147,7 @@ def _finetune(task, settings: FinetuneSettings) -> None:
     evaluated = {}  # split name -> (step, predictions) of the last evaluation
 
     def evaluate() -> dict:
+        interrupts.at(f"in the evaluation at step {trainer.global_step}")
         results = {}
         for i, split in enumerate(evals):
             predicted = predictions(split, settings.eval_batch_size)
@@ -170,6 +172,7 @@ def _finetune(task, settings: FinetuneSettings) -> None:
         logger.info("evaluation of %s: %s", chosen, format_results(results))
     if not run.chief:
         return
+    interrupts.at("while writing the predictions")
     for split in evals:  # what the kept weights predict on the evaluation splits
         last_step, predicted = evaluated.get(split.name, (None, None))
         if train is None or last_step != step:  # else: these weights were just evaluated
@@ -186,6 +189,8 @@ def _finetune(task, settings: FinetuneSettings) -> None:
                         f"Scores of the predictions for {split.name}")
     if settings.export_dir:
         from engine import export
+
+        interrupts.at(f"while exporting the SavedModel to {settings.export_dir}")
 
         export.save(task.serving_module(trainer.model, vocab_file), settings.export_dir,
                     {"vocab.txt": vocab_file})

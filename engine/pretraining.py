@@ -21,7 +21,7 @@ from engine.build import (RunSettings, build_trainer, check_batch_split, held_ou
 from engine.results import RESULTS_FILE, log_results, write_eval_results
 from engine.run_config import PRETRAINING, check_run_config, record_run_config
 from engine.training import EmptyInputError
-from process import fault_points, output_lock
+from process import fault_points, interrupts, output_lock
 from process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def pretrain(task, settings: PretrainSettings) -> None:
 
 def _pretrain(task, settings: PretrainSettings) -> None:
     from modeling import checkpoints, convert
-    from process.atomic_files import recover_directory, replace_directory, staging_directory
+    from process.atomic_files import recover_directory, staged_directory
 
     if not (settings.do_train or settings.do_eval):
         raise SettingsError("at least one of --do_train or --do_eval must be set")
@@ -100,17 +100,18 @@ def _pretrain(task, settings: PretrainSettings) -> None:
         export = os.path.join(settings.output_dir, TF1_EXPORT)
         if run.chief:  # staged and swapped in: tf1/ is complete or absent, whatever the kill
             recover_directory(export)
-            staging = staging_directory(export)
-            convert.save_any(trainer.model, staging, "tf1", global_step=trainer.global_step)
-            if vocab_file:
-                checkpoints.copy_vocab(vocab_file, staging)
-            replace_directory(staging, export, fault_point="tf1_export")
+            interrupts.at(f"while exporting the TF1 checkpoint to {export}")
+            with staged_directory(export, fault_point="tf1_export") as staging:
+                convert.save_any(trainer.model, staging, "tf1", global_step=trainer.global_step)
+                if vocab_file:
+                    checkpoints.copy_vocab(vocab_file, staging)
             logger.info("TF1 checkpoint of the trained model: %s", export)
     elif not trainer.restore_latest() and not settings.init_checkpoint:
         raise SettingsError(f"--do_eval without --do_train: no checkpoint in "
                             f"{settings.output_dir} and no --init_checkpoint")
 
     if settings.do_eval:
+        interrupts.at(f"in the evaluation at step {trainer.global_step}")
         with unreadable_input_reported(task):
             try:
                 results = trainer.evaluate(dataset_fn(settings.eval_batch_size, False),

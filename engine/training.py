@@ -29,7 +29,7 @@ from typing import Callable, Protocol
 import tensorflow as tf
 import keras
 
-from process import fault_points
+from process import fault_points, interrupts
 from process.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -142,6 +142,9 @@ class Trainer:
         # Every worker takes part in saving a checkpoint (it is a collective operation); only the
         # chief's copy lands in output_dir, the others write to a scratch folder of their own.
         self.work_dir = worker_dir(strategy, config.output_dir)
+        # Set by Ctrl-C or SIGTERM (`process.interrupts`) from another thread: a training loop
+        # stops after the step it is in, not after `steps_per_loop` steps. Not checkpointed.
+        self._stop = tf.Variable(False, trainable=False, name="stop_requested")
 
     # ------------------------------------------------------------------------- replica math
     def _replica_gradients(self, batch):
@@ -196,6 +199,8 @@ class Trainer:
         totals = self._sum_over_replicas(self.strategy.run(self._replica_update,
                                                            args=(next(iterator),)))
         for _ in tf.range(num_steps - 1):
+            if self._stop.read_value():
+                break
             step = self._sum_over_replicas(self.strategy.run(self._replica_update,
                                                              args=(next(iterator),)))
             totals = {k: totals[k] + step[k] for k in totals}
@@ -268,13 +273,28 @@ class Trainer:
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
             logger.info("resumed from %s at step %d", manager.latest_checkpoint, self.global_step)
+            interrupts.rerun(f"resumes from {manager.latest_checkpoint} "
+                             f"(step {self.global_step})")
             if on_resume:
                 on_resume(self.global_step)
         step = self.global_step
         if not single:
             iterator = iter(self._input(dataset_fn, skip_updates=step))
+        self._stop.assign(False)
+        stop = lambda: self._stop.assign(True)  # noqa: E731
+        interrupts.on_signal(stop)
+        try:
+            return self._train_to_end(iterator, checkpoint, manager, step, on_loop_end)
+        finally:
+            interrupts.forget(stop)
+
+    def _train_to_end(self, iterator, checkpoint, manager, step: int,
+                      on_loop_end: Callable | None) -> dict:
+        cfg = self.config
         metrics = {}
+        where = lambda: f"at training step {self.global_step} of {cfg.num_train_steps}"  # noqa
         while step < cfg.num_train_steps:
+            interrupts.at(where)  # again after each evaluation, which says its own
             n = min(cfg.steps_per_loop, cfg.num_train_steps - step,
                     cfg.save_checkpoints_steps - step % cfg.save_checkpoints_steps,
                     next_boundary(step, cfg.callback_every_steps) - step)
@@ -308,6 +328,7 @@ class Trainer:
                     remove_partial_checkpoints(self.work_dir)
                     raise
                 logger.info("saved %s", path)
+                interrupts.rerun(f"resumes from {path} (step {step})")
             if on_loop_end:
                 on_loop_end(step, metrics)
         return metrics

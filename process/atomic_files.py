@@ -6,8 +6,9 @@ A file is written as `.NAME.tmp<pid>` beside `NAME` (hidden, so that a glob such
 leaves the previous file (or nothing) under the final name, and the temporary file is removed when
 the failure is a Python exception. Paths with a scheme (`gs://...`) go through `tf.io.gfile`,
 imported only then. Directories (the best checkpoint, a SavedModel) are staged beside their final
-name and swapped in with two renames; a kill between the two leaves the previous copy under
-`NAME.old<pid>`, which `recover_directory` puts back.
+name (`staged_directory`) and swapped in with two renames; an exception or Ctrl-C removes the
+staged copy, and a kill between the two renames leaves the previous copy under `NAME.old<pid>`,
+which `recover_directory` puts back.
 """
 import contextlib
 import glob
@@ -110,16 +111,38 @@ def staging_directory(directory) -> str:
     return staging
 
 
+@contextlib.contextmanager
+def staged_directory(directory, fault_point: str | None = None):
+    """Yield an empty directory name beside `directory` to write its next version into. When the
+    block completes, the copy is swapped in (`replace_directory`); when it fails or is
+    interrupted (Ctrl-C), the partial copy is removed and `directory` stays as it was."""
+    staging = staging_directory(directory)
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    replace_directory(staging, directory, fault_point)
+
+
 def replace_directory(staging, directory, fault_point: str | None = None) -> None:
     """Swap the complete `staging` in for `directory` (which may not exist yet); `fault_point`
-    names this swap for the kill tests (`process.fault_points`), reached between the renames."""
+    names this swap for the kill tests (`process.fault_points`), reached between the renames.
+    An exception between the renames (Ctrl-C) puts the previous copy back; a kill there leaves
+    it as `directory.old<pid>`, which `recover_directory` puts back."""
     directory = os.fspath(directory)
     old = f"{directory}.old{os.getpid()}"
     if os.path.isdir(directory):
         os.replace(directory, old)
-    if fault_point:
-        fault_points.reached(fault_point)
-    os.replace(staging, directory)
+    try:
+        if fault_point:
+            fault_points.reached(fault_point)
+        os.replace(staging, directory)
+    except BaseException:
+        if os.path.isdir(old) and not os.path.isdir(directory):
+            os.replace(old, directory)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -11,7 +11,7 @@ the converter) runs its `main` through `run_main`, which prints such an error as
 and exits with status 1 (2 for flag and usage errors, as absl does for bad flags). An `OSError`
 naming a file (a path that does not exist) is reported the same way. With the environment
 variable `BERT_TRACEBACK=1` the traceback is shown as well. Anything else is a programming error
-and keeps its traceback.
+and keeps its traceback. Ctrl-C and SIGTERM end a run in one line too (`process.interrupts`).
 
 This module sits in the lowest layer so that every layer's errors and every front door can use it.
 """
@@ -22,6 +22,8 @@ import os
 import re
 import sys
 from typing import Callable
+
+from process import interrupts
 
 TRACEBACK_VARIABLE = "BERT_TRACEBACK"
 USAGE_STATUS = 2
@@ -148,6 +150,10 @@ def guarded(main: Callable) -> Callable:
     def run(argv):
         try:
             return main(argv)
+        except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM: `interrupts`
+            if os.environ.get(TRACEBACK_VARIABLE):
+                raise
+            interrupts.report(program_name(), interrupt)
         except Exception as error:  # noqa: BLE001 - sorted into user errors and the rest
             status = user_error_status(error)
             if status is None or os.environ.get(TRACEBACK_VARIABLE):
@@ -185,7 +191,9 @@ def parse_known_flags(argv: list) -> list:
 
 
 def run_main(main: Callable, flags_parser: Callable | None = None) -> None:
-    """absl's `app.run(main)` with one-line user errors and flag errors."""
+    """absl's `app.run(main)` with one-line user errors and flag errors, and Ctrl-C and SIGTERM
+    reported in one line (`interrupts`)."""
     from absl import app
 
+    interrupts.install()
     app.run(guarded(main), flags_parser=parse_flags_or_exit(flags_parser))

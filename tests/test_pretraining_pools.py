@@ -1,5 +1,6 @@
 """Bounded pools of documents and the ordered process map that makes their records."""
 import collections
+import contextlib
 import os
 import random
 import sys
@@ -131,6 +132,8 @@ def test_inputs_are_taken_lazily():
 
 def test_pool_workers_make_records_without_importing_tensorflow(tmp_path, minilm_dir):
     """This process holds TensorFlow, so the workers are spawned: they must not import it."""
+    import tensorflow  # noqa: F401  (the premise, whichever tests ran before in this process)
+
     assert parallel.start_method() == "spawn"
     spill = nsp_pools.TokenSpill(str(tmp_path), 2, 0)
     for i in range(8):
@@ -149,3 +152,37 @@ def test_pool_workers_make_records_without_importing_tensorflow(tmp_path, minilm
 def test_worker_errors_reach_the_parent():
     with pytest.raises(ValueError, match="item 3 is bad"):
         list(parallel.ordered_map(_fail_on_three, range(10), num_workers=2))
+
+
+def _large(x):
+    return bytes(8 << 20)  # 8 MB: more than a pipe holds, so a worker blocks sending it
+
+
+def _die_on_two(x):
+    if x == 2:
+        os.kill(os.getpid(), 9)
+    return x
+
+
+@pytest.mark.parametrize("how", ["error", "early close"])
+def test_workers_blocked_sending_large_results_do_not_hang_the_exit(how):
+    """An error (or Ctrl-C) in the parent while workers are blocked sending results that nobody
+    reads any more: the pool still stops (multiprocessing.Pool.terminate can hang there, on a
+    queue lock that a blocked worker holds)."""
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(KeyError) if how == "error" else contextlib.nullcontext():
+        with parallel.OrderedPool(2) as pool:
+            results = pool.map(_large, range(20))
+            assert len(next(results)) == 8 << 20
+            time.sleep(0.5)  # the other workers' results are now stuck in their pipes
+            if how == "error":
+                raise KeyError("stop")
+            results.close()
+    assert time.monotonic() - start < 30
+
+
+def test_a_worker_that_dies_is_an_error_not_a_hang():
+    with pytest.raises(parallel.WorkerDied, match="exit status -9"):
+        list(parallel.ordered_map(_die_on_two, range(10), num_workers=2))

@@ -39,7 +39,7 @@ from data_gen.pretraining.records import REQUIRED_TOKENS, RecordMaker
 from data_gen.pretraining.stats import PretrainingStats
 from data_gen.records import ShardedRecordWriter, check_output_files
 from data_gen.tokenization import load_vocab, special_token_ids
-from process import output_lock
+from process import interrupts, output_lock
 from process.atomic_files import remove_partial_files, write_text
 from process.errors import SettingsError, as_user_error, run_main
 
@@ -147,9 +147,11 @@ def _create(input_files, output_files, vocab_file, do_lower_case, settings, rand
 def _write_in_memory(maker: RecordMaker, input_files: list, input_options: InputOptions,
                      random_seed: int, writer: ShardedRecordWriter,
                      progress: Progress) -> PretrainingStats:
+    interrupts.at("while reading the whole corpus (--faithful_in_memory)")
     corpus = maker.tokenize(progress.counted(
         documents.original_documents(input_files, input_options)))
     nsp_pools.check_document_count(corpus.documents, maker.settings.no_nsp, input_files)
+    interrupts.at("while making the records (--faithful_in_memory)")
     result = maker.pool_records(corpus, random.Random(random_seed))
     start = time.perf_counter()
     writer.write_dealt(result.records.dealt(len(writer.paths)), len(result.records))
@@ -190,6 +192,7 @@ def _spill_and_write(ranges, input_files, input_options, bucket_count, random_se
     spill_jobs = [pool_worker.SpillJob(index, part, input_options, random_seed, bucket_count,
                                        spill_dir) for index, part in enumerate(ranges)]
     documents_per_bucket = np.zeros(bucket_count, dtype=np.int64)
+    interrupts.at(f"while reading the input ({len(ranges)} part(s), pool files in {spill_dir})")
     for result in workers.map(pool_worker.spill, spill_jobs):
         documents_per_bucket += result.documents_per_bucket
         stats.seconds.update(result.seconds)
@@ -204,7 +207,10 @@ def _spill_and_write(ranges, input_files, input_options, bucket_count, random_se
                                         for bucket in buckets for part in range(len(ranges))],
                                 random_seed, len(writer.paths))
             for index, buckets in enumerate(pools))
+    interrupts.at(f"while making the records of pool 1 of {len(pools)}")
     for done, result in enumerate(workers.map(pool_worker.run, jobs), start=1):
+        interrupts.at(f"while making the records of pool {min(done + 1, len(pools))} of "
+                      f"{len(pools)}")
         start = time.perf_counter()
         writer.write_dealt(result.chunks, result.count)
         result.stats.seconds["writing"] += time.perf_counter() - start

@@ -3,7 +3,9 @@
 Results come back in the order of the inputs whatever the number of processes, so output made from
 them is the same for 1 or N workers. At most `2 * num_workers` inputs are handed out ahead of the
 result being consumed (`multiprocessing.Pool.imap` would read its whole input at once), which keeps
-memory bounded. `OrderedPool` keeps one set of workers for several maps (the two phases of
+memory bounded. Each worker has a pipe of its own, so stopping the workers on an error or Ctrl-C
+is a kill that cannot leave a shared lock taken, and a worker that dies (out of memory) is an
+error, not a hang. `OrderedPool` keeps one set of workers for several maps (the two phases of
 pretraining data), so they start, and load what they need, once.
 
 How workers start: by "fork" when this process has not imported TensorFlow (which is not
@@ -12,11 +14,13 @@ compiled code built before the pool; otherwise by "spawn", importing only what t
 needs (for pretraining data that is the tokenizer and the compiled code, not TensorFlow: about
 650 MB and seconds of start-up each).
 """
-import collections
 import multiprocessing
+import multiprocessing.connection
 import signal
 import sys
 from typing import Callable, Iterable, Iterator
+
+from process import interrupts
 from process.errors import SettingsError
 
 
@@ -29,34 +33,124 @@ class OrderedPool:
             raise SettingsError(f"--num_workers={num_workers}: must be at least 1")
         self.num_workers = num_workers
         self._initializer, self._initargs = initializer, initargs
-        self._pool = None
+        self._workers = []  # (process, this end of its pipe)
 
     def __enter__(self) -> "OrderedPool":
         if self.num_workers == 1:
             if self._initializer is not None:
                 self._initializer(*self._initargs)
-        else:
-            self._pool = multiprocessing.get_context(start_method()).Pool(
-                self.num_workers, _start_worker, (self._initializer, self._initargs))
+            return self
+        context = multiprocessing.get_context(start_method())
+        for _ in range(self.num_workers):
+            ours, theirs = context.Pipe()
+            process = context.Process(target=_serve, daemon=True,
+                                      args=(theirs, self._initializer, self._initargs))
+            process.start()
+            theirs.close()
+            self._workers.append((process, ours))
         return self
 
     def map(self, function: Callable, items: Iterable) -> Iterator:
-        """`map(function, items)` on the workers, in order, at most 2 x workers in flight."""
-        if self._pool is None:
+        """`map(function, items)` on the workers, in order, at most 2 x workers in flight: each
+        item goes to a worker with fewer than two of its own (the least loaded), and results
+        that come back ahead of an earlier one wait for it."""
+        if not self._workers:
             yield from map(function, items)
             return
-        pending = collections.deque()
-        for item in items:
-            pending.append(self._pool.apply_async(function, (item,)))
-            if len(pending) >= 2 * self.num_workers:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+        items = iter(items)
+        loads = {connection: 0 for _, connection in self._workers}
+        done, sent, wanted, exhausted = {}, 0, 0, False
+        while True:
+            while not exhausted and sent - wanted < 2 * self.num_workers:
+                try:
+                    item = next(items)
+                except StopIteration:
+                    exhausted = True
+                    break
+                connection = min(loads, key=loads.get)
+                connection.send((sent, function, item))
+                loads[connection] += 1
+                sent += 1
+            if wanted == sent:
+                return
+            while wanted not in done:
+                for connection in multiprocessing.connection.wait(list(loads)):
+                    index, ok, value = _receive(connection, self._workers)
+                    loads[connection] -= 1
+                    if not ok:
+                        raise value
+                    done[index] = value
+            yield done.pop(wanted)
+            wanted += 1
 
-    def __exit__(self, *error) -> None:
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
+    def __exit__(self, error_type, *error) -> None:
+        """Normal end: each worker is told to stop and joined. On an error or an interrupt, the
+        workers are killed at once: nothing they hold is shared (each has its own pipe), so no
+        lock is left taken (`multiprocessing.Pool.terminate` can hang when a worker is killed
+        while it sends a large result)."""
+        for process, connection in self._workers:
+            if error_type is None:
+                try:
+                    connection.send(None)
+                except OSError:
+                    pass
+            else:
+                process.kill()
+        for process, connection in self._workers:
+            while process.is_alive():  # results nobody will read (a map left early): take them
+                try:
+                    if connection.poll(0.05):
+                        connection.recv()
+                except (EOFError, OSError):
+                    break
+            process.join()
+            connection.close()
+        self._workers = []
+
+
+def _receive(connection, workers) -> tuple:
+    try:
+        return connection.recv()
+    except (EOFError, OSError):
+        process = next(p for p, c in workers if c is connection)
+        process.join()
+        why = "; killed by the system: out of memory?" if process.exitcode == -9 else ""
+        raise WorkerDied(f"a worker process ended before returning its result (exit status "
+                         f"{process.exitcode}{why})") from None
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended before returning its result."""
+
+
+def _serve(connection, initializer, initargs) -> None:
+    """A worker: start, then run each `(index, function, item)` received until None arrives."""
+    _start_worker(initializer, initargs)
+    while True:
+        try:
+            task = connection.recv()
+        except EOFError:  # the parent is gone
+            return
+        if task is None:
+            return
+        index, function, item = task
+        try:
+            answer = (index, True, function(item))
+        except Exception as error:  # noqa: BLE001 - raised again in the parent
+            answer = (index, False, _picklable(error))
+        connection.send(answer)
+
+
+def _picklable(error: Exception) -> Exception:
+    """`error` if it survives pickling (user errors do), else a RuntimeError with its text."""
+    import pickle
+    import traceback
+
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:  # noqa: BLE001 - any failure to pickle
+        return RuntimeError("".join(traceback.format_exception(error)))
 
 
 def start_method() -> str:
@@ -86,7 +180,7 @@ def ordered_map(function: Callable, items: Iterable, num_workers: int,
 
 
 def _start_worker(initializer, initargs) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    interrupts.default_handlers()  # Ctrl-C is the parent's to handle; SIGTERM ends it quietly
     _die_with_parent()
     if initializer is not None:
         initializer(*initargs)

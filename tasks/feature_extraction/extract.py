@@ -268,6 +268,8 @@ def run(settings: ExtractSettings, encoder, tokenizer, vocab_file: str) -> None:
     except BaseException as error:
         if user_error_status(error) is not None:
             out.discard_new()  # bad input: nothing of this run is worth resuming from
+        else:
+            out.discard_partial()  # interrupted, say: the complete parts are resumed from
         raise
     rows = out.finish(width=extractor.hidden_size)
     progress.log()

@@ -21,7 +21,7 @@ import shutil
 
 import numpy as np
 
-from process import fault_points
+from process import fault_points, interrupts
 from process.atomic_files import atomic_path, remove_partial_files
 
 logger = logging.getLogger(__name__)
@@ -92,6 +92,11 @@ class ShardedOutput:
         if self.shards:
             logger.info("resuming: %d lines already written in %d shards of %s", self.done,
                         self.shards, self.parts)
+            self._resume_point()
+
+    def _resume_point(self) -> None:
+        interrupts.rerun(f"resumes after line {self.shards * self.lines_per_shard:,} "
+                         f"({self.shards} complete part(s) kept in {self.parts})")
 
     def _shard_files(self) -> list:
         suffix = ".npy" if self.npy else ".jsonl"
@@ -113,6 +118,8 @@ class ShardedOutput:
                 self.handle.write(item + "\n")
         self.in_shard += 1
         if self.in_shard == 1:
+            interrupts.at(f"while writing part {self.shards + 1} (lines {self.total + 1:,} "
+                          f"to {self.total + self.lines_per_shard:,})")
             fault_points.reached("parts")
         self.total += 1
         if self.in_shard == self.lines_per_shard:
@@ -136,6 +143,17 @@ class ShardedOutput:
         os.replace(path + ".tmp", path)
         self.shards += 1
         self.in_shard = 0
+        self._resume_point()
+
+    def discard_partial(self) -> None:
+        """Remove the shard being written (the run was interrupted); complete ones are kept."""
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+        self.vectors = []
+        partial = self._shard_path() + ".tmp"
+        if os.path.exists(partial):
+            os.remove(partial)
 
     def discard_new(self) -> None:
         """Remove the shards folder if this run made it (a run refused on bad input)."""
