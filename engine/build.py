@@ -77,7 +77,24 @@ def model_files(settings: RunSettings, vocab_required: bool = True):
         raise SettingsError(f"--vocab_file {vocab}: no such file")
     if not vocab and vocab_required:
         raise SettingsError("--vocab_file is required (no vocab.txt beside --init_checkpoint)")
+    if vocab and "://" not in vocab:
+        check_vocab_fits(config, vocab)
     return config, vocab
+
+
+def check_vocab_fits(config, vocab_file: str) -> None:
+    """Every id of `vocab_file` needs a row of the word embeddings: a vocabulary longer than
+    `vocab_size` is refused, naming both numbers and both files (a shorter one is fine: the
+    original's checkpoints pad the table)."""
+    from data_gen.tokenization import load_vocab_tokens
+    from modeling.config import ConfigError
+
+    size = len(load_vocab_tokens(vocab_file))  # ids are line numbers
+    if size > config.vocab_size:
+        raise ConfigError(
+            f"{vocab_file}: {size} tokens, but {config.source or 'the bert config'} says "
+            f"vocab_size={config.vocab_size}, so ids {config.vocab_size} to {size - 1} have no "
+            f"embedding; use the model's own vocab.txt and bert_config.json together")
 
 
 def held_outputs(settings: RunSettings, **others) -> dict:

@@ -101,7 +101,14 @@ def restore(model, source: TensorSource, allow_new_heads: bool = False,
                 " (heads that fine-tuning adds on purpose are allowed with allow_new_heads=True)")
         unset = _unset_config_keys(model)
         cause = ""
-        if unset:  # the likely cause first, and a few variables as evidence
+        rows = _vocab_rows(expected, source)
+        if rows is not None:  # the likely cause first, and a few variables as evidence
+            config = _config_of(model)
+            cause = (f": its word embeddings have {rows[0]} rows but "
+                     f"{getattr(config, 'source', '') or 'the bert config'} says vocab_size="
+                     f"{rows[1]}; use the checkpoint's own bert_config.json (vocab_size "
+                     f"{rows[0]})")
+        elif unset:
             cause = (f": the bert config does not set {', '.join(unset)}, so the original's "
                      f"defaults were used; use the checkpoint's own bert_config.json")
         shown = errors[:2 if unset else MAX_LISTED]
@@ -121,11 +128,25 @@ def restore(model, source: TensorSource, allow_new_heads: bool = False,
 MAX_LISTED = 8  # mismatched variables named in the message; the rest are counted
 
 
+def _config_of(model):
+    return getattr(model, "config", None) or getattr(getattr(model, "encoder", None), "config",
+                                                     None)
+
+
 def _unset_config_keys(model) -> tuple:
     """The shape fields the model's bert config file left to their defaults."""
-    config = getattr(model, "config", None) or getattr(getattr(model, "encoder", None),
-                                                      "config", None)
-    return tuple(getattr(config, "unset", ()))
+    return tuple(getattr(_config_of(model), "unset", ()))
+
+
+def _vocab_rows(expected: dict, source) -> tuple | None:
+    """(checkpoint rows, model rows) of the word embeddings when only their count differs."""
+    name = "bert/embeddings/word_embeddings"
+    if name not in expected or name not in source.shapes:
+        return None
+    theirs, ours = tuple(source.shapes[name]), tuple(expected[name].shape)
+    if len(theirs) == len(ours) == 2 and theirs[1] == ours[1] and theirs[0] != ours[0]:
+        return theirs[0], ours[0]
+    return None
 
 
 def _in_memory_source(description: str, tensors: dict) -> TensorSource:
@@ -393,9 +414,11 @@ def read_config(path: str | os.PathLike, fmt: str | None = None) -> BertConfig:
         with open(config_path, encoding="utf-8") as f:
             values = json.load(f)
         try:
-            return BertConfig.from_hf_dict(values)
+            config = BertConfig.from_hf_dict(values)
         except ValueError as e:
             raise type(e)(f"{config_path}: {e}") from None
+        config.source = config_path
+        return config
     import keras
     return keras.models.load_model(resolve_file(path, KERAS_FILE, "Keras model file")).config
 

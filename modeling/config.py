@@ -30,6 +30,18 @@ _HF_HIDDEN_ACT = {
 }
 
 
+def defaults_note(message: str, unset) -> str:
+    """For a message that names fields the file does not set: say so, and that the value shown
+    is the original's default (`"; the file does not set 'num_attention_heads' ..."`)."""
+    named = [name for name in unset if f"'{name}'" in message]
+    if not named:
+        return ""
+    defaults = {f.name: f.default for f in dataclasses.fields(BertConfig) if f.name in named}
+    return ("; the file does not set " + ", ".join(f"'{n}' (the original's default, "
+                                                      f"{defaults[n]}, was used)" for n in named)
+            + ": add the model's value")
+
+
 class ConfigError(UserError):
     """A `bert_config.json` that cannot describe a working model; the message names the field."""
 
@@ -58,7 +70,8 @@ class BertConfig:
         self.validate()
 
     # ----------------------------------------------------------------------------- validation
-    unset = ()  # set by from_dict
+    unset = ()  # set by from_dict: the shape fields the file leaves to the original's defaults
+    source = ""  # set by from_json_file: the file it was read from, for messages
 
     def validate(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -101,9 +114,14 @@ class BertConfig:
         kwargs = {k: v for k, v in values.items() if k in known}
         extra = copy.deepcopy({k: v for k, v in values.items() if k not in known})
         extra.update(copy.deepcopy(values.get("extra", {})))
-        config = cls(**kwargs, extra=extra)
-        # The shape fields left to the original's defaults, named when a checkpoint does not fit.
-        config.unset = tuple(k for k in SHAPE_FIELDS if k not in values)
+        # The shape fields left to the original's defaults (as the original allows), named when
+        # they do not fit each other or a checkpoint.
+        unset = tuple(k for k in SHAPE_FIELDS if k not in values)
+        try:
+            config = cls(**kwargs, extra=extra)
+        except ConfigError as e:
+            raise ConfigError(f"{e}{defaults_note(str(e), unset)}") from None
+        config.unset = unset
         return config
 
     def to_dict(self) -> dict[str, Any]:
@@ -131,9 +149,11 @@ class BertConfig:
             raise ConfigError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at byte "
                               f"{e.start + 1}); save the file as UTF-8") from None
         try:
-            return cls.from_dict(values)
+            config = cls.from_dict(values)
         except ConfigError as e:
             raise ConfigError(f"{path}: {e}") from None
+        config.source = os.fspath(path)
+        return config
 
     def to_json_string(self) -> str:
         """JSON with indent 2 and sorted keys, as the original writes it."""

@@ -56,6 +56,27 @@ def test_missing_vocab_size_and_broken_json(tmp_path):
         BertConfig.from_json_file(path)
 
 
+def test_a_field_left_to_its_default_is_named_as_missing(tmp_path):
+    """The original lets a config leave fields to its defaults; when a default does not fit the
+    file's own values, the message says the file does not set it."""
+    path = tmp_path / "bert_config.json"
+    path.write_text('{"vocab_size": 100, "hidden_size": 128, "intermediate_size": 512}')
+    with pytest.raises(ConfigError) as err:
+        BertConfig.from_json_file(path)
+    assert str(err.value) == (
+        f"{path}: bert config field 'hidden_size' (128) must be a multiple of "
+        f"'num_attention_heads' (12); the file does not set 'num_attention_heads' (the "
+        f"original's default, 12, was used): add the model's value")
+    path.write_text('{"vocab_size": 100, "hidden_size": 10, "num_attention_heads": 4}')
+    with pytest.raises(ConfigError) as err:  # both set: no note
+        BertConfig.from_json_file(path)
+    assert str(err.value).endswith("'num_attention_heads' (4)")
+    path.write_text('{"vocab_size": 100, "hidden_size": 384}')
+    config = BertConfig.from_json_file(path)  # 384 heads of 12 work: defaults are allowed
+    assert (config.num_attention_heads, config.source) == (12, str(path))
+    assert "num_attention_heads" in config.unset
+
+
 def test_hugging_face_gelu_is_exact_and_round_trips():
     hf = {"vocab_size": 10, "hidden_size": 8, "num_attention_heads": 2, "hidden_act": "gelu",
           "layer_norm_eps": 1e-7, "model_type": "bert"}

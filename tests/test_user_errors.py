@@ -484,6 +484,16 @@ CASES += [
      r"original's defaults were used"),
     ("config without num_hidden_layers", config_without("num_hidden_layers"), 1,
      r"does not fit bert_classifier: the bert config does not set num_hidden_layers"),
+    ("config without num_attention_heads", config_without("num_attention_heads"), 1,
+     r"bert_config\.json: bert config field 'hidden_size' \(32\) must be a multiple of "
+     r"'num_attention_heads' \(12\); the file does not set 'num_attention_heads' \(the "
+     r"original's default, 12, was used\): add the model's value"),
+    ("config vocab_size below the vocabulary's", edited_config(vocab_size=1000), 1,
+     r"vocab\.txt: 30522 tokens, but \S+/bert_config\.json says vocab_size=1000, so ids 1000 "
+     r"to 30521 have no embedding"),
+    ("config vocab_size above the checkpoint's", edited_config(vocab_size=40000), 1,
+     r"bert_model\.ckpt does not fit bert_classifier: its word embeddings have 30522 rows but "
+     r"\S+/bert_config\.json says vocab_size=40000; use the checkpoint's own bert_config\.json"),
     ("--output_dir is a file", output_dir_is_a_file, 2,
      r"--output_dir \S+/out: is a file, not a folder"),
     ("a file in the way of --output_dir", file_in_the_way, 2,
