@@ -73,6 +73,20 @@ class FullTokenizer:
         """The WordPiece tokens of `text`, exactly as the original `FullTokenizer.tokenize`."""
         return [piece for _, pieces in self._chunk_pieces(text) for piece, _, _ in pieces]
 
+    def tokenize_prefix(self, text, max_tokens: int) -> list:
+        """`tokenize(text)[:max_tokens]`, reading only as much of `text` as those tokens need:
+        a task that truncates (to `max_seq_length`, `max_query_length`) pays for the tokens it
+        keeps, not for every token of a long document."""
+        tokens = []
+        if max_tokens <= 0:
+            return tokens
+        for _, pieces in self._chunk_pieces(text):
+            tokens.extend(piece for piece, _, _ in pieces)
+            if len(tokens) >= max_tokens:
+                del tokens[max_tokens:]
+                break
+        return tokens
+
     def tokenize_with_offsets(self, text) -> tuple:
         """`(tokens, starts, ends)`: each token's code-point span in `convert_to_unicode(text)`.
 

@@ -39,7 +39,7 @@ def convert_example(example: InputExample, index: int, label_map: dict | None,
     unlabelled example (a test row) gets label 0. `multi_label`: the label is a tuple of names and
     `label_ids` their multi-hot vector.
     """
-    tokens_a, tokens_b = _tokens(example, tokenizer)
+    tokens_a, tokens_b = _tokens(example, tokenizer, max_seq_length)
     if tokens_b is not None:
         truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
     else:
@@ -68,11 +68,18 @@ def convert_document(example: InputExample, index: int, label_map: dict | None,
             for a, b in windows[:max_windows or None]]
 
 
-def _tokens(example: InputExample, tokenizer) -> tuple:
+def _tokens(example: InputExample, tokenizer, max_seq_length: int | None = None) -> tuple:
     """WordPieces of text A, and of text B or None: as the original, an empty second text (or
-    one with no tokens) makes a single-text example."""
-    tokens_a = tokenizer.tokenize(example.text_a)
-    return tokens_a, (tokenizer.tokenize(example.text_b) if example.text_b else None) or None
+    one with no tokens) makes a single-text example. With `max_seq_length` (truncation), only
+    the first `max_seq_length - 2` pieces of each: truncating a pair pops from the longer list,
+    so pieces past that are popped anyway, and a long document costs only the pieces kept."""
+    if max_seq_length is None:
+        tokens_a = tokenizer.tokenize(example.text_a)
+        return tokens_a, (tokenizer.tokenize(example.text_b) if example.text_b else None) or None
+    keep = max_seq_length - 2
+    tokens_a = tokenizer.tokenize_prefix(example.text_a, keep)
+    return tokens_a, (tokenizer.tokenize_prefix(example.text_b, keep) if example.text_b
+                      else None) or None
 
 
 def _row(tokens_a: list, tokens_b: list | None, label_ids: list, index: int,

@@ -34,6 +34,7 @@ import math
 import os
 from typing import NamedTuple
 
+from data_gen import csv_files
 from data_gen.errors import DataError, not_utf8
 
 
@@ -82,7 +83,7 @@ def _read_table(path: str, header: bool, task: str, split: str) -> _Table:
     last_line = 0  # the line where the previous row ended
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
-            reader = csv.reader(f, **dialect)
+            reader = csv_files.reader(f, **dialect)
             for index, fields in enumerate(reader):
                 rows.append(_Row(index, last_line + 1, fields))
                 last_line = reader.line_num

@@ -26,8 +26,10 @@ class Feature:
 
 
 def featurize(line: Line, tokenizer, max_seq_length: int) -> Feature:
-    tokens_a = tokenizer.tokenize(line.text_a)
-    tokens_b = tokenizer.tokenize(line.text_b) if line.text_b else None
+    # Only the pieces a row can keep (a pair is trimmed from the longer list): a long line costs
+    # no more than the row it becomes.
+    tokens_a = tokenizer.tokenize_prefix(line.text_a, max_seq_length - 2)
+    tokens_b = tokenizer.tokenize_prefix(line.text_b, max_seq_length - 2) if line.text_b else None
     if tokens_b:
         truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
     else:

@@ -35,10 +35,13 @@ def convert_example(example: ChoiceExample, index: int, num_choices: int, max_se
     if len(example.choices) > num_choices:
         raise DataError(f"{example.path}:{example.line}: {len(example.choices)} choices, more "
                         f"than the {num_choices} the model scores (--num_choices)")
-    context = tokenizer.tokenize(example.context)
+    # Only the pieces a row can keep: a pair is trimmed by popping from the longer list, so
+    # pieces past `max_seq_length - 2` would be popped anyway (long contexts cost no more).
+    context = tokenizer.tokenize_prefix(example.context, max_seq_length - 2)
     features = {name: [] for name in SEQUENCE_FEATURES}
     for second in example.pair_texts():
-        tokens_a, tokens_b = list(context), tokenizer.tokenize(second) or None
+        tokens_a = list(context)
+        tokens_b = tokenizer.tokenize_prefix(second, max_seq_length - 2) or None
         if tokens_b is None:
             del tokens_a[max_seq_length - 2:]
         else:

@@ -17,11 +17,11 @@ an empty choice, fewer than 2 choices, a label outside 0..N-1, malformed JSON. P
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import os
 
+from data_gen import csv_files
 from data_gen.errors import DataError, not_utf8
 
 FORMATS = ("swag", "generic")
@@ -64,7 +64,7 @@ def has_labels(path: str, input_format: str) -> bool:
     """Whether a file carries labels: SWAG's header names `label`; a JSON line has `label`."""
     with open(path, encoding="utf-8-sig", newline="", errors="replace") as f:
         if input_format == "swag":
-            return "label" in next(csv.reader(f), [])
+            return "label" in next(csv_files.reader(f), [])
         for line in f:
             if line.strip():
                 try:
@@ -76,7 +76,7 @@ def has_labels(path: str, input_format: str) -> bool:
 
 def read_swag(path: str, labelled: bool = True) -> list:
     with open(path, encoding="utf-8-sig", newline="") as f:
-        reader = csv.reader(f)
+        reader = csv_files.reader(f)
         header = next(reader, None)
         if header is None:
             return []

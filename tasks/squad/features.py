@@ -84,7 +84,7 @@ def convert_example(example: SquadExample, example_index: int, tokenizer,
                     settings: SquadSettings, is_training: bool,
                     document=None) -> list:
     """The feature dicts (one per window) of one example; `unique_ids` are filled in later."""
-    query = tokenizer.tokenize(example.question_text)[:settings.max_query_length]
+    query = tokenizer.tokenize_prefix(example.question_text, settings.max_query_length)
     tokens, tok_to_orig, orig_to_tok = (document or _DocumentTokens(tokenizer))(
         example.doc_tokens)
     answer = None
