@@ -95,28 +95,34 @@ def test_fine_tuning_interrupted_in_training_and_in_evaluation_resumes_to_the_sa
 def test_ctrl_c_inside_a_long_training_loop_stops_after_the_current_step(mrpc, tiny_checkpoint,
                                                                          tmp_path):  # noqa: F811
     """One loop of 18,000 steps (minutes): the signal reaches the loop through the watcher
-    thread's flag, and the run stops within seconds, at the step it was in."""
-    out = tmp_path / "out"
-    command = [*classifier(mrpc, tiny_checkpoint, out), "--num_train_epochs=3000",
-               "--iterations_per_loop=18000", "--save_checkpoints_steps=18000",
-               "--eval_every_steps=18000"]
-    process = subprocess.Popen([sys.executable, *command], cwd=REPO, text=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    for line in process.stderr:
-        if "training examples" in line:
-            break
-    time.sleep(10)  # the loop's function is traced and running
-    start = time.monotonic()
-    os.kill(process.pid, signal.SIGINT)
-    stderr = process.stderr.read()
-    process.wait(timeout=300)
-    stopped_in = time.monotonic() - start
-    line = the_line(process.returncode, stderr, signal.SIGINT, "run_classifier.py")
-    step = int(re.fullmatch(r"at training step (\d+) of 18000", line["where"])[1])
-    assert 0 < step < 18000
-    assert line["rerun"] == "starts again from the beginning"
-    assert stopped_in < 30, stopped_in
-    nothing_half_written(out)
+    thread's flag, and the run stops within seconds, at the step it was in. A signal that came
+    while the loop was still being traced (step 0, a loaded machine) proves nothing: then the
+    run is tried again with a longer wait."""
+    for attempt, wait in enumerate([10, 25, 60]):
+        out = tmp_path / f"out{attempt}"
+        command = [*classifier(mrpc, tiny_checkpoint, out), "--num_train_epochs=3000",
+                   "--iterations_per_loop=18000", "--save_checkpoints_steps=18000",
+                   "--eval_every_steps=18000"]
+        process = subprocess.Popen([sys.executable, *command], cwd=REPO, text=True,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for line in process.stderr:
+            if "training examples" in line:
+                break
+        time.sleep(wait)
+        start = time.monotonic()
+        os.kill(process.pid, signal.SIGINT)
+        stderr = process.stderr.read()
+        process.wait(timeout=300)
+        stopped_in = time.monotonic() - start
+        line = the_line(process.returncode, stderr, signal.SIGINT, "run_classifier.py")
+        step = int(re.fullmatch(r"at training step (\d+) of 18000", line["where"])[1])
+        assert line["rerun"] == "starts again from the beginning"
+        assert stopped_in < 30, stopped_in
+        nothing_half_written(out)
+        if step > 0:
+            assert step < 18000
+            return
+    raise AssertionError("the training loop had not started after 60 s")
 
 
 def test_an_interrupted_export_leaves_the_previous_export(mrpc, tiny_checkpoint,
