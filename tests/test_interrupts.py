@@ -92,8 +92,8 @@ def test_fine_tuning_interrupted_in_training_and_in_evaluation_resumes_to_the_sa
         steps[-1], steps[-1].replace(".index", ".data-00000-of-00001"), "test_results.tsv"])
 
 
-def test_ctrl_c_inside_a_long_training_loop_stops_after_the_current_step(mrpc, tiny_checkpoint,
-                                                                         tmp_path):  # noqa: F811
+def test_ctrl_c_inside_a_long_training_loop_stops_after_the_current_step(
+        mrpc, tiny_checkpoint, tmp_path):  # noqa: F811
     """One loop of 18,000 steps (minutes): the signal reaches the loop through the watcher
     thread's flag, and the run stops within seconds, at the step it was in. A signal that came
     while the loop was still being traced (step 0, a loaded machine) proves nothing: then the
@@ -125,8 +125,8 @@ def test_ctrl_c_inside_a_long_training_loop_stops_after_the_current_step(mrpc, t
     raise AssertionError("the training loop had not started after 60 s")
 
 
-def test_an_interrupted_export_leaves_the_previous_export(mrpc, tiny_checkpoint,
-                                                          tmp_path):  # noqa: F811
+def test_an_interrupted_export_leaves_the_previous_export(
+        mrpc, tiny_checkpoint, tmp_path):  # noqa: F811
     """Ctrl-C between the two renames of a SavedModel swap puts the previous export back and
     removes the new copy; the rerun exports again."""
     out, export = tmp_path / "out", tmp_path / "serving"
