@@ -242,17 +242,38 @@ def test_pretraining_killed_at_every_phase_ends_as_the_uninterrupted_run(records
 
 
 # ----------------------------------------------------------------------------- the data tools
+def pretraining_data_command(shared_data, checkpoint, folder):
+    """create_pretraining_data on WikiText-2 valid into two shards of `folder`, two workers and
+    pools small enough that there are several."""
+    return ["-m", "data_gen.pretraining.create_pretraining_data",
+            f"--input_file={shared_data}/corpus/wikitext-2/valid.txt",
+            f"--output_file={folder}/a.tfrecord,{folder}/b.tfrecord",
+            f"--vocab_file={checkpoint}/vocab.txt", "--max_seq_length=64",
+            "--max_predictions_per_seq=10", "--dupe_factor=1", "--num_workers=2",
+            "--pool_bytes=200000"]
+
+
+def sst2_lines(shared_data, path):
+    """The first 120 sentences of SST-2 dev, one a line, written to `path`."""
+    text = (shared_data / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8")
+    path.write_text("\n".join(row.split("\t")[0] for row in text.splitlines()[1:121]) + "\n")
+    return path
+
+
+def extract_features_command(lines, checkpoint, folder):
+    """extract_features of `lines` into `folder/features.jsonl`, in parts of 40 lines."""
+    return ["extract_features.py", f"--input_file={lines}",
+            f"--output_file={folder}/features.jsonl",
+            f"--init_checkpoint={checkpoint}/bert_model.ckpt", "--max_seq_length=32",
+            "--layers=-1", "--lines_per_shard=40"]
+
+
 def test_create_pretraining_data_killed_while_writing_leaves_nothing_and_reruns_the_same(
         shared_data, tiny_checkpoint, tmp_path):
     """Killed with its pool folder and half-written shards on disk, the rerun removes both
     (saying so) and writes the uninterrupted run's bytes."""
     def command(folder):
-        return ["-m", "data_gen.pretraining.create_pretraining_data",
-                f"--input_file={shared_data}/corpus/wikitext-2/valid.txt",
-                f"--output_file={folder}/a.tfrecord,{folder}/b.tfrecord",
-                f"--vocab_file={tiny_checkpoint}/vocab.txt", "--max_seq_length=64",
-                "--max_predictions_per_seq=10", "--dupe_factor=1", "--num_workers=2",
-                "--pool_bytes=200000"]
+        return pretraining_data_command(shared_data, tiny_checkpoint, folder)
 
     assert run(command(tmp_path / "reference")).returncode == 0
     killed = run(command(tmp_path / "resumed"), {KILL_VARIABLE: "records@1"})
@@ -269,15 +290,10 @@ def test_create_pretraining_data_killed_while_writing_leaves_nothing_and_reruns_
 
 def test_extract_features_killed_in_a_part_resumes_to_the_same_lines(
         shared_data, tiny_checkpoint, tmp_path):
-    lines = tmp_path / "lines.txt"
-    text = (shared_data / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8")
-    lines.write_text("\n".join(row.split("\t")[0] for row in text.splitlines()[1:121]) + "\n")
+    lines = sst2_lines(shared_data, tmp_path / "lines.txt")
 
     def command(folder):
-        return ["extract_features.py", f"--input_file={lines}",
-                f"--output_file={folder}/features.jsonl",
-                f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=32",
-                "--layers=-1", "--lines_per_shard=40"]
+        return extract_features_command(lines, tiny_checkpoint, folder)
 
     assert run(command(tmp_path / "reference")).returncode == 0
     (tmp_path / "resumed").mkdir()

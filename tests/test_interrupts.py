@@ -19,8 +19,10 @@ import pytest
 
 from process.fault_points import STOP_VARIABLE
 from tests.conftest import REPO
-from tests.test_faults import (assert_same_run, classifier, listing, mrpc,  # noqa: F401
-                               pretraining_command, records, run, wait_until_stopped)
+from tests.test_faults import (assert_same_run, classifier, extract_features_command, listing,
+                               pretraining_command, pretraining_data_command, run, sst2_lines,
+                               wait_until_stopped)
+from tests.test_faults import mrpc, records  # noqa: F401  (fixtures)
 
 ONE_LINE = re.compile(r"^(?P<program>\S+): interrupted by (?P<signal>Ctrl-C \(SIGINT\)|SIGTERM) "
                       r"(?P<where>.+); nothing half-written is left; the same command "
@@ -180,12 +182,7 @@ def test_create_pretraining_data_interrupted_leaves_nothing_and_reruns_the_same(
     pool folder are removed, the workers end without a word, and the rerun writes the
     uninterrupted run's bytes."""
     def command(folder):
-        return ["-m", "data_gen.pretraining.create_pretraining_data",
-                f"--input_file={shared_data}/corpus/wikitext-2/valid.txt",
-                f"--output_file={folder}/a.tfrecord,{folder}/b.tfrecord",
-                f"--vocab_file={tiny_checkpoint}/vocab.txt", "--max_seq_length=64",
-                "--max_predictions_per_seq=10", "--dupe_factor=1", "--num_workers=2",
-                "--pool_bytes=200000"]
+        return pretraining_data_command(shared_data, tiny_checkpoint, folder)
 
     assert run(command(tmp_path / "reference")).returncode == 0
     out = tmp_path / "resumed"
@@ -203,15 +200,10 @@ def test_create_pretraining_data_interrupted_leaves_nothing_and_reruns_the_same(
 
 def test_extract_features_interrupted_in_a_part_resumes_after_the_complete_ones(
         shared_data, tiny_checkpoint, tmp_path):
-    lines = tmp_path / "lines.txt"
-    text = (shared_data / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8")
-    lines.write_text("\n".join(row.split("\t")[0] for row in text.splitlines()[1:121]) + "\n")
+    lines = sst2_lines(shared_data, tmp_path / "lines.txt")
 
     def command(folder):
-        return ["extract_features.py", f"--input_file={lines}",
-                f"--output_file={folder}/features.jsonl",
-                f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=32",
-                "--layers=-1", "--lines_per_shard=40"]
+        return extract_features_command(lines, tiny_checkpoint, folder)
 
     assert run(command(tmp_path / "reference")).returncode == 0
     out = tmp_path / "resumed"
