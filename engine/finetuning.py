@@ -127,7 +127,7 @@ def _finetune(task, settings: FinetuneSettings) -> None:
         check_trained_weights(trainer, settings.use_best_checkpoint)
     open_output(run, settings)
     if run.chief:
-        record_run_config(settings.output_dir, identity, training)
+        record_run_config(settings.output_dir, identity, training, best_metric=best_metric)
     interrupts.at("while converting the data to features")
     for split in [train, *evals, *predicts]:
         if split is not None:

@@ -7,7 +7,8 @@ earlier run, and its `training` settings (learning rate, batch, steps, initial w
 it did not train), which must match too when a training checkpoint is there to resume from:
 resuming with another schedule is never what was meant. A folder of the other kind is refused
 outright, as is a folder holding training checkpoints that no run_config.json explains. Keys an
-older version did not record are not compared.
+older version did not record are not compared. A fine-tuning run also records `best_metric`, the
+evaluation key its `best/` weights are kept by, for what reads its results (a search of runs).
 """
 from __future__ import annotations
 
@@ -89,13 +90,15 @@ def _other_kind(kind: str, names: list, has_checkpoints: bool) -> str | None:
 
 
 def record_run_config(output_dir: str, identity: dict, training: dict | None,
-                      kind: str = FINE_TUNING) -> None:
+                      kind: str = FINE_TUNING, best_metric: str | None = None) -> None:
     """Record this run's settings once `check_run_config` has passed: always when it trains,
     else only when the folder has no record yet (an evaluation of a run keeps its record)."""
     path = os.path.join(output_dir, RUN_CONFIG)
     if training is not None or not os.path.isfile(path):
-        write_text(path, json.dumps(_canonical(kind, identity, training), indent=1,
-                                    sort_keys=True) + "\n")
+        recorded = _canonical(kind, identity, training)
+        if best_metric:
+            recorded["best_metric"] = best_metric
+        write_text(path, json.dumps(recorded, indent=1, sort_keys=True) + "\n")
 
 
 def _canonical(kind: str, identity: dict, training: dict | None) -> dict:
