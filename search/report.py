@@ -2,7 +2,7 @@
 
 - `trials.tsv`: one row per trial (a configuration and a seed): its settings, seed, state (finished,
   pruned, failed, running), best dev score and the step it was reached at, steps trained of the
-  steps planned, wall time (all attempts), attempts;
+  steps planned, wall time (all attempts), attempts and the worker (host:pid) of the last one;
 - `configurations.tsv`: per configuration, its finished trials' count, mean, standard deviation,
   lowest and highest dev score, and the expected best dev score of k runs, k = 1..n
   (`search.statistics`);
@@ -48,7 +48,7 @@ def rows(trials, names: list) -> list[dict]:
             "steps_trained": planned if state == "finished" else attrs.get("steps_trained"),
             "num_train_steps": planned,
             "wall_s": None if attrs.get("wall_s") is None else round(attrs["wall_s"]),
-            "attempts": counts[slot],
+            "attempts": counts[slot], "worker": attrs.get("worker"),
             "config": attrs.get("config"), "_trial": trial})
     return table
 
@@ -93,7 +93,7 @@ def write(search_dir: str, trials, metric: str, lower: bool, names: list, chosen
     table = rows(trials, names)
     configs = configurations(table, names, lower)
     trial_columns = ["trial", "phase", *names, "seed", "state", "dev_score", "best_step",
-                     "steps_trained", "num_train_steps", "wall_s", "attempts"]
+                     "steps_trained", "num_train_steps", "wall_s", "attempts", "worker"]
     config_columns = [*names, "n", "mean", "std", "min", "max", "expected_best_of_k"]
     paths = [os.path.join(search_dir, "trials.tsv"),
              os.path.join(search_dir, "configurations.tsv"),

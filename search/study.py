@@ -48,8 +48,11 @@ WAIT = "wait"  # a slot is running elsewhere; nothing to take yet
 
 
 class SearchError(UserError):
-    """The search cannot go on: a trial failed as every trial would (bad data or flags), or the
-    search folder holds another search."""
+    """The search cannot go on: a trial failed as every trial would (bad data or flags)."""
+
+
+class OtherSearchError(SettingsError):
+    """The search folder (or study) holds a search with other settings."""
 
 
 @dataclasses.dataclass
@@ -107,6 +110,9 @@ class Search:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # The heartbeat is used through ask-and-tell here, which Optuna calls experimental.
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
         os.makedirs(self.trials_dir, exist_ok=True)
         s = self.settings
         url = s.storage or f"sqlite:///{os.path.join(self.search_dir, STUDY_FILE)}"
@@ -134,7 +140,7 @@ class Search:
                 changed = [f"{key} was {recorded.get(key)!r}, now {value!r}"
                            for key, value in self.definition().items()
                            if recorded.get(key) != value]
-                raise SearchError(f"{self.search_dir} holds a search with other settings "
+                raise OtherSearchError(f"{self.search_dir} holds a search with other settings "
                                   f"({'; '.join(changed)}): run it with its own settings, or "
                                   f"use another --search_dir")
 
@@ -475,7 +481,9 @@ def epoch_of(global_step: float, num_train_steps: int | None, settings: SearchSe
                                                                 "num_train_epochs", "3")))
     if not num_train_steps or epochs <= 0:
         return int(global_step)
-    return max(1, math.ceil(global_step / (num_train_steps / epochs) - 1e-6))
+    # Epoch ends are rounded steps (an epoch of 203.75 steps ends at step 204), the last one is
+    # num_train_steps: the nearest whole epoch, halves up (2.5 epochs end as epoch 3).
+    return max(1, math.floor(global_step / (num_train_steps / epochs) + 0.5))
 
 
 def _flag(flags: list, name: str, default: str) -> str:

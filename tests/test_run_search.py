@@ -1,0 +1,203 @@
+"""run_search.py end to end: a small BERT fine-tuned on a slice of MRPC by the search's trials.
+
+A grid with a restart, its tables, the chosen weights, a rerun that runs nothing again, an export
+of the chosen trial; a search killed (SIGKILL) mid-trial and run again; two workers sharing one
+study; and every bad search or flag refused in one line before anything is written.
+"""
+import csv
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_run_classifier import glue_slice
+
+
+@pytest.fixture(scope="module")
+def mrpc(shared_data, tmp_path_factory):
+    return glue_slice(shared_data, "MRPC", tmp_path_factory.mktemp("search_data") / "MRPC",
+                      {"train": 64, "dev": 48, "test": 16})
+
+
+def runner_flags(mrpc, tiny_checkpoint, *more):
+    return ["--task_name=MRPC", f"--data_dir={mrpc}",
+            f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=48",
+            "--train_batch_size=16", "--eval_batch_size=48", *more]
+
+
+def search_command(search_dir, *flags, runner=()):
+    return [sys.executable, str(REPO / "run_search.py"), "--runner=run_classifier",
+            f"--search_dir={search_dir}", "--heartbeat_seconds=2", *flags, "--", *runner]
+
+
+def run(command, check=True):
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    if check and result.returncode:
+        raise AssertionError(result.stderr[-4000:])
+    return result
+
+
+def table(path):
+    with open(path, encoding="utf-8") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def best_score(trial_dir):
+    lines = (pathlib.Path(trial_dir) / "best" / "eval_results.txt").read_text().splitlines()
+    return dict(line.split(" = ") for line in lines)["eval_main"]
+
+
+def logged_runs(log):
+    """How many times the search started the runner in a trial's folder."""
+    return sum(line.startswith("$ ") for line in pathlib.Path(log).read_text().splitlines())
+
+
+def test_a_grid_with_a_restart_reports_chooses_promotes_and_resumes_to_nothing(
+        tmp_path, mrpc, tiny_checkpoint):
+    search = tmp_path / "search"
+    command = search_command(search, "--grid=learning_rate=1e-3,2e-4", "--grid=num_train_epochs=2",
+                             "--restarts=1", runner=runner_flags(mrpc, tiny_checkpoint))
+    result = run(command)
+    rows = table(search / "trials.tsv")
+    assert [(r["phase"], r["state"], r["attempts"]) for r in rows] == [
+        ("search", "finished", "1"), ("search", "finished", "1"), ("restart", "finished", "1")]
+    first = rows[:2]
+    # Every trial's dev score is its run's best/ score; the restart repeats the better setting.
+    for row in rows:
+        assert float(row["dev_score"]) == pytest.approx(float(best_score(
+            search / "trials" / row["trial"])), abs=5e-5)
+        assert row["steps_trained"] == row["num_train_steps"] == "8"  # int(64 / 16 * 2)
+    better = max(first, key=lambda r: float(r["dev_score"]))
+    assert rows[2]["learning_rate"] == better["learning_rate"]
+    assert rows[2]["trial"] == f"lr{better['learning_rate']}_ep2_seed12346"
+    assert rows[2]["seed"] == "12346" and first[0]["seed"] == "12345"
+    # The chosen trial is the best finished one, and best/ is a copy of its best/.
+    chosen = max(rows, key=lambda r: float(r["dev_score"]))
+    trial = json.loads((search / "best" / "trial.json").read_text())
+    assert trial["slot"] == chosen["trial"] and trial["metric"] == "eval_main"
+    for name in ("model.index", "model.data-00000-of-00001", "eval_results.txt"):
+        assert (search / "best" / name).read_bytes() == (
+            search / "trials" / chosen["trial"] / "best" / name).read_bytes()
+    # The chosen configuration's two seeds: their mean and sample standard deviation.
+    configs = {c["learning_rate"]: c for c in table(search / "configurations.tsv")}
+    pair = [float(best_score(search / "trials" / r["trial"])) for r in rows
+            if r["learning_rate"] == better["learning_rate"]]
+    spread = configs[better["learning_rate"]]
+    assert spread["n"] == "2"
+    assert float(spread["mean"]) == pytest.approx(sum(pair) / 2, abs=5e-5)
+    assert float(spread["std"]) == pytest.approx(abs(pair[0] - pair[1]) / 2 ** 0.5, abs=5e-5)
+    assert (search / "expected_validation_performance.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Chosen: trial `" + chosen["trial"] in (search / "report.md").read_text()
+    assert "chosen: trial " + chosen["trial"] in result.stderr
+
+    # The same command again runs no trial again, and the tables stay.
+    run(command)
+    assert all(logged_runs(search / "trials" / f"{r['trial']}.log") == 1 for r in rows)
+    assert [r["dev_score"] for r in table(search / "trials.tsv")] == [r["dev_score"] for r in rows]
+
+    # Another search in the same folder is refused in one line, before anything runs.
+    other = run(search_command(search, "--grid=learning_rate=1e-3", "--grid=num_train_epochs=2",
+                               runner=runner_flags(mrpc, tiny_checkpoint)), check=False)
+    assert other.returncode == 2
+    assert other.stderr.strip().count("\n") == 0
+    assert "holds a search with other settings (space was" in other.stderr
+
+    # --export_dir and --do_predict use the chosen trial: the export serves its predictions.
+    export = tmp_path / "export"
+    run(command[:-len(runner_flags(mrpc, tiny_checkpoint)) - 1]
+        + ["--do_predict", f"--export_dir={export}", "--"] + runner_flags(mrpc, tiny_checkpoint))
+    assert (export / "saved_model.pb").is_file()
+    assert (search / "trials" / chosen["trial"] / "test_results.tsv").is_file()
+    assert logged_runs(search / "trials" / f"{chosen['trial']}.log") == 2  # trained, predicted
+
+
+def kill_tree(pid):
+    children = pathlib.Path(f"/proc/{pid}/task/{pid}/children")
+    for child in (children.read_text().split() if children.exists() else []):
+        kill_tree(int(child))
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_a_search_killed_mid_trial_resumes_it_and_ends_as_an_unbroken_one(
+        tmp_path, mrpc, tiny_checkpoint):
+    flags = ["--grid=learning_rate=1e-3", "--grid=num_train_epochs=3"]
+    runner = runner_flags(mrpc, tiny_checkpoint)
+    whole = tmp_path / "whole"
+    run(search_command(whole, *flags, runner=runner))
+
+    broken = tmp_path / "broken"
+    command = search_command(broken, *flags, runner=runner)
+    trial_dir = broken / "trials" / "lr1e-3_ep3_seed12345"
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               cwd=REPO)
+    deadline = time.time() + 240
+    while not (trial_dir / "eval_results.txt").exists():  # the first epoch is evaluated
+        assert process.poll() is None and time.time() < deadline
+        time.sleep(0.2)
+    kill_tree(process.pid)  # the search and its trial, SIGKILL, mid-trial
+    process.wait()
+    assert not (broken / "trials.tsv").exists()
+
+    result = run(command)
+    assert "its worker (pid" in result.stderr and "is gone; it will resume" in result.stderr
+    rows = table(broken / "trials.tsv")
+    assert [(r["state"], r["attempts"]) for r in rows] == [("finished", "2")]
+    log = (trial_dir.parent / (trial_dir.name + ".log")).read_text()
+    assert logged_runs(trial_dir.parent / (trial_dir.name + ".log")) == 2
+    assert "resum" in log.split("\n$ ")[-1]  # the second run resumed from the checkpoint
+    # The interrupted search ends with the weights and score of the unbroken one.
+    assert best_score(trial_dir) == best_score(whole / "trials" / trial_dir.name)
+    assert (trial_dir / "best" / "model.data-00000-of-00001").read_bytes() == (
+        whole / "trials" / trial_dir.name / "best" / "model.data-00000-of-00001").read_bytes()
+
+
+def test_two_workers_share_one_study_and_run_each_trial_once(tmp_path, mrpc, tiny_checkpoint):
+    search = tmp_path / "search"
+    command = search_command(search, "--space=learning_rate=loguniform(1e-4,1e-3)",
+                             "--num_trials=4", "--sampler=random",
+                             runner=runner_flags(mrpc, tiny_checkpoint, "--num_train_epochs=1"))
+    workers = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, cwd=REPO) for _ in range(2)]
+    errors = [w.communicate(timeout=600)[1] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], errors
+    rows = table(search / "trials.tsv")
+    assert sorted(r["trial"] for r in rows) == [f"t00{i}_seed12345" for i in range(4)]
+    assert all(r["state"] == "finished" and r["attempts"] == "1" for r in rows)
+    assert all(logged_runs(search / "trials" / f"{r['trial']}.log") == 1 for r in rows)
+    assert len({r["worker"] for r in rows}) == 2  # both workers ran trials
+    rates = [float(r["learning_rate"]) for r in rows]
+    assert len(set(rates)) == 4 and all(1e-4 <= r <= 1e-3 for r in rates)
+
+
+@pytest.mark.parametrize("flags, runner, message", [
+    (["--grid=lerning_rate=1e-5"], [], "learning_rate=1e-5"),
+    (["--grid=learning_rate=-1,1e-5"], [], "--learning_rate=-1: run_classifier refuses it"),
+    (["--grid=learning_rate=3e-5"], ["--learning_rate=2e-5"],
+     "--learning_rate=2e-5: --learning_rate is searched"),
+    (["--seeds=3"], ["--output_dir=/tmp/x"], "--output_dir=/tmp/x: the search gives each trial"),
+    (["--seeds=3"], ["--random_seed=3"], "give --random_seed to run_search"),
+    (["--seeds=3"], ["--export_dir=/tmp/x"], "use run_search's --export_dir"),
+    (["--space=learning_rate=uniform(1e-5,1e-4)"], [], "--num_trials is required with --space"),
+    (["--grid=learning_rate=1e-5,2e-5", "--num_trials=3"], [], "--num_trials: a grid runs"),
+    (["--grid=learning_rate=uniform(2,1)"], [], "needs LOW < HIGH"),
+    (["--seeds=0"], [], "flag --seeds=0: must be at least 1"),
+    (["--runner=run_pretraining"], [], "a search runs one of run_classifier"),
+])
+def test_a_bad_search_or_flag_is_one_line_and_writes_nothing(tmp_path, flags, runner, message):
+    search = tmp_path / "search"
+    command = search_command(search, *flags, runner=["--task_name=MRPC", *runner])
+    if any(f.startswith("--runner=") for f in flags):
+        command.remove("--runner=run_classifier")
+    result = run(command, check=False)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("run_search.py: error: "), result.stderr
+    assert message in lines[0] or (message == "learning_rate=1e-5"
+                                   and "Unknown command line flag 'lerning_rate'" in lines[0])
+    assert not search.exists()
