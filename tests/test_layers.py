@@ -7,6 +7,7 @@ Layers, from the ground up (docs/architecture.md):
   3 data_gen   text to tensors
   4 engine     the training loop and the drivers
   5 tasks      one folder per task
+  5 search     searches over fine-tuning runs (beside the tasks: it knows none of them)
   6 runners    run_*.py and runner_flags.py
 A module may import its own layer and the ones below it, never one above.
 """
@@ -17,7 +18,7 @@ import sys
 
 from tests.conftest import REPO
 
-LAYERS = {"process": 1, "modeling": 2, "data_gen": 3, "engine": 4, "tasks": 5}
+LAYERS = {"process": 1, "modeling": 2, "data_gen": 3, "engine": 4, "tasks": 5, "search": 5}
 RUNNER_LAYER = 6
 # Command-line front doors besides the runners: they define and read their own flags.
 FRONT_DOORS = {"modeling/convert.py", "data_gen/learn_vocab.py", "data_gen/extend_vocab.py",
@@ -89,6 +90,18 @@ def test_tasks_do_not_import_each_other():
             if names[0] == "tasks" and len(names) > 1 and names[1] not in (parts[0], *shared):
                 crossing.append(f"{relative(path)}:{line} imports {module}")
     assert not crossing, "a task imports another task:\n" + "\n".join(crossing)
+
+
+def test_the_search_knows_no_task_and_no_task_knows_the_search():
+    """A search runs the runners as commands; it reads what runs write, never a task's code."""
+    crossing = [f"{relative(path)}:{line} imports {module}"
+                for package, other in (("search", "tasks"), ("tasks", "search"))
+                for path in sorted((REPO / package).rglob("*.py"))
+                for line, module in imported_modules(path) if module.split(".")[0] == other]
+    assert not crossing, "\n".join(crossing)
+    # The search process loads no TensorFlow: its trials do.
+    assert top_packages_loaded(["search.study", "search.report", "search.runner_check"],
+                               {"tensorflow", "keras", "tasks", "modeling", "data_gen"}) == []
 
 
 def test_only_front_doors_read_flags():

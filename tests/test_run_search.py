@@ -201,3 +201,30 @@ def test_a_bad_search_or_flag_is_one_line_and_writes_nothing(tmp_path, flags, ru
     assert message in lines[0] or (message == "learning_rate=1e-5"
                                    and "Unknown command line flag 'lerning_rate'" in lines[0])
     assert not search.exists()
+
+
+def test_sigterm_stops_the_search_and_its_trial_in_one_line_and_the_rerun_resumes(
+        tmp_path, mrpc, tiny_checkpoint):
+    search = tmp_path / "search"
+    command = search_command(search, "--grid=learning_rate=1e-3", "--grid=num_train_epochs=2",
+                             runner=runner_flags(mrpc, tiny_checkpoint))
+    trial_dir = search / "trials" / "lr1e-3_ep2_seed12345"
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, cwd=REPO)
+    deadline = time.time() + 240
+    while not (trial_dir / "eval_results.txt").exists():
+        assert process.poll() is None and time.time() < deadline
+        time.sleep(0.2)
+    children = pathlib.Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
+    process.send_signal(signal.SIGTERM)
+    stderr = process.communicate(timeout=180)[1]
+    assert process.returncode == 143
+    last = stderr.strip().splitlines()[-1]
+    assert last == ("run_search.py: interrupted by SIGTERM in trial lr1e-3_ep2_seed12345; nothing "
+                    "half-written is left; the same command resumes the search: finished trials "
+                    "are kept and lr1e-3_ep2_seed12345 resumes from its last checkpoint")
+    for child in children.split():  # the trial's runner stopped with the search
+        assert not pathlib.Path(f"/proc/{child}").exists()
+    run(command)
+    rows = table(search / "trials.tsv")
+    assert [(r["state"], r["attempts"]) for r in rows] == [("finished", "2")]
