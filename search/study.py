@@ -117,14 +117,14 @@ class Search:
         s = self.settings
         url = s.storage or f"sqlite:///{os.path.join(self.search_dir, STUDY_FILE)}"
         kwargs = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
-        storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs,
-                                             heartbeat_interval=s.heartbeat_s,
-                                             grace_period=3 * s.heartbeat_s)
         sampler = self.sampler(0)
         pruner = (optuna.pruners.MedianPruner(n_startup_trials=s.prune_startup_trials)
                   if s.prune else optuna.pruners.NopPruner())
         direction = "minimize" if s.metric and lower_is_better(s.metric) else "maximize"
-        with self.lock():
+        with self.lock():  # two workers creating the database's tables at once would collide
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs,
+                                                 heartbeat_interval=s.heartbeat_s,
+                                                 grace_period=3 * s.heartbeat_s)
             self.study = optuna.create_study(storage=storage, study_name=s.study_name,
                                              sampler=sampler, pruner=pruner, direction=direction,
                                              load_if_exists=True)
@@ -136,8 +136,8 @@ class Search:
                            for key, value in self.definition().items()
                            if recorded.get(key) != value]
                 raise OtherSearchError(f"{self.search_dir} holds a search with other settings "
-                                  f"({'; '.join(changed)}): run it with its own settings, or "
-                                  f"use another --search_dir")
+                                       f"({'; '.join(changed)}): run it with its own settings, "
+                                       f"or use another --search_dir")
 
     def sampler(self, sample: int):
         """The sampler that draws sample number `sample`, seeded by the number: any worker draws

@@ -228,3 +228,53 @@ def test_sigterm_stops_the_search_and_its_trial_in_one_line_and_the_rerun_resume
     run(command)
     rows = table(search / "trials.tsv")
     assert [(r["state"], r["attempts"]) for r in rows] == [("finished", "2")]
+
+
+def test_a_worker_killed_mid_trial_leaves_its_trial_to_the_other_worker(
+        tmp_path, mrpc, tiny_checkpoint):
+    search = tmp_path / "search"
+    command = search_command(search, "--grid=learning_rate=1e-3,5e-4,2e-4",
+                             runner=runner_flags(mrpc, tiny_checkpoint, "--num_train_epochs=2"))
+    doomed = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              cwd=REPO)
+    deadline = time.time() + 240
+    while not list((search / "trials").glob("*/eval_results.txt")):  # mid-trial: epoch 1 done
+        assert doomed.poll() is None and time.time() < deadline
+        time.sleep(0.2)
+    survivor = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, cwd=REPO)
+    kill_tree(doomed.pid)
+    doomed.wait()
+    stderr = survivor.communicate(timeout=600)[1]
+    assert survivor.returncode == 0, stderr
+    assert f"its worker (pid {doomed.pid}) is gone; it will resume" in stderr
+    rows = table(search / "trials.tsv")
+    assert [r["state"] for r in rows] == ["finished"] * 3
+    assert sorted(r["attempts"] for r in rows) == ["1", "1", "2"]
+    for row in rows:  # every start of a runner is an attempt: none lost, none duplicated
+        assert logged_runs(search / "trials" / f"{row['trial']}.log") == int(row["attempts"])
+
+
+def test_any_runner_ner_with_seeds_chooses_by_its_own_metric(tmp_path, shared_data,
+                                                              tiny_checkpoint):
+    """run_ner keeps best/ by entity F1: the search reads that from the runs and reports the
+    spread of one recipe over two seeds."""
+    from tests.test_run_ner import conll_slice
+
+    data = conll_slice(shared_data, tmp_path / "conll", {"train.txt": 2500, "valid.txt": 700})
+    search = tmp_path / "search"
+    result = run([sys.executable, str(REPO / "run_search.py"), "--runner=run_ner",
+                  f"--search_dir={search}", "--seeds=2", "--", f"--data_dir={data}",
+                  f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=32",
+                  "--train_batch_size=16", "--num_train_epochs=1", "--learning_rate=2e-3"])
+    rows = table(search / "trials.tsv")
+    assert [r["trial"] for r in rows] == ["default_seed12345", "default_seed12346"]
+    assert json.loads((search / "best" / "trial.json").read_text())["metric"] == "eval_f1"
+    scores = []
+    for row in rows:
+        lines = (search / "trials" / row["trial"] / "best" / "eval_results.txt").read_text()
+        scores.append(float(dict(line.split(" = ") for line in lines.splitlines())["eval_f1"]))
+        assert float(row["dev_score"]) == pytest.approx(scores[-1], abs=5e-5)
+    (config,) = table(search / "configurations.tsv")
+    assert config["n"] == "2" and float(config["mean"]) == pytest.approx(sum(scores) / 2, abs=5e-5)
+    assert "eval_f1" in result.stderr
