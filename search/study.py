@@ -338,6 +338,10 @@ class Search:
             logger.info("trial %s pruned after epoch %s: %s = %.4f is below the median of the "
                         "trials before it at that epoch", slot.name, watcher.last_step,
                         watcher.metric, watcher.last_value)
+        elif outcome.returncode == 1 and " in use by " in outcome.last_line:
+            # Another process (a worker thought dead, on a machine whose heartbeat stopped) still
+            # runs this trial; its runner holds the folder. Leave it to that one.
+            self.fail(trial, slot, f"its folder is held by another process: {outcome.last_line}")
         elif outcome.returncode in (1, 2):  # a user error: every trial would fail the same way
             self.study.tell(trial, state=TrialState.FAIL)
             raise SearchError(f"trial {slot.name} ({log_path}): {outcome.last_line}")
@@ -367,7 +371,8 @@ class Search:
 
     # --------------------------------------------------------------------------------- the end
     def finish(self) -> None:
-        """Write the report, promote the chosen trial to best/, predict and export with it."""
+        """Write the report, promote the chosen trial to best/, predict and export with it (once
+        for a chosen trial and a set of outputs, whichever worker gets there first)."""
         with self.lock():
             trials = self.study.get_trials(deepcopy=False)
             chosen = self.best_trial(trials)
@@ -378,12 +383,13 @@ class Search:
             if chosen is None:
                 raise SearchError(f"no trial finished; see the logs in {self.trials_dir}")
             self.promote(chosen)
-        logger.info("chosen: trial %s, %s = %.4f; its weights are in %s", chosen.user_attrs["slot"],
-                    metric, chosen.value, os.path.join(self.search_dir, BEST_DIR))
-        for path in paths:
-            logger.info("wrote %s", path)
-        if self.settings.do_predict or self.settings.export_dir:
-            self.predict_and_export(chosen)
+            logger.info("chosen: trial %s, %s = %.4f; its weights are in %s",
+                        chosen.user_attrs["slot"], metric, chosen.value,
+                        os.path.join(self.search_dir, BEST_DIR))
+            for path in paths:
+                logger.info("wrote %s", path)
+            if self.settings.do_predict or self.settings.export_dir:
+                self.predict_and_export(chosen)
 
     def metric_name(self, trials) -> str:
         names = {t.user_attrs.get("metric") for t in trials} - {None}
@@ -414,12 +420,23 @@ class Search:
                                                     "--do_eval")]}, indent=1) + "\n")
 
     def predict_and_export(self, chosen) -> None:
+        """Run the runner on the chosen trial's folder with --do_predict / --export_dir, unless
+        that was done for this trial already (recorded in best/trial.json)."""
         slot = chosen.user_attrs["slot"]
+        export_dir = os.path.abspath(self.settings.export_dir) if self.settings.export_dir else None
+        record_path = os.path.join(self.search_dir, BEST_DIR, CHOSEN_FILE)
+        with open(record_path, encoding="utf-8") as f:
+            record = json.load(f)
+        done = record.get("outputs", {})
+        if ((not self.settings.do_predict or done.get("do_predict"))
+                and (not export_dir or (export_dir in done.get("export_dirs", [])
+                                        and os.path.isdir(export_dir)))):
+            return
         extra = ["--nodo_train", "--nodo_eval"]
         if self.settings.do_predict:
             extra.append("--do_predict")
-        if self.settings.export_dir:
-            extra.append(f"--export_dir={os.path.abspath(self.settings.export_dir)}")
+        if export_dir:
+            extra.append(f"--export_dir={export_dir}")
         command = self.command(slot, chosen.user_attrs["settings"], chosen.user_attrs["seed"],
                                *extra)
         log_path = os.path.join(self.trials_dir, slot) + ".log"
@@ -429,9 +446,13 @@ class Search:
                             lambda results: False, poll_s=self.settings.poll_s)
         if outcome.returncode != 0:
             raise SearchError(f"predicting with trial {slot} ({log_path}): {outcome.last_line}")
+        record["outputs"] = {
+            "do_predict": bool(done.get("do_predict") or self.settings.do_predict),
+            "export_dirs": sorted(set(done.get("export_dirs", [])) | ({export_dir} - {None}))}
+        write_text(record_path, json.dumps(record, indent=1) + "\n")
         logger.info("predicted%s with trial %s: files in %s",
-                    f" and exported to {self.settings.export_dir}" if self.settings.export_dir
-                    else "", slot, os.path.join(self.trials_dir, slot))
+                    f" and exported to {export_dir}" if export_dir else "", slot,
+                    os.path.join(self.trials_dir, slot))
 
 
 class EvaluationWatcher:

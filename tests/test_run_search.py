@@ -110,11 +110,18 @@ def test_a_grid_with_a_restart_reports_chooses_promotes_and_resumes_to_nothing(
 
     # --export_dir and --do_predict use the chosen trial: the export serves its predictions.
     export = tmp_path / "export"
-    run(command[:-len(runner_flags(mrpc, tiny_checkpoint)) - 1]
-        + ["--do_predict", f"--export_dir={export}", "--"] + runner_flags(mrpc, tiny_checkpoint))
+    with_outputs = (command[:-len(runner_flags(mrpc, tiny_checkpoint)) - 1]
+                    + ["--do_predict", f"--export_dir={export}", "--"]
+                    + runner_flags(mrpc, tiny_checkpoint))
+    run(with_outputs)
     assert (export / "saved_model.pb").is_file()
     assert (search / "trials" / chosen["trial"] / "test_results.tsv").is_file()
     assert logged_runs(search / "trials" / f"{chosen['trial']}.log") == 2  # trained, predicted
+    # Asked again (a second worker, a rerun), the same outputs of the same trial are not redone.
+    run(with_outputs)
+    assert logged_runs(search / "trials" / f"{chosen['trial']}.log") == 2
+    assert json.loads((search / "best" / "trial.json").read_text())["outputs"] == {
+        "do_predict": True, "export_dirs": [str(export)]}
 
 
 def kill_tree(pid):
