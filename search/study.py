@@ -104,7 +104,8 @@ class Search:
                 "space": [d.spec for d in s.space.dimensions], "seeds": s.seeds,
                 "restarts": s.restarts, "num_trials": s.num_trials,
                 "sampler": s.sampler if not s.space.is_grid else "grid",
-                "base_seed": s.base_seed, "prune": s.prune, "metric": s.metric}
+                "sampler_seed": s.sampler_seed, "base_seed": s.base_seed, "prune": s.prune,
+                "metric": s.metric}
 
     def open(self) -> None:
         import optuna
@@ -122,9 +123,15 @@ class Search:
                   if s.prune else optuna.pruners.NopPruner())
         direction = "minimize" if s.metric and lower_is_better(s.metric) else "maximize"
         with self.lock():  # two workers creating the database's tables at once would collide
-            storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs,
-                                                 heartbeat_interval=s.heartbeat_s,
-                                                 grace_period=3 * s.heartbeat_s)
+            try:
+                storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs,
+                                                     heartbeat_interval=s.heartbeat_s,
+                                                     grace_period=3 * s.heartbeat_s)
+            except (ImportError, ValueError, RuntimeError, OSError) as e:
+                raise SettingsError(f"--storage={url}: {str(e).splitlines()[0]}") from None
+            except Exception as e:  # sqlalchemy's errors (a host that does not answer, ...)
+                raise SettingsError(f"--storage={url}: {type(e).__name__}: "
+                                    f"{str(e).splitlines()[0]}") from None
             self.study = optuna.create_study(storage=storage, study_name=s.study_name,
                                              sampler=sampler, pruner=pruner, direction=direction,
                                              load_if_exists=True)
@@ -212,11 +219,17 @@ class Search:
         return None
 
     def phase_two_of(self, trials):
+        """The restarts, of the configuration chosen when they were first planned (kept in the
+        study, so that a first-phase trial finished later does not start a second set)."""
         if not self.settings.restarts:
             return []
-        chosen = self.best_trial(trials, phase=1)
+        pinned = self.study.user_attrs.get("restarted_trial")
+        chosen = next((t for t in trials if t.number == pinned), None)
         if chosen is None:
-            return []  # phase 1 left no finished trial (all failed here): nothing to restart
+            chosen = self.best_trial(trials, phase=1)
+            if chosen is None:
+                return []  # phase 1 left no finished trial (all failed here): nothing to restart
+            self.study.set_user_attr("restarted_trial", chosen.number)
         return self.phase_two(chosen)
 
     def best_trial(self, trials, phase: int | None = None):
@@ -244,6 +257,7 @@ class Search:
                 break
             if slot is WAIT:
                 interrupts.at("waiting for the other workers' trials")
+                interrupts.rerun("resumes the search: finished trials are kept")
                 time.sleep(max(self.settings.poll_s, 2.0))
                 continue
             self.run_slot(slot, trial)
@@ -277,14 +291,20 @@ class Search:
         else:  # a grid point, a restart, or a sample taken up again: settings fixed, no draw
             settings = dict(slot.settings)
             trial = self.study.ask()
-        attempts = len(group_attempts(trials).get(slot.name, []))
-        for key, value in {"slot": slot.name, "phase": slot.phase, "config": slot.config,
-                           "seed": slot.seed, "settings": settings, "worker": self.worker,
-                           "attempt": attempts + 1,
-                           "sample": int(slot.config[1:]) if slot.config.startswith("t")
-                           and not space.is_grid else None}.items():
-            trial.set_user_attr(key, value)
-        self.study._storage.record_heartbeat(trial._trial_id)
+        from optuna.trial import TrialState
+
+        try:  # the worker first: a trial whose worker dies from here on is seen as such
+            trial.set_user_attr("worker", self.worker)
+            self.study._storage.record_heartbeat(trial._trial_id)
+            attempts = len(group_attempts(trials).get(slot.name, []))
+            for key, value in {"slot": slot.name, "phase": slot.phase, "config": slot.config,
+                               "seed": slot.seed, "settings": settings, "attempt": attempts + 1,
+                               "sample": int(slot.config[1:]) if slot.config.startswith("t")
+                               and not space.is_grid else None}.items():
+                trial.set_user_attr(key, value)
+        except BaseException:
+            self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+            raise
         return trial
 
     def command(self, slot_name: str, settings: dict, seed: int, *extra) -> list:
@@ -293,6 +313,7 @@ class Search:
                 *extra]
 
     def run_slot(self, slot: Slot, trial) -> None:
+        from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
         settings = trial.user_attrs["settings"]
@@ -308,6 +329,7 @@ class Search:
                          f"resumes from its last checkpoint")
         last_beat = [time.time()]
         watcher = EvaluationWatcher(self, trial, slot, trial_dir)
+        watcher.recorded()  # a resumed trial's metric, even if it evaluates nothing more
 
         def tick():
             if time.time() - last_beat[0] >= self.settings.heartbeat_s / 2:
@@ -318,12 +340,23 @@ class Search:
             outcome = run_trial(command, trial_dir, log_path, watcher.on_evaluation, tick,
                                 self.settings.poll_s)
         except BaseException:
-            self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+            with contextlib.suppress(Exception):
+                self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
             raise
+        try:
+            self.record_outcome(slot, trial, watcher, outcome, trial_dir, log_path)
+        except UpdateFinishedTrialError:
+            logger.warning("trial %s was taken up by another worker while this one ran it (its "
+                           "heartbeat was late); this worker's result is dropped", slot.name)
+
+    def record_outcome(self, slot, trial, watcher, outcome, trial_dir, log_path) -> None:
+        from optuna.trial import TrialState
+
         previous = sum(t.user_attrs.get("wall_s", 0.0) for t in group_attempts(
             self.study.get_trials(deepcopy=False)).get(slot.name, []) if t.number != trial.number)
         trial.set_user_attr("wall_s", round(previous + outcome.wall_s, 1))
         watcher.record_best()
+        runner_error = outcome.last_line.startswith(f"{self.settings.runner}.py: error: ")
         if outcome.returncode == 0:
             score = watcher.best_score()
             if score is None:
@@ -335,17 +368,23 @@ class Search:
                         outcome.wall_s)
         elif outcome.pruned:
             self.study.tell(trial, state=TrialState.PRUNED)
-            logger.info("trial %s pruned after epoch %s: %s = %.4f is below the median of the "
-                        "trials before it at that epoch", slot.name, watcher.last_step,
+            logger.info("trial %s pruned after epoch %s: %s = %.4f is worse than the median of "
+                        "the trials before it at that epoch", slot.name, watcher.last_step,
                         watcher.metric, watcher.last_value)
-        elif outcome.returncode == 1 and " in use by " in outcome.last_line:
-            # Another process (a worker thought dead, on a machine whose heartbeat stopped) still
-            # runs this trial; its runner holds the folder. Leave it to that one.
-            self.fail(trial, slot, f"its folder is held by another process: {outcome.last_line}")
-        elif outcome.returncode in (1, 2):  # a user error: every trial would fail the same way
+        elif runner_error and " in use by " in outcome.last_line:
+            # The runner of a worker that just died (or of one on a machine whose heartbeat
+            # stopped) still holds the folder; the trial is taken up again once it lets go.
+            trial.set_user_attr("error", outcome.last_line)
+            self.study.tell(trial, state=TrialState.FAIL)
+            logger.info("trial %s: its folder is still held by another process; trying again "
+                        "shortly", slot.name)
+            time.sleep(5)
+        elif runner_error and outcome.returncode in (1, 2):
+            # A user error (bad data, flags, files): every trial would fail the same way.
+            trial.set_user_attr("error", outcome.last_line)
             self.study.tell(trial, state=TrialState.FAIL)
             raise SearchError(f"trial {slot.name} ({log_path}): {outcome.last_line}")
-        else:
+        else:  # a crash (out of memory, a bug): this trial only
             self.fail(trial, slot, f"exit status {outcome.returncode}: {outcome.last_line} "
                                    f"(log: {log_path})")
 
@@ -468,34 +507,57 @@ class EvaluationWatcher:
         self.last_step = None
         self.last_value = None
 
-    def on_evaluation(self, results: dict) -> bool:
+    def recorded(self) -> dict:
+        """The trial run's run_config.json; fills in the metric its best/ is kept by and the
+        steps it plans (a resumed run that evaluates nothing more still has them)."""
         recorded = read_run_config(self.trial_dir) or {}
         self.metric = self.metric or recorded.get("best_metric")
+        steps = (recorded.get("training") or {}).get("num_train_steps")
+        if steps and self.trial.user_attrs.get("num_train_steps") != steps:
+            self.trial.set_user_attr("num_train_steps", steps)
+        if self.metric and self.trial.user_attrs.get("metric") != self.metric:
+            self.trial.set_user_attr("metric", self.metric)
+        return recorded
+
+    def on_evaluation(self, results: dict) -> bool:
+        """Report the evaluation; True stops the run: pruned, or taken up by another worker
+        (this one's heartbeat was late)."""
+        from optuna.exceptions import UpdateFinishedTrialError
+
+        try:
+            return self._report(results)
+        except UpdateFinishedTrialError:
+            return True
+
+    def _report(self, results: dict) -> bool:
+        recorded = self.recorded()
         if self.metric not in results:
             raise SettingsError(f"--metric={self.metric}: trial {self.slot.name}'s evaluation "
                                 f"has {', '.join(sorted(results))}")
-        training = recorded.get("training") or {}
-        self.trial.set_user_attr("metric", self.metric)
-        self.trial.set_user_attr("num_train_steps", training.get("num_train_steps"))
-        self.trial.set_user_attr("steps_trained", int(results.get("global_step", 0)))
-        step = epoch_of(results.get("global_step", 0), training.get("num_train_steps"),
-                        self.search.settings, self.trial.user_attrs["settings"])
+        num_train_steps = (recorded.get("training") or {}).get("num_train_steps")
+        global_step = int(results.get("global_step", 0))
+        self.trial.set_user_attr("steps_trained", global_step)
+        step = epoch_of(global_step, num_train_steps, self.search.settings,
+                        self.trial.user_attrs["settings"])
         value = results[self.metric]
         self.last_step, self.last_value = step, value
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a step reported again after a resume
             self.trial.report(value, step)
         logger.info("trial %s: epoch %d (step %d): %s = %.4f", self.slot.name, step,
-                    int(results.get("global_step", 0)), self.metric, value)
+                    global_step, self.metric, value)
         self.record_best()
-        return (self.slot.phase == 1 and self.search.settings.prune
+        last = bool(num_train_steps) and global_step >= num_train_steps  # nothing left to save
+        return (self.slot.phase == 1 and self.search.settings.prune and not last
                 and self.trial.should_prune())
 
     def best_score(self) -> float | None:
+        self.recorded()
         best = read_eval_results(os.path.join(self.trial_dir, BEST_DIR, RESULTS_FILE))
         return best.get(self.metric) if self.metric else None
 
     def record_best(self) -> None:
+        self.recorded()
         best = read_eval_results(os.path.join(self.trial_dir, BEST_DIR, RESULTS_FILE))
         if self.metric and self.metric in best:
             self.trial.set_user_attr("best_score", best[self.metric])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def run_trial(command: list, output_dir: str, log_path: str,
     seen = _stamp(results_path)  # a resumed run's earlier evaluation is not news
     pruned = False
     with open(log_path, "a", encoding="utf-8") as log:
-        log.write(f"$ {' '.join(command)}\n")
+        log.write(f"$ {shlex.join([sys.executable, *command])}\n")
         log.flush()
         child = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(os.getpid()), *command],
                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -67,7 +68,7 @@ def run_trial(command: list, output_dir: str, log_path: str,
                     if on_evaluation(read_eval_results(results_path)) and not finished:
                         pruned = True
                         child.send_signal(signal.SIGTERM)
-                        finished = _wait(child)
+                        finished = _wait(child, on_tick, poll_s)
                 if finished:
                     break
                 on_tick()
@@ -75,7 +76,7 @@ def run_trial(command: list, output_dir: str, log_path: str,
         except BaseException:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
-                _wait(child)
+                _wait(child, lambda: None, poll_s)
             raise
     return Outcome(child.returncode, pruned, time.time() - start, last_line(log_path))
 
@@ -88,12 +89,16 @@ def _stamp(path: str):
     return status.st_mtime_ns, status.st_size, status.st_ino
 
 
-def _wait(child) -> bool:
-    try:
-        child.wait(STOP_WAIT_S)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
+def _wait(child, on_tick: Callable[[], None], poll_s: float) -> bool:
+    """Wait for a signalled child (killed after STOP_WAIT_S), ticking meanwhile (heartbeats)."""
+    deadline = time.time() + STOP_WAIT_S
+    while child.poll() is None:
+        if time.time() > deadline:
+            child.kill()
+            child.wait()
+            break
+        on_tick()
+        time.sleep(poll_s)
     return True
 
 

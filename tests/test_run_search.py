@@ -195,6 +195,11 @@ def test_two_workers_share_one_study_and_run_each_trial_once(tmp_path, mrpc, tin
     (["--grid=learning_rate=uniform(2,1)"], [], "needs LOW < HIGH"),
     (["--seeds=0"], [], "flag --seeds=0: must be at least 1"),
     (["--runner=run_pretraining"], [], "a search runs one of run_classifier"),
+    (["--seeds=2", "--metric=eval_f1"], ["--best_metric=eval_accuracy"],
+     "--metric=eval_f1: the runner's --best_metric=eval_accuracy keeps best/ by another key"),
+    (["--seeds=2"], ["--eval_every_steps=50"], "--eval_every_steps: pruning compares trials at "
+     "epoch ends; with --eval_every_steps use --noprune"),
+    (["--grid=learning_rate=a/b,a-b"], [], "two configurations would share the folder name"),
 ])
 def test_a_bad_search_or_flag_is_one_line_and_writes_nothing(tmp_path, flags, runner, message):
     search = tmp_path / "search"
@@ -260,6 +265,31 @@ def test_a_worker_killed_mid_trial_leaves_its_trial_to_the_other_worker(
     assert sorted(r["attempts"] for r in rows) == ["1", "1", "2"]
     for row in rows:  # every start of a runner is an attempt: none lost, none duplicated
         assert logged_runs(search / "trials" / f"{row['trial']}.log") == int(row["attempts"])
+
+
+def test_a_hopeless_trial_is_pruned_by_the_median_rule_of_a_loss(tmp_path, mrpc,
+                                                                  tiny_checkpoint):
+    """--metric=eval_loss: lower is better. A learning rate of 1e-9 leaves the loss where it
+    starts; after its first epoch it is worse than the finished trial's at that epoch, so the
+    median rule stops it there."""
+    search = tmp_path / "search"
+    result = run(search_command(search, "--grid=learning_rate=1e-3,1e-9",
+                                "--grid=num_train_epochs=3", "--prune_startup_trials=1",
+                                "--metric=eval_loss", runner=runner_flags(mrpc, tiny_checkpoint)))
+    rows = table(search / "trials.tsv")
+    assert [(r["learning_rate"], r["state"]) for r in rows] == [("1e-3", "finished"),
+                                                               ("1e-9", "pruned")]
+    assert (rows[1]["steps_trained"], rows[1]["num_train_steps"]) == ("4", "12")
+    assert float(rows[1]["dev_score"]) > float(rows[0]["dev_score"])  # a higher loss
+    assert "trial lr1e-9_ep3_seed12345 pruned after epoch 1" in result.stderr
+    chosen = json.loads((search / "best" / "trial.json").read_text())
+    assert (chosen["slot"], chosen["metric"]) == ("lr1e-3_ep3_seed12345", "eval_loss")
+    report = (search / "report.md").read_text()
+    assert "1 finished, 1 pruned" in report
+    assert "Cost: 16 training steps of the 24 that running every started trial" in report
+    # Every trial kept best/ by the key the search chose by.
+    assert '"best_metric": "eval_loss"' in (search / "trials" / rows[1]["trial"]
+                                             / "run_config.json").read_text()
 
 
 def test_any_runner_ner_with_seeds_chooses_by_its_own_metric(tmp_path, shared_data,

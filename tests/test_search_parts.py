@@ -2,6 +2,7 @@
 the search-space syntax and its one-line refusals, and a watched trial stopped when pruned."""
 import itertools
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -139,7 +140,7 @@ def test_a_watched_run_reports_each_evaluation_and_stops_when_pruned(tmp_path):
     assert [r["global_step"] for r in seen] == [10.0, 20.0]
     log = (tmp_path / "trial.log").read_text()
     assert "evaluated 20" in log and "evaluated 30" not in log and "done" not in log
-    assert log.startswith(f"$ {script} {out}\n")
+    assert log.startswith(f"$ {sys.executable} {script} {out}\n")
 
     # Unpruned, every evaluation is heard, and the last line is the run's.
     seen.clear()
@@ -157,3 +158,15 @@ def test_the_runner_check_loads_every_fine_tuning_runners_flags():
         check_command_lines(runner, [["--learning_rate=3e-5", "--train_batch_size=16"]], ["x"])
     with pytest.raises(Exception, match="x: run_ner refuses it:.*train_batch_size"):
         check_command_lines("run_ner", [["--train_batch_size=0"]], ["x"])
+
+
+def test_an_evaluation_is_compared_at_the_epoch_it_closes():
+    """Epoch ends are rounded steps (MRPC less 408 pairs at batch 16: 203.75 steps an epoch,
+    evaluated at step 204); the last evaluation is at num_train_steps; half epochs round up."""
+    from search.study import SearchSettings, epoch_of
+
+    settings = SearchSettings("x", "run_classifier", ["--num_train_epochs=2.5"], SearchSpace([]))
+    assert [epoch_of(g, 407, settings, {"num_train_epochs": "2"}) for g in (204, 407)] == [1, 2]
+    assert [epoch_of(g, 611, settings, {"num_train_epochs": "3"})
+            for g in (204, 408, 611)] == [1, 2, 3]
+    assert [epoch_of(g, 25, settings, {}) for g in (10, 20, 25)] == [1, 2, 3]
