@@ -138,10 +138,12 @@ class Search:
             recorded = self.study.user_attrs.get("definition")
             if recorded is None:
                 self.study.set_user_attr("definition", self.definition())
-            elif recorded != json.loads(json.dumps(self.definition())):
-                changed = [f"{key} was {recorded.get(key)!r}, now {value!r}"
-                           for key, value in self.definition().items()
-                           if recorded.get(key) != value]
+                recorded = {}
+            # Keys an earlier version did not record are not compared.
+            changed = [f"{key} was {recorded[key]!r}, now {value!r}" for key, value in
+                       json.loads(json.dumps(self.definition())).items()
+                       if key in recorded and recorded[key] != value]
+            if changed:
                 raise OtherSearchError(f"{self.search_dir} holds a search with other settings "
                                        f"({'; '.join(changed)}): run it with its own settings, "
                                        f"or use another --search_dir")
