@@ -42,7 +42,8 @@ flags.DEFINE_enum("sampler", "tpe", ["tpe", "random"], "How a --space search dra
 flags.DEFINE_integer("num_trials", None, "Configurations a --space search draws.")
 flags.DEFINE_integer("sampler_seed", 0, "Seed of the sampler's draws.")
 flags.DEFINE_integer("seeds", 1, "Runs (random restarts) of every configuration, with seeds "
-                     "--random_seed, --random_seed + 1, ...")
+                     "--random_seed, --random_seed + 1, ...; only the first run of a "
+                     "configuration is ever pruned.")
 flags.DEFINE_integer("restarts", 0, "After the search: runs of the best configuration with this "
                      "many new seeds (the paper's random restarts), never pruned.")
 flags.DEFINE_integer("random_seed", 12345, "The first trial seed (the runners' default).")

@@ -9,8 +9,9 @@ slot. A slot whose trial failed (a worker killed, a crash) is taken again: its r
 the slot folder's checkpoint, so no finished step is run twice. A worker whose process is gone is
 seen at once on its own machine, and elsewhere when its heartbeat (`heartbeat_s`) stops.
 
-Phase-1 trials report each evaluation's dev score to the study, whose pruner (the median rule)
-may stop them (`search.trial_process`). Restarts are not pruned: they are the spread. The chosen
+Every trial reports each evaluation's dev score to the study; the pruner (the median rule) may
+stop a configuration's first run (`search.trial_process`). Its further seeds and the restarts
+are not pruned: they are the spread. The chosen
 trial is the finished trial with the best dev score (the score its `best/` weights have); its
 weights are copied to `SEARCH_DIR/best/` and, when asked, predict and export through the runner.
 """
@@ -550,8 +551,13 @@ class EvaluationWatcher:
                     global_step, self.metric, value)
         self.record_best()
         last = bool(num_train_steps) and global_step >= num_train_steps  # nothing left to save
-        return (self.slot.phase == 1 and self.search.settings.prune and not last
-                and self.trial.should_prune())
+        return (self.prunable() and not last and self.trial.should_prune())
+
+    def prunable(self) -> bool:
+        """Only a configuration's first run is pruned: its further seeds and the restarts
+        measure the spread, which pruning the low ones would flatter."""
+        settings = self.search.settings
+        return settings.prune and self.slot.phase == 1 and self.slot.seed == settings.base_seed
 
     def best_score(self) -> float | None:
         self.recorded()

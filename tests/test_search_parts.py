@@ -170,3 +170,22 @@ def test_an_evaluation_is_compared_at_the_epoch_it_closes():
     assert [epoch_of(g, 611, settings, {"num_train_epochs": "3"})
             for g in (204, 408, 611)] == [1, 2, 3]
     assert [epoch_of(g, 25, settings, {}) for g in (10, 20, 25)] == [1, 2, 3]
+
+
+def test_only_a_configurations_first_run_is_pruned():
+    """Further seeds and restarts measure the spread: pruning their low runs would flatter it."""
+    from search.study import EvaluationWatcher, Search, SearchSettings, Slot
+
+    search = Search(SearchSettings("x", "run_classifier", [], SearchSpace([]), seeds=3,
+                                   restarts=2))
+    watcher = EvaluationWatcher.__new__(EvaluationWatcher)
+    watcher.search = search
+    prunable = {}
+    for phase, seed in ((1, 12345), (1, 12346), (1, 12347), (2, 12348)):
+        watcher.slot = Slot(f"default_seed{seed}", phase, "default", seed, ())
+        prunable[(phase, seed)] = watcher.prunable()
+    assert prunable == {(1, 12345): True, (1, 12346): False, (1, 12347): False,
+                        (2, 12348): False}
+    search.settings.prune = False
+    watcher.slot = Slot("default_seed12345", 1, "default", 12345, ())
+    assert not watcher.prunable()
