@@ -134,12 +134,14 @@ def plot(path: str, table: list, metric: str, lower: bool, chosen) -> str | None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    curves = [("all configurations (first phase)", search)]
+    configs = {r["config"] for r in table if r["phase"] == "search" and r["state"] == "finished"}
+    curves = [(f"first-phase trials, {len(search)} finished", search)]
     if chosen is not None:
         seeds = [r["dev_score"] for r in table if r["config"] == chosen.user_attrs["config"]
                  and r["state"] == "finished"]
-        if len(seeds) > 1:
+        if len(seeds) > 1 and configs != {chosen.user_attrs["config"]}:  # not the same curve
             curves.append((f"chosen configuration, {len(seeds)} seeds", seeds))
     figure, axes = plt.subplots(figsize=(6, 4), dpi=100)
     for label, scores in curves:
@@ -150,6 +152,7 @@ def plot(path: str, table: list, metric: str, lower: bool, chosen) -> str | None
         axes.plot(k, mean, marker="o", label=label)
         axes.fill_between(k, [m - s for m, s in zip(mean, std)],
                           [m + s for m, s in zip(mean, std)], alpha=0.2)
+    axes.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     axes.set_xlabel("trials (k)")
     axes.set_ylabel(f"expected best {metric} of k")
     axes.set_title("Expected validation performance (Dodge et al. 2019)")
