@@ -492,9 +492,11 @@ class Search:
             "do_predict": bool(done.get("do_predict") or self.settings.do_predict),
             "export_dirs": sorted(set(done.get("export_dirs", [])) | ({export_dir} - {None}))}
         write_text(record_path, json.dumps(record, indent=1) + "\n")
-        logger.info("predicted%s with trial %s: files in %s",
-                    f" and exported to {export_dir}" if export_dir else "", slot,
-                    os.path.join(self.trials_dir, slot))
+        done_what = " and ".join(
+            ([f"predicted (files in {os.path.join(self.trials_dir, slot)})"]
+             if self.settings.do_predict else []) + ([f"exported to {export_dir}"]
+                                                     if export_dir else []))
+        logger.info("trial %s %s", slot, done_what)
 
 
 class EvaluationWatcher:
