@@ -326,7 +326,8 @@ class Search:
         done = self.count_done()
         logger.info("trial %s (%s, %d of %d done): %s", slot.name,
                     "restart" if slot.phase == 2 else "grid" if self.settings.space.is_grid
-                    else "sample", done, self.planned(), " ".join(flags_of(settings)))
+                    else "sample", done, self.planned(),
+                    " ".join(flags_of(settings)) or "the runner's flags as given")
         interrupts.at(f"in trial {slot.name}")
         interrupts.rerun(f"resumes the search: finished trials are kept and {slot.name} "
                          f"resumes from its last checkpoint")
