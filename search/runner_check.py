@@ -1,5 +1,10 @@
 """Every trial's command line checked by the runner's own flag parser before any trial runs.
 
+The runner's flags the user gives after `--` are first checked against the search's own:
+`runner_flags_for` refuses a flag the search sets (the output folder, the seed, prediction and
+export), one it searches, a `--best_metric` other than `--metric`, and pruning with evaluations
+that are not at epoch ends.
+
 A search of 24 trials that fails at the first one's flags, or worse at the thirteenth, wastes the
 user's afternoon. So the search loads the runner's flag definitions in a child process (the runner
 module defines them when imported; nothing else runs, TensorFlow is not loaded) and parses, with
@@ -14,9 +19,12 @@ import subprocess
 import sys
 
 from process.errors import SettingsError
+from search.space import RESERVED, config_name
 
 # The fine-tuning runners a search can run (module names).
 RUNNERS = ("run_classifier", "run_squad", "run_ner", "run_multiple_choice")
+# Runner flags the search sets for every trial: given after --, they are dropped.
+SET_BY_SEARCH = ("do_train", "do_eval", "nodo_train", "nodo_eval")
 
 _PROBE = """
 import importlib, json, sys
@@ -56,3 +64,56 @@ def check_command_lines(runner: str, command_lines: list[list[str]], describe: l
     for where, error in zip(describe, errors):
         if error:
             raise SettingsError(f"{where}: {runner} refuses it: {error}")
+
+
+def flag_value(flags: list, name: str, default: str | None = None) -> str | None:
+    """The value of `--name=value` among `flags` (the last one given), else `default`."""
+    value = default
+    for flag in flags:
+        key, sep, text = flag.lstrip("-").partition("=")
+        if key == name and sep:
+            value = text
+    return value
+
+
+def runner_flags_for(argv: list, space, metric: str | None, prune: bool
+                     ) -> tuple[list, str | None]:
+    """The runner's flags given after `--`, checked against the search (`space`, `--metric`,
+    `--prune`), with `--best_metric=METRIC` added when `metric` is given; and the metric the
+    search chooses by (`metric`, else the runner's `--best_metric`, else None: the runner's
+    default, read from its runs)."""
+    given = []
+    for arg in argv:
+        if not arg.startswith("-"):
+            raise SettingsError(f"{arg!r}: the runner's flags go after -- (each as --name=value)")
+        name = arg.lstrip("-").partition("=")[0]
+        if name in SET_BY_SEARCH:
+            continue
+        if name == "random_seed":
+            raise SettingsError(f"{arg}: give --random_seed to run_search (before --): it is the "
+                                f"first of the trials' seeds")
+        base = name[2:] if name.startswith("no") and name[2:] in RESERVED else name
+        if base in RESERVED:
+            raise SettingsError(f"{arg}: {RESERVED[base]}")
+        if name in space.names() or name.startswith("no") and name[2:] in space.names():
+            raise SettingsError(f"{arg}: --{name.removeprefix('no')} is searched; remove it from "
+                                f"the runner's flags")
+        given.append(arg)
+    if space.is_grid:
+        names = [config_name(config) for config in space.grid()]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise SettingsError(f"--grid: two configurations would share the folder name "
+                                f"{twice[0]!r}; write the values apart")
+    best_metric = flag_value(given, "best_metric")
+    if metric and best_metric and metric != best_metric:
+        raise SettingsError(f"--metric={metric}: the runner's --best_metric={best_metric} keeps "
+                            f"best/ by another key; give one of them")
+    if metric and not best_metric:
+        given.append(f"--best_metric={metric}")  # best/ kept by the key the search chooses by
+    if prune:
+        for name in ("eval_every_steps", "num_train_steps"):
+            if flag_value(given, name) not in (None, "0"):
+                raise SettingsError(f"--{name}: pruning compares trials at epoch ends; with "
+                                    f"--{name} use --noprune")
+    return given, metric or best_metric

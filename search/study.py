@@ -36,6 +36,7 @@ from process import interrupts
 from process.atomic_files import recover_directory, staged_directory, write_text
 from process.errors import SettingsError, UserError
 from search import report
+from search.runner_check import flag_value
 from search.space import SearchSpace, config_name, flag_text, flags_of
 from search.trial_process import run_trial
 
@@ -578,22 +579,13 @@ class EvaluationWatcher:
 def epoch_of(global_step: float, num_train_steps: int | None, settings: SearchSettings,
              trial_settings: dict) -> int:
     """The epoch an evaluation closes (1, 2, ...): the step trials are compared at."""
-    epochs = float(trial_settings.get("num_train_epochs", _flag(settings.runner_flags,
-                                                                "num_train_epochs", "3")))
+    epochs = float(trial_settings.get("num_train_epochs", flag_value(
+        settings.runner_flags, "num_train_epochs", "3")))
     if not num_train_steps or epochs <= 0:
         return int(global_step)
     # Epoch ends are rounded steps (an epoch of 203.75 steps ends at step 204), the last one is
     # num_train_steps: the nearest whole epoch, halves up (2.5 epochs end as epoch 3).
     return max(1, math.floor(global_step / (num_train_steps / epochs) + 0.5))
-
-
-def _flag(flags: list, name: str, default: str) -> str:
-    value = default
-    for flag in flags:
-        key, sep, text = flag.lstrip("-").partition("=")
-        if key == name and sep:
-            value = text
-    return value
 
 
 def group_attempts(trials) -> dict:

@@ -275,18 +275,22 @@ def test_a_hopeless_trial_is_pruned_by_the_median_rule_of_a_loss(tmp_path, mrpc,
     search = tmp_path / "search"
     result = run(search_command(search, "--grid=learning_rate=1e-3,1e-9",
                                 "--grid=num_train_epochs=3", "--prune_startup_trials=1",
-                                "--metric=eval_loss", runner=runner_flags(mrpc, tiny_checkpoint)))
+                                "--metric=eval_loss", runner=runner_flags(
+                                    mrpc, tiny_checkpoint,
+                                    # Epochs long enough for the search's 0.5 s poll to see
+                                    # each evaluation (4 steps and 1 batch took under 0.5 s).
+                                    "--train_batch_size=2", "--eval_batch_size=2")))
     rows = table(search / "trials.tsv")
     assert [(r["learning_rate"], r["state"]) for r in rows] == [("1e-3", "finished"),
                                                                ("1e-9", "pruned")]
-    assert (rows[1]["steps_trained"], rows[1]["num_train_steps"]) == ("4", "12")
+    assert (rows[1]["steps_trained"], rows[1]["num_train_steps"]) == ("32", "96")
     assert float(rows[1]["dev_score"]) > float(rows[0]["dev_score"])  # a higher loss
     assert "trial lr1e-9_ep3_seed12345 pruned after epoch 1" in result.stderr
     chosen = json.loads((search / "best" / "trial.json").read_text())
     assert (chosen["slot"], chosen["metric"]) == ("lr1e-3_ep3_seed12345", "eval_loss")
     report = (search / "report.md").read_text()
     assert "1 finished, 1 pruned" in report
-    assert "Cost: 16 training steps of the 24 that running every started trial" in report
+    assert "Cost: 128 training steps of the 192 that running every started trial" in report
     # Every trial kept best/ by the key the search chose by.
     assert '"best_metric": "eval_loss"' in (search / "trials" / rows[1]["trial"]
                                              / "run_config.json").read_text()
