@@ -91,6 +91,10 @@ def define_finetuning_flags(max_seq_length: int = 128, learning_rate: float = 5e
     flags.DEFINE_bool("use_best_checkpoint", True, "Predict and export with the weights that "
                       "scored best on the dev split (in output_dir/best/), not the last ones.")
     flags.DEFINE_string("export_dir", None, "Write a SavedModel for serving here.")
+    flags.DEFINE_enum("export_litert", "int8", ["int8", "float32", "none"],
+                      "With --export_dir, also write the fast CPU path, a LiteRT file of the "
+                      "model with int8 (or float32) dense kernels, in EXPORT_DIR/litert/ "
+                      "(sentence classification; docs/serving.md).")
     flags.DEFINE_integer("keep_checkpoint_max", 1, "Training checkpoints to keep (for resuming).")
     flags.DEFINE_bool("trim_padding", True, "Cut each batch to its longest example (same "
                       "outputs, faster); off: every batch is max_seq_length wide, as the original.")
@@ -146,6 +150,7 @@ def finetune_settings(best_metric: str | None = None):
         **_engine_values(), max_seq_length=FLAGS.max_seq_length,
         do_lower_case=FLAGS.do_lower_case, do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
         do_predict=FLAGS.do_predict, export_dir=FLAGS.export_dir,
+        export_litert=FLAGS.export_litert,
         predict_batch_size=FLAGS.predict_batch_size, num_train_epochs=FLAGS.num_train_epochs,
         warmup_proportion=FLAGS.warmup_proportion, eval_every_steps=FLAGS.eval_every_steps,
         use_best_checkpoint=FLAGS.use_best_checkpoint, trim_padding=FLAGS.trim_padding,

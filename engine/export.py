@@ -9,10 +9,13 @@ has two signatures:
   them.
 The SavedModel needs only `tensorflow` and `tensorflow_text` (for its ops) to load and run. `save`
 stages it beside `export_dir` and swaps it in when complete, with `vocab.txt` (and what else the
-caller names) in `assets.extra/`.
+caller names) in `assets.extra/`, and the module's `description()` (what a runtime outside
+TensorFlow needs to tokenise and read the outputs: task, vocabulary casing, lengths, labels) as
+`assets.extra/serving.json`, from which `engine.litert` makes the LiteRT file.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -29,21 +32,33 @@ def token_id_spec() -> dict:
     return {name: tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUT_NAMES}
 
 
-def save(module: tf.Module, export_dir: str, extra_files: dict | None = None) -> str:
+def save(module: tf.Module, export_dir: str, extra_files: dict | None = None,
+         litert: str = "none") -> str:
     """Write `module` with its `signatures()` to `export_dir`, replacing it only when complete.
 
     `extra_files` (name -> source path) are copied into `export_dir/assets.extra/` (vocab.txt,
-    bert_config.json: what a user needs to reproduce the inputs).
+    bert_config.json: what a user needs to reproduce the inputs). `litert` ("int8", "float32")
+    also writes the LiteRT file (`engine.litert`) into the export before it is swapped in, where
+    the module says its task has a LiteRT runtime (`module.litert`).
     """
     export_dir = os.path.abspath(export_dir)
     recover_directory(export_dir)
     with staged_directory(export_dir, fault_point="export") as staging:
         tf.saved_model.save(module, staging, signatures=module.signatures())
-        if extra_files:
-            extra = os.path.join(staging, "assets.extra")
-            os.makedirs(extra, exist_ok=True)
-            for name, source in extra_files.items():
-                shutil.copyfile(source, os.path.join(extra, name))
+        extra = os.path.join(staging, "assets.extra")
+        os.makedirs(extra, exist_ok=True)
+        for name, source in (extra_files or {}).items():
+            shutil.copyfile(source, os.path.join(extra, name))
+        if hasattr(module, "description"):
+            with open(os.path.join(extra, "serving.json"), "w", encoding="utf-8") as f:
+                json.dump(module.description(), f, indent=2, sort_keys=True)
+        if litert != "none":
+            if getattr(module, "litert", False):
+                from engine import litert as litert_file
+                litert_file.write(staging, litert)
+            else:
+                logger.info("no LiteRT file: this export is served by its SavedModel alone "
+                            "(docs/serving.md#the-fast-path-litert-int8)")
     logger.info("SavedModel written to %s (signatures: %s)", export_dir,
                 ", ".join(sorted(module.signatures())))
     return export_dir

@@ -49,6 +49,7 @@ class FinetuneSettings(RunSettings):
     do_eval: bool = False  # score the evaluation splits, during and after training
     do_predict: bool = False  # write the prediction splits' result files
     export_dir: str | None = None  # a SavedModel serving raw strings
+    export_litert: str = "int8"  # and its LiteRT file (engine.litert): int8, float32 or none
     predict_batch_size: int = 8
     num_train_epochs: float = 3.0  # num_train_steps = int(examples / batch * epochs)
     warmup_proportion: float = 0.1  # num_warmup_steps = int(steps * proportion)
@@ -193,7 +194,7 @@ def _finetune(task, settings: FinetuneSettings) -> None:
         interrupts.at(f"while exporting the SavedModel to {settings.export_dir}")
 
         export.save(task.serving_module(trainer.model, vocab_file), settings.export_dir,
-                    {"vocab.txt": vocab_file})
+                    {"vocab.txt": vocab_file}, litert=settings.export_litert)
 
 
 # ------------------------------------------------------------------------------------ settings

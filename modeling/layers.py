@@ -87,7 +87,7 @@ class BertEmbeddings(keras.layers.Layer):
         types = ops.take(self.token_type_embeddings, input_type_ids, axis=0)
         if position_ids is None:
             positions = ops.slice(self.position_embeddings, (0, 0), (length, self.hidden_size))
-            positions = positions[None]
+            positions = ops.expand_dims(positions, 0)
         else:
             positions = ops.take(self.position_embeddings, position_ids, axis=0)
         x = words + types + ops.cast(positions, words.dtype)
@@ -119,7 +119,8 @@ class AttentionMask(keras.layers.Layer):
 def attention_bias(input_mask):
     """The original's additive mask: (1 - input_mask) * -10000, shaped [B, 1, 1, L]."""
     mask = ops.cast(input_mask, "float32")
-    return ((1.0 - mask) * -10000.0)[:, None, None, :]
+    # expand_dims rather than [:, None, None, :]: TFLite converts it at any length.
+    return ops.expand_dims(ops.expand_dims((1.0 - mask) * -10000.0, 1), 1)
 
 
 def packed_attention_bias(input_mask):

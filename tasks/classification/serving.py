@@ -51,6 +51,21 @@ class ClassifierServing(tf.Module):
         self.thresholds = (None if thresholds is None
                            else tf.constant([float(t) for t in thresholds], tf.float32))
 
+    @property
+    def litert(self) -> bool:
+        """Whether `litert_serving.LiteRTClassifier` serves this export (not with windows)."""
+        return not self.doc_stride
+
+    def description(self) -> dict:
+        """What `litert_serving.LiteRTClassifier` needs beside the LiteRT file."""
+        labels = [label.decode("utf-8") for label in self.labels.numpy().tolist()]
+        return {"task": "classification", "do_lower_case": self.tokenizer.do_lower_case,
+                "max_seq_length": self.max_seq_length, "pair": self.pair,
+                "labels": [] if self.regression else labels,
+                "thresholds": (None if self.thresholds is None
+                               else [float(t) for t in self.thresholds.numpy()]),
+                "doc_stride": self.doc_stride, "pooling": self.pooling}
+
     def logits(self, inputs: dict):
         return tf.cast(self.model(inputs, training=False)["logits"], tf.float32)
 

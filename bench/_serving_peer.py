@@ -1,0 +1,133 @@
+"""A serving worker of `bench/serving.py`, run in `bench/.venv-serving` (transformers, PyTorch,
+optimum and ONNX Runtime), never in the project's environment.
+
+    python bench/_serving_peer.py --side {pytorch,ort-fp32,ort-int8} --hf_dir DIR --work_dir W
+
+`--hf_dir` holds the fine-tuned weights converted to Hugging Face's format (model.safetensors,
+config.json, vocab.txt). ONNX sides export it with optimum; fp32 runs it after optimum's graph
+fusions (O2), int8 after its dynamic AVX-512 VNNI quantisation (`ORTQuantizer`, `AutoQuantizationConfig.
+avx512_vnni(is_static=False)`), then run the ONNX file on an `onnxruntime.InferenceSession` with
+NumPy inputs: the settings a user would pick for a fast CPU. Each side tokenises with
+transformers' Rust tokenizer, raw text to probabilities. Commands arrive as JSON lines on stdin
+(the protocol of `bench/serving.py`'s `Worker`); answers go to stdout as JSON lines.
+"""
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+import numpy as np
+
+PER_CHANNEL = os.environ.get("PEER_PER_CHANNEL", "0") == "1"
+
+
+def onnx_session(hf_dir: str, work_dir: str, quantize: bool):
+    from optimum.onnxruntime import (ORTModelForSequenceClassification, ORTOptimizer,
+                                     ORTQuantizer)
+    from optimum.onnxruntime.configuration import AutoQuantizationConfig, OptimizationConfig
+    import onnxruntime
+
+    exported = os.path.join(work_dir, "onnx")
+    optimized = os.path.join(work_dir, "onnx-o2")
+    quantized = os.path.join(work_dir, "onnx-int8" + ("-per-channel" if PER_CHANNEL else ""))
+    if not os.path.isfile(os.path.join(optimized, "model_optimized.onnx")):
+        model = ORTModelForSequenceClassification.from_pretrained(hf_dir, export=True)
+        model.save_pretrained(exported)
+        optimizer = ORTOptimizer.from_pretrained(exported)
+        optimizer.optimize(OptimizationConfig(optimization_level=2, optimize_for_gpu=False),
+                           save_dir=optimized)
+    path = os.path.join(optimized, "model_optimized.onnx")
+    if quantize:
+        # optimum's recipe quantises the plain export (its fused O2 graph cannot be quantised);
+        # the session's own ORT_ENABLE_ALL optimisations then apply
+        if not os.path.isfile(os.path.join(quantized, "model_quantized.onnx")):
+            quantizer = ORTQuantizer.from_pretrained(exported)
+            quantizer.quantize(AutoQuantizationConfig.avx512_vnni(is_static=False,
+                                                                  per_channel=PER_CHANNEL),
+                               save_dir=quantized)
+        path = os.path.join(quantized, "model_quantized.onnx")
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+
+    def logits(encoded):
+        feeds = {k: v.astype(np.int64) for k, v in encoded.items() if k in names}
+        return session.run(None, feeds)[0]
+
+    return logits, os.path.getsize(path)
+
+
+def torch_model(hf_dir: str):
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(hf_dir).eval()
+    size = os.path.getsize(os.path.join(hf_dir, "model.safetensors"))
+
+    def logits(encoded):
+        with torch.inference_mode():
+            return model(**{k: torch.from_numpy(v) for k, v in encoded.items()}).logits.numpy()
+
+    return logits, size
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--side", required=True, choices=["pytorch", "ort-fp32", "ort-int8"])
+    parser.add_argument("--hf_dir", required=True)
+    parser.add_argument("--work_dir", required=True)
+    parser.add_argument("--max_seq_length", type=int, default=128)
+    args = parser.parse_args()
+    from transformers import BertTokenizerFast
+
+    tokenizer = BertTokenizerFast(os.path.join(args.hf_dir, "vocab.txt"), do_lower_case=True)
+    if args.side == "pytorch":
+        logits, size = torch_model(args.hf_dir)
+    else:
+        logits, size = onnx_session(args.hf_dir, args.work_dir, args.side == "ort-int8")
+
+    def classify(text_a, text_b=None):
+        encoded = tokenizer(text_a, text_b, padding=True, truncation="longest_first",
+                            max_length=args.max_seq_length, return_tensors="np")
+        scores = logits(dict(encoded))
+        shifted = np.exp(scores - scores.max(-1, keepdims=True))
+        return shifted / shifted.sum(-1, keepdims=True)
+
+    serve(classify, size)
+
+
+def serve(classify, size: int) -> None:
+    """The worker loop `bench/serving.py` drives (shared by ours in `bench/serving.py`)."""
+    print(json.dumps({"ready": True, "file_bytes": size}), flush=True)
+    for line in sys.stdin:
+        command = json.loads(line)
+        a, b = command["text_a"], command.get("text_b")
+        if command["cmd"] == "latency":  # one request per text (pair), each timed
+            times = []
+            for i in range(len(a)):
+                start = time.perf_counter()
+                classify([a[i]], None if b is None else [b[i]])
+                times.append(time.perf_counter() - start)
+            answer = {"seconds": times}
+        elif command["cmd"] == "throughput":  # requests of `batch` texts, timed together
+            batch = command["batch"]
+            start = time.perf_counter()
+            for i in range(0, len(a), batch):
+                classify(a[i:i + batch], None if b is None else b[i:i + batch])
+            answer = {"seconds": time.perf_counter() - start, "texts": len(a)}
+        elif command["cmd"] == "predict":
+            batch = command.get("batch", 32)
+            probabilities = [classify(a[i:i + batch], None if b is None else b[i:i + batch])
+                             for i in range(0, len(a), batch)]
+            answer = {"label_id": np.concatenate(probabilities).argmax(-1).tolist()}
+        else:
+            answer = {"error": f"unknown command {command['cmd']}"}
+        answer["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        print(json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""Run a LiteRT file from `engine.litert` on token ids: one prepared interpreter per shape bucket.
+
+Why buckets: resizing an interpreter's inputs re-plans every kernel (about a millisecond on
+MiniLM), and a fresh interpreter costs tens. So each request is padded to the next length of
+`length_buckets` (a multiple of `length_step`, up to the model's longest) and to the next batch
+size of `batch_buckets` (a longer batch is cut into pieces), and each (batch, length) bucket keeps
+an interpreter planned for exactly that shape: after its first call nothing is planned, traced
+or allocated again, whatever the lengths that come. Padding is masked, so a padded row gives its
+unpadded outputs up to float round-off (tests/test_litert.py).
+
+The interpreter is `ai_edge_litert`'s (the LiteRT package that replaces `tf.lite.Interpreter`),
+or TensorFlow's where that is not installed; it needs no TensorFlow.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+
+import numpy as np
+
+from engine.litert import DESCRIPTION, FOLDER, LiteRTError, model_file
+
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
+
+
+def _interpreter_class():
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:  # pragma: no cover - the project installs ai-edge-litert
+        from tensorflow.lite import Interpreter
+    return Interpreter
+
+
+def default_threads() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def length_buckets(max_length: int, step: int) -> tuple:
+    lengths = list(range(step, max_length, step))
+    return tuple(lengths + [max_length])
+
+
+class _Bucket:
+    """One interpreter, planned for one input shape, with its tensor indices."""
+
+    def __init__(self, flat: bytes, shape: tuple, outputs: dict, threads: int):
+        self.interpreter = _interpreter_class()(model_content=flat, num_threads=threads)
+        self.inputs = {}
+        for detail in self.interpreter.get_input_details():
+            self.interpreter.resize_tensor_input(detail["index"], list(shape))
+            self.inputs[detail["name"]] = detail["index"]
+        self.interpreter.allocate_tensors()
+        self.outputs = {outputs.get(d["name"], d["name"]): d["index"]
+                        for d in self.interpreter.get_output_details()}
+
+    def __call__(self, feeds: dict) -> dict:
+        interpreter = self.interpreter
+        for name, index in self.inputs.items():
+            interpreter.set_tensor(index, feeds[name])
+        interpreter.invoke()
+        return {name: interpreter.get_tensor(index) for name, index in self.outputs.items()}
+
+
+class LiteRTModel:
+    """`model(input_word_ids, input_mask, input_type_ids)` (int32 `[batch, length]`, any batch,
+    length up to `max_length`) -> the export's `serve_token_ids` outputs as NumPy arrays."""
+
+    def __init__(self, flat: bytes, outputs: dict, max_length: int, threads: int | None = None,
+                 length_step: int = 16, batch_buckets=BATCH_BUCKETS):
+        self.flat = flat
+        self.output_names = outputs
+        self.max_length = max_length
+        self.threads = threads or default_threads()
+        self.lengths = length_buckets(max_length, length_step)
+        self.batches = tuple(sorted(batch_buckets))
+        self.buckets = {}
+
+    @classmethod
+    def load(cls, export_dir: str, quantization: str | None = None, **kwargs) -> tuple:
+        """`(model, description)` from `export_dir/litert/`: `quantization` "int8" or "float32",
+        or None for int8 where the export has it, else float32."""
+        folder = os.path.join(export_dir, FOLDER)
+        choices = [quantization] if quantization else ["int8", "float32"]
+        path = next((os.path.join(folder, model_file(q)) for q in choices
+                     if os.path.isfile(os.path.join(folder, model_file(q)))), None)
+        if path is None:
+            raise LiteRTError(f"{export_dir}: no {FOLDER}/{model_file(choices[0])}; make it "
+                              f"with `python export_litert.py --saved_model={export_dir}`")
+        with open(os.path.join(folder, DESCRIPTION), encoding="utf-8") as f:
+            description = json.load(f)
+        with open(path, "rb") as f:
+            flat = f.read()
+        model = cls(flat, description["outputs"], description["max_seq_length"], **kwargs)
+        return model, description
+
+    def bucket(self, batch: int, length: int) -> _Bucket:
+        key = (batch, length)
+        if key not in self.buckets:
+            self.buckets[key] = _Bucket(self.flat, key, self.output_names, self.threads)
+        return self.buckets[key]
+
+    def warm_up(self, batches=(1,)) -> None:
+        """Plan the buckets of these batch sizes at every length now, not on first use, and
+        take what is loaded out of the garbage collector's generations (`gc.freeze`): the
+        collector's full passes over a loaded model were the batch-1 tail."""
+        for batch in batches:
+            for length in self.lengths:
+                self._run({name: np.zeros((batch, length), np.int32) for name in INPUT_NAMES})
+        gc.collect()
+        gc.freeze()
+
+    def __call__(self, input_word_ids, input_mask, input_type_ids) -> dict:
+        feeds = {"input_word_ids": input_word_ids, "input_mask": input_mask,
+                 "input_type_ids": input_type_ids}
+        rows, length = np.shape(input_word_ids)
+        if length > self.max_length:
+            raise LiteRTError(f"{length} tokens in a row; the model takes at most "
+                              f"{self.max_length}")
+        largest = self.batches[-1]
+        if rows <= largest:
+            return self._run(feeds)
+        pieces = [self._run({k: v[i:i + largest] for k, v in feeds.items()})
+                  for i in range(0, rows, largest)]
+        return {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]}
+
+    def _run(self, feeds: dict) -> dict:
+        rows, length = feeds["input_word_ids"].shape
+        batch = next(b for b in self.batches if b >= rows)
+        padded_length = next(n for n in self.lengths if n >= length)
+        if (batch, padded_length) != (rows, length):
+            feeds = {name: np.pad(np.asarray(value, np.int32),
+                                  ((0, batch - rows), (0, padded_length - length)))
+                     for name, value in feeds.items()}
+        else:
+            feeds = {name: np.ascontiguousarray(value, np.int32) for name, value in feeds.items()}
+        outputs = self.bucket(batch, padded_length)(feeds)
+        return {name: value[:rows] for name, value in outputs.items()}

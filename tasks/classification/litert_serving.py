@@ -1,0 +1,101 @@
+"""The fast path of a sentence (pair) classifier: raw strings in, the SavedModel's outputs out,
+from the export's LiteRT file (`engine.litert`), without TensorFlow.
+
+The texts are tokenised by the original's `FullTokenizer` (the ids fine-tuning used) and packed
+as `convert_example` packs them (`[CLS] A [SEP] B [SEP]`, a pair trimmed from the longer text, B
+on a tie; a `text_b` without tokens makes a single-text example, as `serve_text` does), padded
+to the longest row; `engine.litert_runtime.LiteRTModel` runs them. The outputs are those of
+`serve_text`: `logits` and `probabilities`, `label_id`, `label` (classification), `score`
+(regression), or `probabilities`, `predicted`, `labels` (multi-label, with the export's
+thresholds).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from data_gen.packing import truncate_seq_pair
+from data_gen.tokenization import FullTokenizer, special_token_ids
+from engine.litert import LiteRTError
+from engine.litert_runtime import LiteRTModel
+
+
+class LiteRTClassifier:
+    """`classifier(text_a, text_b=None)`: lists of strings -> dict of NumPy outputs."""
+
+    def __init__(self, model: LiteRTModel, description: dict, vocab_file: str):
+        self.model = model
+        self.description = description
+        self.tokenizer = FullTokenizer(vocab_file, description["do_lower_case"])
+        self.cls_id, self.sep_id = special_token_ids(self.tokenizer.vocab, source=vocab_file)
+        self.max_seq_length = description["max_seq_length"]
+        self.labels = np.array(description["labels"] or [""], dtype=object)
+        self.regression = not description["labels"]
+        thresholds = description.get("thresholds")
+        self.thresholds = None if thresholds is None else np.asarray(thresholds, np.float32)
+
+    @classmethod
+    def load(cls, export_dir: str, quantization: str | None = None, **kwargs):
+        model, description = LiteRTModel.load(export_dir, quantization, **kwargs)
+        if description.get("task") != "classification":
+            raise LiteRTError(f"{export_dir}: a {description.get('task')} export, not a "
+                              f"sentence classifier")
+        if description.get("doc_stride"):
+            raise LiteRTError(f"{export_dir}: exported with --doc_stride (windows of long "
+                              f"documents), which the LiteRT path does not cut; serve its "
+                              f"SavedModel (serve_text)")
+        return cls(model, description, os.path.join(export_dir, "assets.extra", "vocab.txt"))
+
+    @property
+    def pair(self) -> bool:
+        return self.description["pair"]
+
+    def inputs(self, text_a, text_b=None) -> dict:
+        """The encoder's int32 inputs `[batch, longest row]`, as fine-tuning packed the texts."""
+        if text_b is not None and len(text_b) != len(text_a):
+            raise LiteRTError(f"{len(text_a)} text_a but {len(text_b)} text_b")
+        lines = list(text_a) + (list(text_b) if text_b is not None else [])
+        ids, counts = self.tokenizer.tokenize_lines_to_ids(lines)
+        pieces = np.split(ids, np.cumsum(counts)[:-1]) if len(lines) else []
+        rows = []
+        n = len(text_a)
+        for i in range(n):
+            a = pieces[i].tolist()
+            b = pieces[n + i].tolist() if text_b is not None else []
+            if b:
+                truncate_seq_pair(a, b, self.max_seq_length - 3)
+                rows.append(([self.cls_id, *a, self.sep_id], [*b, self.sep_id]))
+            else:
+                rows.append(([self.cls_id, *a[:self.max_seq_length - 2], self.sep_id], []))
+        length = max((len(a) + len(b) for a, b in rows), default=2)
+        word_ids = np.zeros((n, length), np.int32)
+        mask = np.zeros((n, length), np.int32)
+        type_ids = np.zeros((n, length), np.int32)
+        for i, (a, b) in enumerate(rows):
+            word_ids[i, :len(a) + len(b)] = a + b
+            mask[i, :len(a) + len(b)] = 1
+            type_ids[i, len(a):len(a) + len(b)] = 1
+        return {"input_word_ids": word_ids, "input_mask": mask, "input_type_ids": type_ids}
+
+    def __call__(self, text_a, text_b=None) -> dict:
+        if self.pair and text_b is None:
+            raise LiteRTError("this classifier takes pairs: give text_b too")
+        if not self.pair and text_b is not None:
+            raise LiteRTError("this classifier takes single texts: give text_a only")
+        logits = self.model(**self.inputs(text_a, text_b))["logits"]
+        return self.outputs(logits)
+
+    def outputs(self, logits: np.ndarray) -> dict:
+        if self.regression:
+            return {"logits": logits, "score": logits[:, 0]}
+        if self.thresholds is not None:
+            probabilities = 1.0 / (1.0 + np.exp(-logits))
+            predicted = probabilities > self.thresholds
+            labels = [",".join(self.labels[row]) for row in predicted]
+            return {"logits": logits, "probabilities": probabilities,
+                    "predicted": predicted.astype(np.int32), "labels": labels}
+        shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        label_id = logits.argmax(axis=-1).astype(np.int32)
+        return {"logits": logits, "probabilities": shifted / shifted.sum(-1, keepdims=True),
+                "label_id": label_id, "label": self.labels[label_id].tolist()}
