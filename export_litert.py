@@ -9,11 +9,9 @@ SavedModel on a few token-id rows before it says so. docs/serving.md#the-fast-pa
 """
 from __future__ import annotations
 
-import logging
+from absl import flags
 
-from absl import app, flags
-
-from process.errors import run_main
+import runner_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("saved_model", None, "The SavedModel folder a runner's --export_dir wrote.")
@@ -26,11 +24,15 @@ def main(argv):
     from engine import litert
     from process.errors import SettingsError
 
+    runner_flags.setup_logging()
     if not FLAGS.saved_model:
         raise SettingsError("--saved_model is required: the folder a runner's --export_dir wrote")
     litert.write(FLAGS.saved_model, FLAGS.quantization)
 
 
+def console_main():
+    runner_flags.main(main)
+
+
 if __name__ == "__main__":
-    logging.getLogger().setLevel(logging.INFO)
-    run_main(main)
+    console_main()

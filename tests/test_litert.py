@@ -1,0 +1,185 @@
+"""The fast serving path (engine.litert, engine.litert_runtime, tasks/classification/
+litert_serving.py): a runner's export gives a LiteRT file whose answers to raw strings are the
+SavedModel's (float32: to round-off; int8: the same labels on a held-out slice), whatever the
+lengths and batch sizes, with nothing planned after warm-up; mistakes are one line."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, run_script
+from tests.test_run_classifier import glue_slice
+
+DOCSTRINGS = REPO / "examples" / "docstring_topics"
+
+
+def read_tsv(path):
+    import csv
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+@pytest.fixture(scope="module")
+def single_export(tmp_path_factory, tiny_checkpoint):
+    """The docstring topics (5 labels, single sentences), a tiny BERT trained a little."""
+    out = tmp_path_factory.mktemp("topics")
+    run_script("run_classifier.py", "--task_name=generic", f"--data_dir={DOCSTRINGS}",
+               "--text_a_column=sentence", "--label_column=label", "--id_column=id",
+               f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}", f"--output_dir={out}",
+               "--do_train", "--num_train_steps=30", "--learning_rate=2e-3",
+               "--max_seq_length=64", f"--export_dir={out / 'serving'}")
+    run_script("export_litert.py", f"--saved_model={out / 'serving'}", "--quantization=float32")
+    return out / "serving"
+
+
+@pytest.fixture(scope="module")
+def pair_export(tmp_path_factory, shared_data, tiny_checkpoint):
+    root = tmp_path_factory.mktemp("mrpc_litert")
+    data = glue_slice(shared_data, "MRPC", root / "data", {"train": 64, "dev": 80})
+    out = root / "out"
+    run_script("run_classifier.py", "--task_name=MRPC", f"--data_dir={data}",
+               f"--output_dir={out}", f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}",
+               "--do_train", "--num_train_steps=6", "--max_seq_length=48",
+               f"--export_dir={out / 'serving'}", "--export_litert=float32")
+    return out / "serving", data
+
+
+def served(export, **texts):
+    """The SavedModel's serve_text, in this process."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    model = tf.saved_model.load(str(export))
+    out = model.signatures["serve_text"](**{k: tf.constant(v) for k, v in texts.items()})
+    return {k: v.numpy() for k, v in out.items()}
+
+
+def test_export_writes_int8_and_its_description(single_export):
+    from engine.litert import read_description
+
+    assert sorted(p.name for p in (single_export / "litert").iterdir()) == [
+        "float32.tflite", "int8.tflite", "serving.json"]
+    description = json.loads((single_export / "litert" / "serving.json").read_text())
+    assert description == {**read_description(str(single_export)),
+                           "outputs": description["outputs"]}
+    assert description["labels"] == ["files", "math", "network", "text", "time"]
+    assert sorted(description["outputs"].values()) == ["label_id", "logits", "probabilities"]
+    # int8 dense kernels: a quarter of the float32 file, give or take the float parts.
+    int8 = (single_export / "litert" / "int8.tflite").stat().st_size
+    assert int8 < 0.4 * (single_export / "litert" / "float32.tflite").stat().st_size
+
+
+def test_float32_file_answers_raw_text_as_the_savedmodel(single_export):
+    from tasks.classification.litert_serving import LiteRTClassifier
+
+    dev = [row[2] for row in read_tsv(DOCSTRINGS / "dev.tsv")[1:]]
+    dev += ["", "   ", "Ünïcödé àccents, CJK 中文 and an emoji 🙂 too", "x " * 200]
+    expected = served(single_export, text_a=dev)
+    fast = LiteRTClassifier.load(str(single_export), "float32")
+    for got in (fast(dev), {k: np.concatenate([fast([t])[k] for t in dev]) for k in
+                            ("logits", "probabilities", "label_id")}):  # whole and one by one
+        np.testing.assert_allclose(got["probabilities"], expected["probabilities"], atol=2e-5)
+        np.testing.assert_array_equal(got["label_id"], expected["label_id"])
+    labels = fast(dev)["label"]
+    assert labels == [label.decode() for label in expected["label"]]
+    # The same ids as the runner's conversion, row by row.
+    from data_gen.tokenization import FullTokenizer
+    tokenizer = FullTokenizer(single_export / "assets.extra" / "vocab.txt")
+    inputs = fast.inputs(dev[:3])
+    for row, text in zip(inputs["input_word_ids"], dev[:3]):
+        ids = tokenizer.convert_tokens_to_ids(["[CLS]", *tokenizer.tokenize(text)[:62], "[SEP]"])
+        assert row[:len(ids)].tolist() == ids and not row[len(ids):].any()
+
+
+def test_int8_file_agrees_with_float32_on_held_out_sentences(single_export):
+    from tasks.classification.litert_serving import LiteRTClassifier
+
+    dev = [row[2] for row in read_tsv(DOCSTRINGS / "dev.tsv")[1:]]
+    float32 = LiteRTClassifier.load(str(single_export), "float32")(dev)
+    int8 = LiteRTClassifier.load(str(single_export))(dev)  # int8 is the default
+    assert int8["label_id"].tolist() == float32["label_id"].tolist()
+    assert np.max(np.abs(int8["probabilities"] - float32["probabilities"])) < 0.02
+    assert 0 < np.max(np.abs(int8["logits"] - float32["logits"]))  # it is int8
+
+
+def test_pairs_and_an_empty_second_text_as_the_savedmodel(pair_export):
+    from tasks.classification.litert_serving import LiteRTClassifier
+
+    export, data = pair_export
+    rows = read_tsv(data / "dev.tsv")[1:]
+    a, b = [r[3] for r in rows], [r[4] for r in rows]
+    b[0] = b[1] = ""  # a single-text example, as serve_text makes it
+    b[2] = "   "
+    expected = served(export, text_a=a, text_b=b)
+    got = LiteRTClassifier.load(str(export))(a, b)  # only float32 was written
+    np.testing.assert_allclose(got["probabilities"], expected["probabilities"], atol=2e-5)
+    assert got["label"] == [label.decode() for label in expected["label"]]
+
+
+def test_no_shape_is_planned_after_warm_up(pair_export):
+    from tasks.classification.litert_serving import LiteRTClassifier
+
+    export, _ = pair_export
+    fast = LiteRTClassifier.load(str(export))
+    fast.model.warm_up((1, 2, 4))
+    planned = dict(fast.model.buckets)
+    assert sorted(planned) == [(b, n) for b in (1, 2, 4) for n in (16, 32, 48)]
+    for length in range(1, 49):  # every length, as one row and as a padded batch of three
+        ids = np.full((1, length), 1000, np.int32)
+        one = fast.model(ids, np.ones_like(ids), np.zeros_like(ids))["logits"]
+        three = fast.model(np.repeat(ids, 3, 0), np.ones((3, length), np.int32),
+                           np.zeros((3, length), np.int32))["logits"]
+        np.testing.assert_allclose(three, np.repeat(one, 3, 0), atol=1e-5)
+    assert fast.model.buckets == planned  # the same interpreters, none added
+    big = fast.model(np.full((70, 20), 1000, np.int32), np.ones((70, 20), np.int32),
+                     np.zeros((70, 20), np.int32))["logits"]  # cut into 32 + 32 + 8
+    assert big.shape == (70, 2)
+
+
+def test_mistakes_are_one_line(pair_export, single_export, tmp_path):
+    from engine.litert import LiteRTError
+    from tasks.classification.litert_serving import LiteRTClassifier
+
+    export, _ = pair_export
+    with pytest.raises(LiteRTError, match="no litert/float32.tflite"):
+        LiteRTClassifier.load(str(single_export.parent / "nothing"), "float32")
+    fast = LiteRTClassifier.load(str(export))
+    with pytest.raises(LiteRTError, match="takes pairs"):
+        fast(["one"])
+    with pytest.raises(LiteRTError, match="2 text_a but 1 text_b"):
+        fast(["one", "two"], ["three"])
+    cases = [
+        (["--saved_model=" + str(tmp_path)], "not a SavedModel (no saved_model.pb)"),
+        ([], "--saved_model is required"),
+        (["--saved_model=" + str(export), "--quantization=int4"], "value should be one of"),
+    ]
+    for flags, message in cases:
+        result = run_script("export_litert.py", *flags, check=False)
+        assert result.returncode != 0
+        last = result.stderr.strip().splitlines()[-1]
+        assert message in last and "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+def test_an_export_from_before_the_description_is_refused(pair_export, tmp_path):
+    import shutil
+
+    export, _ = pair_export
+    old = tmp_path / "old"
+    shutil.copytree(export, old)
+    (old / "assets.extra" / "serving.json").unlink()
+    result = run_script("export_litert.py", f"--saved_model={old}", check=False)
+    assert "export it again with the runner's --export_dir" in result.stderr.splitlines()[-1]
+
+
+def test_fast_path_runs_without_tensorflow(single_export):
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from tasks.classification.litert_serving import LiteRTClassifier\n"
+            "out = LiteRTClassifier.load(%r)(['Return the square root of x.'])\n"
+            "print(out['label'][0], 'tensorflow' in sys.modules)") % (str(REPO),
+                                                                       str(single_export))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    label, tensorflow_loaded = result.stdout.split()
+    assert label in ("files", "math", "network", "text", "time") and tensorflow_loaded == "False"
