@@ -14,7 +14,6 @@ transformers' Rust tokenizer, raw text to probabilities. Commands arrive as JSON
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 
@@ -99,13 +98,28 @@ def main():
     serve(classify, size)
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory since its exec (VmHWM; getrusage's ru_maxrss would
+    count the parent's peak from before the exec)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def serve(classify, size: int) -> None:
     """The worker loop `bench/serving.py` drives (shared by ours in `bench/serving.py`)."""
     print(json.dumps({"ready": True, "file_bytes": size}), flush=True)
     for line in sys.stdin:
         command = json.loads(line)
         a, b = command["text_a"], command.get("text_b")
-        if command["cmd"] == "latency":  # one request per text (pair), each timed
+        if command["cmd"] == "warm_up":  # untimed: first calls build caches and plans
+            for i in range(len(a)):
+                classify([a[i]], None if b is None else [b[i]])
+            classify(a, b)
+            answer = {}
+        elif command["cmd"] == "latency":  # one request per text (pair), each timed
             times = []
             for i in range(len(a)):
                 start = time.perf_counter()
@@ -125,7 +139,7 @@ def serve(classify, size: int) -> None:
             answer = {"label_id": np.concatenate(probabilities).argmax(-1).tolist()}
         else:
             answer = {"error": f"unknown command {command['cmd']}"}
-        answer["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        answer["peak_rss_bytes"] = peak_rss_bytes()
         print(json.dumps(answer), flush=True)
 
 

@@ -3,10 +3,15 @@
 Why buckets: resizing an interpreter's inputs re-plans every kernel (about a millisecond on
 MiniLM), and a fresh interpreter costs tens. So each request is padded to the next length of
 `length_buckets` (a multiple of `length_step`, up to the model's longest) and to the next batch
-size of `batch_buckets` (a longer batch is cut into pieces), and each (batch, length) bucket keeps
+size of `batch_buckets`, and each (batch, length) bucket keeps
 an interpreter planned for exactly that shape: after its first call nothing is planned, traced
 or allocated again, whatever the lengths that come. Padding is masked, so a padded row gives its
 unpadded outputs up to float round-off (tests/test_litert.py).
+
+A request of many rows is sorted by length and run in groups of similar rows (as many as the
+largest batch bucket), each
+cut to its own longest row, then put back in order: a batch of 32 MRPC pairs padded to its longest
+pair holds about twice the tokens it needs, and attention's cost grows with the square of it.
 
 The interpreter is `ai_edge_litert`'s (the LiteRT package that replaces `tf.lite.Interpreter`),
 or TensorFlow's where that is not installed; it needs no TensorFlow.
@@ -22,7 +27,7 @@ import numpy as np
 from engine.litert import DESCRIPTION, FOLDER, LiteRTError, model_file
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
+BATCH_BUCKETS = (1, 2, 4, 8)
 
 
 def _interpreter_class():
@@ -75,6 +80,7 @@ class LiteRTModel:
         self.threads = threads or default_threads()
         self.lengths = length_buckets(max_length, length_step)
         self.batches = tuple(sorted(batch_buckets))
+        self.group_rows = self.batches[-1]
         self.buckets = {}
 
     @classmethod
@@ -118,12 +124,19 @@ class LiteRTModel:
         if length > self.max_length:
             raise LiteRTError(f"{length} tokens in a row; the model takes at most "
                               f"{self.max_length}")
-        largest = self.batches[-1]
-        if rows <= largest:
+        if rows <= self.group_rows:
             return self._run(feeds)
-        pieces = [self._run({k: v[i:i + largest] for k, v in feeds.items()})
-                  for i in range(0, rows, largest)]
-        return {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]}
+        lengths = np.asarray(input_mask).sum(axis=1)
+        order = np.argsort(lengths, kind="stable")
+        pieces = []
+        for start in range(0, rows, self.group_rows):
+            rows_of_group = order[start:start + self.group_rows]
+            longest = max(int(lengths[rows_of_group].max()), 1)
+            pieces.append(self._run({k: np.asarray(v)[rows_of_group, :longest]
+                                     for k, v in feeds.items()}))
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(rows)
+        return {name: np.concatenate([p[name] for p in pieces])[inverse] for name in pieces[0]}
 
     def _run(self, feeds: dict) -> dict:
         rows, length = feeds["input_word_ids"].shape

