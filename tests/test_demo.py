@@ -116,14 +116,21 @@ print(json.dumps(sorted(m for m in ("modeling", "data_gen", "engine", "tasks", "
 """
 
 
-def test_classify_text_prints_the_exported_models_predictions(tiny_checkpoint, tmp_path):
-    out = tmp_path / "out"
+@pytest.fixture(scope="module")
+def topics_run(tiny_checkpoint, tmp_path_factory):
+    """A tiny BERT fine-tuned a little on the demo's data and exported."""
+    out = tmp_path_factory.mktemp("topics") / "out"
     run_script("run_classifier.py", "--task_name=generic", f"--data_dir={DATA}",
                "--text_a_column=sentence", "--label_column=label", "--id_column=id",
                f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}", f"--output_dir={out}",
                "--do_train", "--do_eval", "--num_train_steps=8", "--learning_rate=1e-3",
                "--max_seq_length=64", f"--export_dir={out / 'serving'}")
     assert read_results(out / "eval_results.txt")["global_step"] == 8
+    return out
+
+
+def test_classify_text_prints_the_exported_models_predictions(topics_run, tmp_path):
+    out = topics_run
     dev = read_split(DATA, "dev")[1:]
     predicted = {row[0]: row for row in read_split(out, "eval_predictions")[1:]}
     picked = dev[::40]  # 5 sentences, one of each label
@@ -144,6 +151,31 @@ def test_classify_text_prints_the_exported_models_predictions(tiny_checkpoint, t
         # The script prints 2 decimals of the same float32 probability.
         assert abs(float(probability) - float(row[header.index("probability_" + label)])) <= (
             0.005 + 1e-6)
+
+
+def test_classify_text_fast_prints_the_litert_int8_answers(topics_run):
+    """--fast: the export's LiteRT int8 file, without TensorFlow, gives the runner's labels and
+    its probabilities within int8's drift."""
+    out = topics_run
+    dev = read_split(DATA, "dev")[1:]
+    predicted = {row[0]: row for row in read_split(out, "eval_predictions")[1:]}
+    header = read_split(out, "eval_predictions")[0]
+    picked = dev[::40]
+    code = ("import runpy, sys; sys.argv = sys.argv[1:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__'); "
+            "print('tensorflow' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code, str(EXAMPLES / "classify_text.py"),
+                             "--fast", str(out / "serving"), *[row[2] for row in picked]],
+                            capture_output=True, text=True, cwd=out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    *lines, tensorflow_loaded = result.stdout.strip().splitlines()
+    assert tensorflow_loaded == "False"
+    assert lines[0].split() == ["label", "probability", "sentence"]
+    for line, (name, _, sentence) in zip(lines[1:], picked, strict=True):
+        label, probability, text = line.split(maxsplit=2)
+        row = predicted[name]
+        assert (label, text) == (row[1], sentence)
+        assert abs(float(probability) - float(row[header.index("probability_" + label)])) <= 0.02
 
 
 @pytest.mark.slow

@@ -193,3 +193,30 @@ def test_fast_path_runs_without_tensorflow(single_export):
     assert result.returncode == 0, result.stderr[-2000:]
     label, tensorflow_loaded = result.stdout.split()
     assert label in ("files", "math", "network", "text", "time") and tensorflow_loaded == "False"
+
+
+def test_batch_predict_on_the_litert_file_writes_the_savedmodels_lines(pair_export, tmp_path):
+    export, data = pair_export
+    rows = read_tsv(data / "dev.tsv")[1:]
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{r[3]}\t{r[4]}\n" for r in rows), encoding="utf-8")
+    outputs = {}
+    for litert in ("none", "float32"):
+        out = tmp_path / f"{litert}.jsonl"
+        run_script("batch_predict.py", f"--saved_model={export}", f"--input_file={pairs}",
+                   "--columns=text_a,text_b", f"--output_file={out}", "--batch_size=16",
+                   f"--litert={litert}")
+        outputs[litert] = [json.loads(line) for line in out.read_text().splitlines()]
+    saved, fast = outputs["none"], outputs["float32"]
+    assert [line["index"] for line in fast] == list(range(len(rows)))  # input order
+    assert sorted(fast[0]) == sorted(saved[0]) == [
+        "index", "label", "label_id", "logits", "probabilities"]
+    for a, b in zip(saved, fast, strict=True):
+        assert (a["index"], a["label"], a["label_id"]) == (b["index"], b["label"], b["label_id"])
+        np.testing.assert_allclose(a["probabilities"], b["probabilities"], atol=2e-5)
+    result = run_script("batch_predict.py", f"--saved_model={export}", f"--input_file={pairs}",
+                        "--columns=text_a", f"--output_file={tmp_path / 'x.jsonl'}",
+                        "--litert=float32", check=False)
+    assert result.returncode != 0
+    assert "--columns=text_a: the signature takes text_a, text_b" in \
+        result.stderr.strip().splitlines()[-1]
