@@ -5,9 +5,10 @@ optimum and ONNX Runtime), never in the project's environment.
 
 `--hf_dir` holds the fine-tuned weights converted to Hugging Face's format (model.safetensors,
 config.json, vocab.txt). ONNX sides export it with optimum; fp32 runs it after optimum's graph
-fusions (O2), int8 after its dynamic AVX-512 VNNI quantisation (`ORTQuantizer`, `AutoQuantizationConfig.
-avx512_vnni(is_static=False)`), then run the ONNX file on an `onnxruntime.InferenceSession` with
-NumPy inputs: the settings a user would pick for a fast CPU. Each side tokenises with
+fusions (O2), int8 after its dynamic AVX-512 VNNI quantisation of the export (`ORTQuantizer`,
+`AutoQuantizationConfig.avx512_vnni(is_static=False)`; per tensor, faster here than per channel,
+which `PEER_PER_CHANNEL=1` picks), then run the ONNX file on an `onnxruntime.InferenceSession`
+with NumPy inputs: the settings a user would pick for a fast CPU. Each side tokenises with
 transformers' Rust tokenizer, raw text to probabilities. Commands arrive as JSON lines on stdin
 (the protocol of `bench/serving.py`'s `Worker`); answers go to stdout as JSON lines.
 """

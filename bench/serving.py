@@ -200,8 +200,29 @@ def percentile(values: list, q: float) -> float:
     return float(np.percentile(np.asarray(values) * 1e3, q))
 
 
+def wordpieces(texts: list, pairs: bool) -> list:
+    """Each request's row length in WordPieces ([CLS] and [SEP]s included, at most 128)."""
+    from data_gen.tokenization import FullTokenizer
+
+    tokenizer = FullTokenizer(pathlib.Path(minilm_dir()) / "vocab.txt")
+    if pairs:
+        return [min(len(tokenizer.tokenize(a)) + len(tokenizer.tokenize(b)) + 3, 128)
+                for a, b in texts]
+    return [min(len(tokenizer.tokenize(t)) + 2, 128) for t in texts]
+
+
+def band_ratio(seconds: list, lengths: list, low: int, high: int) -> float:
+    """p99 / p50 of the requests whose rows are `low`..`high` WordPieces: the tail that is not
+    the texts' own spread of lengths."""
+    import numpy as np
+
+    picked = [s for s, n in zip(seconds, lengths) if low <= n <= high]
+    return float(np.percentile(picked, 99) / np.percentile(picked, 50)) if picked else float("nan")
+
+
 def measure(workers: dict, texts: dict, args) -> dict:
     singles, pairs = texts["singles"], texts["pairs"]
+    single_lengths, pair_lengths = [], []
     n, m = args.latency_requests, 320
     record = {side: {"single_ms": [], "pair_ms": [], "single_batch_s": 0.0, "pair_batch_s": 0.0,
                      "batch_texts": 0} for side in workers}
@@ -210,6 +231,8 @@ def measure(workers: dict, texts: dict, args) -> dict:
         lo = round_ * (n + m)
         s = singles[lo:lo + n + m]
         a, b = [p[0] for p in pairs[lo:lo + n + m]], [p[1] for p in pairs[lo:lo + n + m]]
+        single_lengths += wordpieces(s[:n], False)
+        pair_lengths += wordpieces(list(zip(a[:n], b[:n])), True)
         for side in (order if round_ % 2 == 0 else order[::-1]):
             worker, entry = workers[side], record[side]
             entry["single_ms"] += worker.ask(cmd="latency", text_a=s[:n])["seconds"]
@@ -221,9 +244,20 @@ def measure(workers: dict, texts: dict, args) -> dict:
             entry["batch_texts"] += m
             entry["peak_rss_bytes"] = answer["peak_rss_bytes"]
         print(f"round {round_ + 1}/{args.rounds} done", flush=True)
-    table = {}
+    import numpy as np
+
+    # The middle half of the lengths, and the spread of lengths itself (p99 / p50).
+    bands = {kind: (int(np.percentile(lengths, 25)), int(np.percentile(lengths, 75)),
+                    float(np.percentile(lengths, 99) / np.percentile(lengths, 50)))
+             for kind, lengths in (("single", single_lengths), ("pair", pair_lengths))}
+    table = {"_lengths": {kind: {"p25": lo, "p75": hi, "p99_over_p50": spread}
+                          for kind, (lo, hi, spread) in bands.items()}}
     for side, entry in record.items():
         table[side] = {
+            "single_band_p99_over_p50": band_ratio(entry["single_ms"], single_lengths,
+                                                   *bands["single"][:2]),
+            "pair_band_p99_over_p50": band_ratio(entry["pair_ms"], pair_lengths,
+                                                 *bands["pair"][:2]),
             "single_p50_ms": percentile(entry["single_ms"], 50),
             "single_p99_ms": percentile(entry["single_ms"], 99),
             "pair_p50_ms": percentile(entry["pair_ms"], 50),
@@ -316,6 +350,18 @@ def report(speed: dict, scores: dict, args, sides: list) -> None:
               f"{r['pair_p50_ms']:.2f} | {r['pair_p99_ms']:.2f} | "
               f"{r['single_batch32_per_s']:.0f} | {r['pair_batch32_per_s']:.0f} | "
               f"{r['peak_rss_mb']:.0f} | {r['file_mb']:.1f} |")
+    lengths = speed["_lengths"]
+    print(f"\np99 / p50 at batch 1, over all requests and over the middle half of the lengths "
+          f"(singles {lengths['single']['p25']}-{lengths['single']['p75']} WordPieces, pairs "
+          f"{lengths['pair']['p25']}-{lengths['pair']['p75']}); the lengths' own p99 / p50: "
+          f"{lengths['single']['p99_over_p50']:.2f} and {lengths['pair']['p99_over_p50']:.2f}")
+    print("\n| side | single p99/p50 | middle half | pair p99/p50 | middle half |\n"
+          "|---|---|---|---|---|")
+    for side in sides:
+        r = speed[side]
+        print(f"| {side} | {r['single_p99_ms'] / r['single_p50_ms']:.2f} | "
+              f"{r['single_band_p99_over_p50']:.2f} | {r['pair_p99_ms'] / r['pair_p50_ms']:.2f} "
+              f"| {r['pair_band_p99_over_p50']:.2f} |")
     print("\n| side | MRPC dev accuracy | SST-2 dev accuracy |\n|---|---|---|")
     for side in sides:
         cells = []
