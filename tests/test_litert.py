@@ -220,3 +220,42 @@ def test_batch_predict_on_the_litert_file_writes_the_savedmodels_lines(pair_expo
     assert result.returncode != 0
     assert "--columns=text_a: the signature takes text_a, text_b" in \
         result.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("kind", ["regression", "multi_label"])
+def test_regression_and_multi_label_outputs_as_the_savedmodel(kind, minilm_dir, tmp_path):
+    """The other heads a classifier export has, on a tiny random BERT: STS-B-like scores, and
+    multi-label probabilities, 0/1 per label at the export's thresholds, and the label names."""
+    import keras
+
+    from engine import export
+    from modeling.config import BertConfig
+    from modeling.encoder import BertEncoder
+    from modeling.models import BertClassifier
+    from tasks.classification.litert_serving import LiteRTClassifier
+    from tasks.classification.serving import ClassifierServing
+    from tests.conftest import TINY
+
+    keras.utils.set_random_seed(7)
+    vocab = str(minilm_dir / "vocab.txt")
+    if kind == "regression":
+        module = ClassifierServing(BertClassifier(BertEncoder(BertConfig.from_dict(TINY)), 1),
+                                   vocab, True, 32, [], pair=True)
+    else:
+        module = ClassifierServing(BertClassifier(BertEncoder(BertConfig.from_dict(TINY)), 3),
+                                   vocab, True, 32, ["corn", "grain", "wheat"], pair=False,
+                                   thresholds=[0.5, 0.49, 0.51])
+    export.save(module, str(tmp_path / "serving"), {"vocab.txt": vocab}, litert="float32")
+    texts = ["Wheat and corn exports rose.", "", "A much longer sentence " * 9, "grain"]
+    inputs = {"text_a": texts} if kind == "multi_label" else {"text_a": texts,
+                                                              "text_b": texts[::-1]}
+    expected = served(tmp_path / "serving", **inputs)
+    got = LiteRTClassifier.load(str(tmp_path / "serving"))(*inputs.values())
+    assert sorted(got) == sorted(expected)
+    for name, value in got.items():
+        if np.asarray(value).dtype.kind == "f":
+            np.testing.assert_allclose(value, expected[name], atol=2e-5)
+        elif name == "labels":
+            assert value == [label.decode() for label in expected[name]]
+        else:
+            np.testing.assert_array_equal(value, expected[name])
