@@ -73,7 +73,7 @@ def describe_data(train: list, dev: list) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output_dir", default="out/demo/finetune")
-    parser.add_argument("--num_train_epochs", default="3")
+    parser.add_argument("--num_train_epochs", default="4")
     parser.add_argument("--learning_rate", default="1e-4")
     args = parser.parse_args()
     out = args.output_dir
