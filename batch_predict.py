@@ -4,10 +4,10 @@ Any `--export_dir` SavedModel of the runners (classifier, SQuAD, NER, multiple c
 takes raw strings; this feeds it the lines of `--input_file` (JSON objects keyed by the
 signature's inputs, or TSV with `--columns`) and writes one JSON object per line with every output
 (`engine/saved_model_predict.py`), batching lines of similar length together. `--litert=int8`
-runs a sentence classifier's LiteRT file instead (the fast CPU path, docs/serving.md), with
-serve_text's inputs and outputs. Locally (the default) the output is one file, in input order,
-written under a temporary name. With `--beam` the same work runs as an Apache Beam pipeline on
-shards of lines: `--input_file` may be comma-separated globs (numbered as one file),
+runs the export's LiteRT file instead (the fast CPU path of a classifier, NER or SQuAD export,
+docs/serving.md), with serve_text's inputs. Locally (the default) the output is one file, in
+input order, written under a temporary name. With `--beam` the same work runs as an Apache Beam
+pipeline on shards of lines: `--input_file` may be comma-separated globs (numbered as one file),
 `--output_file` is a prefix of text shards, and the flags after `--` are Beam's
 (`--runner=DataflowRunner ...`, or on this machine `--direct_num_workers=2
 --direct_running_mode=multi_processing`). Every line equals the local run's; only their order in
@@ -36,9 +36,9 @@ flags.DEFINE_list("columns", None, "TSV input: the signature's input in each col
 flags.DEFINE_bool("header", False, "TSV input: skip the first line of each file.")
 flags.DEFINE_integer("batch_size", 32, "Lines per call of the SavedModel.")
 flags.DEFINE_enum("litert", "none", ["none", "int8", "float32"],
-                  "A sentence classifier's export: predict with its LiteRT file of this "
-                  "precision (EXPORT_DIR/litert/), the fast CPU path, instead of the SavedModel "
-                  "(the same inputs and outputs as serve_text).")
+                  "Predict with the export's LiteRT file of this precision (EXPORT_DIR/litert/; "
+                  "classifier, NER, SQuAD), the fast CPU path, instead of the SavedModel (the "
+                  "inputs of serve_text).")
 flags.DEFINE_integer("lines_per_shard", 1000, "Lines per unit of work.")
 flags.DEFINE_bool("beam", False, "Run as an Apache Beam pipeline (Beam's flags after --).")
 flags.DEFINE_integer("num_output_shards", 0, "--beam: output shards (0: the runner decides).")
@@ -55,10 +55,11 @@ def main(argv):
         if not FLAGS[name].value:
             raise SettingsError(f"--{name} is required")
     if FLAGS.litert != "none":
-        from tasks.classification.litert_serving import LiteRTPredictor
+        from engine.saved_model_predict import LiteRTPredictor
+        from tasks.litert_runtimes import load_runtime
 
-        predictor = LiteRTPredictor(FLAGS.saved_model, FLAGS.litert, FLAGS.batch_size,
-                                    FLAGS.columns, FLAGS.header)
+        predictor = LiteRTPredictor(load_runtime, FLAGS.saved_model, FLAGS.litert,
+                                    FLAGS.batch_size, FLAGS.columns, FLAGS.header)
     else:
         predictor = SavedModelPredictor(FLAGS.saved_model, FLAGS.signature, FLAGS.batch_size,
                                         FLAGS.columns, FLAGS.header)

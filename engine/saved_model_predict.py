@@ -135,6 +135,33 @@ class SavedModelPredictor:
         return {name: value.numpy() for name, value in self.signature(**feed).items()}
 
 
+class LiteRTPredictor(SavedModelPredictor):
+    """`batch_predict.py --litert`: the lines of a file through an export's LiteRT fast path,
+    with `serve_text`'s inputs and outputs, batched by length as the SavedModel predictor
+    batches them. `load_runtime(export_dir, quantization)` (module-level, so the predictor
+    pickles for Beam) gives the task's runtime: `input_names`, and a call on their lists."""
+
+    def __init__(self, load_runtime, export_dir: str, quantization: str, batch_size: int = 32,
+                 columns: list | None = None, header: bool = False):
+        super().__init__(export_dir, "serve_text", batch_size, columns, header)
+        self.load_runtime, self.quantization = load_runtime, quantization
+
+    def unloaded(self) -> "LiteRTPredictor":
+        return LiteRTPredictor(self.load_runtime, self.export_dir, self.quantization,
+                               self.batch_size, self.columns, self.header)
+
+    def load(self):
+        self.signature = self.load_runtime(self.export_dir, self.quantization)
+        self.inputs = sorted(self.signature.input_names)
+        self.takes_list = {name: False for name in self.inputs}
+        self.check_columns()
+        return self
+
+    def predict(self, rows: list) -> dict:
+        return self.signature(*[[row[name] for row in rows]
+                                for name in self.signature.input_names])
+
+
 def _text_length(row: dict) -> int:
     """Characters of a line's texts: what its tokens' count grows with, without tokenising."""
     return sum(sum(map(len, v)) if isinstance(v, list) else len(v) for v in row.values())

@@ -211,3 +211,24 @@ def test_saved_model_in_a_fresh_process_tags_as_the_runner(ner_run, tmp_path, mi
             assert row_tags[:count] == tags
             one_window += 1
     assert one_window >= len(words) // 2
+
+
+def test_litert_path_tags_every_sentence_as_the_runner(ner_run):
+    """The export's LiteRT file (float32, made by export_litert.py) through `LiteRTTagger`: the
+    runner's windows and reading rule, so the runner's tags for every sentence, long ones too;
+    the int8 file the export wrote agrees with it on nearly every word."""
+    from tasks.ner.litert_serving import LiteRTTagger
+
+    export = ner_run["root"] / "export"
+    run_script("export_litert.py", f"--saved_model={export}", "--quantization=float32")
+    words, _, predicted = read_predictions(ner_run["out"] / "eval_predictions.txt")
+    texts = [" ".join(sentence) for sentence in words] + ["", "  "]
+    float32 = LiteRTTagger.load(str(export), "float32")(texts)
+    assert float32["words"][:-2] == words and float32["num_words"][-2:] == [0, 0]
+    assert float32["tags"][:-2] == predicted
+    assert any(len(s) > 30 for s in words)  # some sentences take several windows
+    int8 = LiteRTTagger.load(str(export), "int8")(texts)
+    flat8 = [t for tags in int8["tags"] for t in tags]
+    flat32 = [t for tags in float32["tags"] for t in tags]
+    assert len(flat8) == len(flat32) and sum(a == b for a, b in zip(flat8, flat32)) >= \
+        0.98 * len(flat32)

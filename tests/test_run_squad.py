@@ -137,3 +137,27 @@ def test_usage_errors(squad_run, tmp_path):
     result = run_squad(*squad_run["flags"][:-1], "--do_eval", "--best_metric=eval_exact",
                        check=False)
     assert result.returncode != 0 and "eval_exact_match, eval_f1" in result.stderr
+
+
+def test_litert_path_answers_as_the_runners_predictions(squad_run):
+    """The export's LiteRT file (float32, made by export_litert.py) through `LiteRTReader`: the
+    runner's windows and decoding, so its predictions.json answers and n-best probabilities;
+    the int8 file the export wrote agrees on nearly every answer."""
+    from tasks.squad.litert_serving import LiteRTReader
+
+    export = squad_run["root"] / "export"
+    run_script("export_litert.py", f"--saved_model={export}", "--quantization=float32")
+    dev = json.loads(squad_run["dev"].read_text())
+    asked = [(qa["id"], qa["question"], paragraph["context"])
+             for article in dev["data"] for paragraph in article["paragraphs"]
+             for qa in paragraph["qas"]]
+    predictions = json.loads((squad_run["out"] / "predictions.json").read_text())
+    nbest = json.loads((squad_run["out"] / "nbest_predictions.json").read_text())
+    questions, contexts = [q for _, q, _ in asked], [c for _, _, c in asked]
+    float32 = LiteRTReader.load(str(export), "float32")(questions, contexts)
+    assert float32["answer"] == [predictions[qid] for qid, _, _ in asked]
+    for (qid, _, _), probability in zip(asked, float32["probability"]):
+        assert abs(probability - nbest[qid][0]["probability"]) < 1e-4
+    int8 = LiteRTReader.load(str(export))(questions, contexts)
+    same = sum(a == b for a, b in zip(int8["answer"], float32["answer"]))
+    assert same >= 0.9 * len(asked), (same, len(asked))

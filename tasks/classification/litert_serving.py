@@ -19,7 +19,6 @@ from data_gen.packing import truncate_seq_pair
 from data_gen.tokenization import FullTokenizer, special_token_ids
 from engine.litert import LiteRTError
 from engine.litert_runtime import LiteRTModel
-from engine.saved_model_predict import SavedModelPredictor
 
 
 class LiteRTClassifier:
@@ -57,6 +56,11 @@ class LiteRTClassifier:
     @property
     def pair(self) -> bool:
         return self.description["pair"]
+
+    @property
+    def input_names(self) -> tuple:
+        """The texts `__call__` takes, in order (serve_text's input names)."""
+        return ("text_a", "text_b") if self.pair else ("text_a",)
 
     def inputs(self, text_a, text_b=None) -> dict:
         """The encoder's int32 inputs `[batch, longest row]`, as fine-tuning packed the texts."""
@@ -107,28 +111,3 @@ class LiteRTClassifier:
         return {"logits": logits, "probabilities": shifted / shifted.sum(-1, keepdims=True),
                 "label_id": label_id, "label": self.labels[label_id].tolist()}
 
-
-class LiteRTPredictor(SavedModelPredictor):
-    """`batch_predict.py --litert`: the lines of a file through the export's LiteRT file, with
-    `serve_text`'s inputs (`text_a`, `text_b`) and outputs, batched by length as the SavedModel
-    predictor batches them."""
-
-    def __init__(self, export_dir: str, quantization: str, batch_size: int = 32,
-                 columns: list | None = None, header: bool = False):
-        super().__init__(export_dir, "serve_text", batch_size, columns, header)
-        self.quantization = quantization
-
-    def unloaded(self) -> "LiteRTPredictor":
-        return LiteRTPredictor(self.export_dir, self.quantization, self.batch_size,
-                               self.columns, self.header)
-
-    def load(self):
-        self.signature = LiteRTClassifier.load(self.export_dir, self.quantization)
-        self.inputs = ["text_a", "text_b"] if self.signature.pair else ["text_a"]
-        self.takes_list = {name: False for name in self.inputs}
-        self.check_columns()
-        return self
-
-    def predict(self, rows: list) -> dict:
-        text_b = [row["text_b"] for row in rows] if self.signature.pair else None
-        return self.signature([row["text_a"] for row in rows], text_b)

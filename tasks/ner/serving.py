@@ -41,6 +41,21 @@ class NerServing(tf.Module):
         self.labels = tf.constant(list(labels), tf.string)
         self.room = max_seq_length - 2
         self.doc_stride = max(1, doc_stride)
+        self.do_lower_case = do_lower_case
+
+    @property
+    def litert(self) -> bool:
+        """`litert_serving.LiteRTTagger` serves the fine-tuned tagger (not the feature-based
+        BiLSTM, whose recurrent layers the LiteRT path does not take)."""
+        from modeling.models import BertTokenClassifier
+
+        return isinstance(self.model, BertTokenClassifier)
+
+    def description(self) -> dict:
+        """What `litert_serving.LiteRTTagger` needs beside the LiteRT file."""
+        return {"task": "ner", "do_lower_case": self.do_lower_case,
+                "max_seq_length": self.room + 2, "doc_stride": self.doc_stride,
+                "labels": [label.decode("utf-8") for label in self.labels.numpy().tolist()]}
 
     def signatures(self) -> dict:
         text = tf.function(self.tag, input_signature=[tf.TensorSpec([None], tf.string,

@@ -48,6 +48,8 @@ Signatures (`signatures()`, saved by `engine.export.save`):
 """
 from __future__ import annotations
 
+import dataclasses
+
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -103,6 +105,13 @@ class SquadServing(tf.Module):
         self.windowing = SquadSettings(max_seq_length, doc_stride, max_query_length)
         self.decoding = DecodeSettings(n_best_size, max_answer_length, do_lower_case, version_2,
                                        null_score_diff_threshold)
+
+    litert = True  # `litert_serving.LiteRTReader` serves it
+
+    def description(self) -> dict:
+        """What `litert_serving.LiteRTReader` needs beside the LiteRT file."""
+        return {"task": "squad", "do_lower_case": self.decoding.do_lower_case,
+                **dataclasses.asdict(self.windowing), **dataclasses.asdict(self.decoding)}
 
     # ------------------------------------------------------------------ signatures
     def signatures(self) -> dict:

@@ -1,0 +1,31 @@
+"""Which fast-path runtime serves an export's LiteRT file, by the task its `serving.json` names:
+the one place that maps tasks to their `litert_serving` modules (batch_predict.py, examples)."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+
+from engine.litert import DESCRIPTION, FOLDER, LiteRTError
+
+RUNTIMES = {
+    "classification": "tasks.classification.litert_serving:LiteRTClassifier",
+    "ner": "tasks.ner.litert_serving:LiteRTTagger",
+    "squad": "tasks.squad.litert_serving:LiteRTReader",
+}
+
+
+def load_runtime(export_dir: str, quantization: str | None = None, **kwargs):
+    """The task's runtime on `export_dir/litert/` (int8 by default, else float32)."""
+    path = os.path.join(export_dir, FOLDER, DESCRIPTION)
+    if not os.path.isfile(path):
+        raise LiteRTError(f"{export_dir}: no {FOLDER}/{DESCRIPTION}; make the fast path with "
+                          f"`python export_litert.py --saved_model={export_dir}` (classifier, "
+                          f"NER and SQuAD exports)")
+    with open(path, encoding="utf-8") as f:
+        task = json.load(f).get("task")
+    if task not in RUNTIMES:
+        raise LiteRTError(f"{export_dir}: a {task} export has no LiteRT fast path; serve its "
+                          f"SavedModel")
+    module, name = RUNTIMES[task].split(":")
+    return getattr(importlib.import_module(module), name).load(export_dir, quantization, **kwargs)
