@@ -57,8 +57,11 @@ class _Bucket:
             self.interpreter.resize_tensor_input(detail["index"], list(shape))
             self.inputs[detail["name"]] = detail["index"]
         self.interpreter.allocate_tensors()
-        self.outputs = {outputs.get(d["name"], d["name"]): d["index"]
-                        for d in self.interpreter.get_output_details()}
+        details = self.interpreter.get_output_details()
+        self.outputs = {outputs.get(d["name"], d["name"]): d["index"] for d in details}
+        # Outputs with a position axis (a tagger's or a reader's logits: [batch, length, ...]).
+        self.per_token = {outputs.get(d["name"], d["name"]) for d in details
+                          if len(d["shape_signature"]) >= 2 and d["shape_signature"][1] == -1}
 
     def __call__(self, feeds: dict) -> dict:
         interpreter = self.interpreter
@@ -82,6 +85,7 @@ class LiteRTModel:
         self.batches = tuple(sorted(batch_buckets))
         self.group_rows = self.batches[-1]
         self.buckets = {}
+        self.per_token = set()  # the outputs with a position axis, known once a bucket is made
 
     @classmethod
     def load(cls, export_dir: str, quantization: str | None = None, **kwargs) -> tuple:
@@ -132,8 +136,13 @@ class LiteRTModel:
         for start in range(0, rows, self.group_rows):
             rows_of_group = order[start:start + self.group_rows]
             longest = max(int(lengths[rows_of_group].max()), 1)
-            pieces.append(self._run({k: np.asarray(v)[rows_of_group, :longest]
-                                     for k, v in feeds.items()}))
+            piece = self._run({k: np.asarray(v)[rows_of_group, :longest]
+                               for k, v in feeds.items()})
+            for name in self.per_token:  # back to the request's width (zeros where padded)
+                width = [(0, 0)] * piece[name].ndim
+                width[1] = (0, length - longest)
+                piece[name] = np.pad(piece[name], width)
+            pieces.append(piece)
         inverse = np.empty_like(order)
         inverse[order] = np.arange(rows)
         return {name: np.concatenate([p[name] for p in pieces])[inverse] for name in pieces[0]}
@@ -148,5 +157,8 @@ class LiteRTModel:
                      for name, value in feeds.items()}
         else:
             feeds = {name: np.ascontiguousarray(value, np.int32) for name, value in feeds.items()}
-        outputs = self.bucket(batch, padded_length)(feeds)
-        return {name: value[:rows] for name, value in outputs.items()}
+        bucket = self.bucket(batch, padded_length)
+        self.per_token = bucket.per_token
+        outputs = bucket(feeds)
+        return {name: value[:rows, :length] if name in self.per_token else value[:rows]
+                for name, value in outputs.items()}
