@@ -26,7 +26,8 @@ instead, on the same fine-tuned weights, in one run; and what int8 costs in accu
    serves that model: accuracy, and for our int8 the change from our float32 and the share of
    labels that differ.
 
-Prints the tables of docs/serving.md and writes everything to --json_out.
+Prints the tables of docs/serving.md and writes everything to --json_out. `--jitter` only times
+the int8 interpreter on one shape with 1 and 2 threads (the tail that is not the texts' lengths).
 """
 from __future__ import annotations
 
@@ -270,6 +271,30 @@ def measure(workers: dict, texts: dict, args) -> dict:
     return table
 
 
+def jitter(export: pathlib.Path, length: int = 32, calls: int = 2000) -> None:
+    """The LiteRT int8 interpreter alone on one [1, length] shape, 1 and 2 threads, interleaved
+    in blocks of 200 calls: the tail that is neither the texts' lengths nor Python."""
+    import numpy as np
+
+    from engine.litert_runtime import _Bucket
+
+    flat = (export / "litert" / "int8.tflite").read_bytes()
+    buckets = {threads: _Bucket(flat, (1, length), {}, threads) for threads in (1, 2)}
+    feeds = {name: np.ones((1, length), np.int32) for name in
+             ("input_word_ids", "input_mask", "input_type_ids")}
+    times = {threads: [] for threads in buckets}
+    for _ in range(calls // 200):
+        for threads, bucket in buckets.items():
+            for _ in range(200):
+                start = time.perf_counter()
+                bucket(feeds)
+                times[threads].append(time.perf_counter() - start)
+    for threads, seconds in times.items():
+        p50, p99 = percentile(seconds, 50), percentile(seconds, 99)
+        print(f"{threads} thread(s), [1, {length}]: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
+              f"({p99 / p50:.2f}x)")
+
+
 def accuracy(worker: Worker, a: list, b: list | None, labels: list) -> tuple:
     predicted = worker.ask(cmd="predict", text_a=a, text_b=b, batch=32)["label_id"]
     return sum(p == y for p, y in zip(predicted, labels)) / len(labels), predicted
@@ -284,6 +309,8 @@ def main():
     parser.add_argument("--latency_requests", type=int, default=200)
     parser.add_argument("--sst2_rows", type=int, default=8000)
     parser.add_argument("--json_out", default=None)
+    parser.add_argument("--jitter", action="store_true",
+                        help="only time the int8 interpreter on one shape, 1 and 2 threads")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--export_dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -296,6 +323,8 @@ def main():
                     ["--task_name=MRPC", "--num_train_epochs=3", "--max_seq_length=128"])
     sst2 = finetune("sst2", sst2_slice(work, shared, args.sst2_rows), work,
                     ["--task_name=SST-2", "--num_train_epochs=1", "--max_seq_length=64"])
+    if args.jitter:
+        return jitter(mrpc)
     sides = args.sides.split(",")
     hf_dir = hugging_face_copy(work / "mrpc", 2) if set(sides) & set(PEERS) else None
 
