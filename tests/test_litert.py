@@ -259,3 +259,42 @@ def test_regression_and_multi_label_outputs_as_the_savedmodel(kind, minilm_dir, 
             assert value == [label.decode() for label in expected[name]]
         else:
             np.testing.assert_array_equal(value, expected[name])
+
+
+class _Unconvertible:
+    """A serving module whose serve_token_ids needs ops TFLite lacks (string formatting)."""
+
+    def __new__(cls):
+        import tensorflow as tf
+
+        from engine.export import token_id_spec
+
+        class Module(tf.Module):
+            litert = False
+
+            def description(self):
+                return {"task": "classification", "do_lower_case": True, "max_seq_length": 16,
+                        "pair": False, "labels": ["a", "b"], "thresholds": None,
+                        "doc_stride": None, "pooling": "mean"}
+
+            def signatures(self):
+                def logits(inputs):
+                    text = tf.strings.as_string(inputs["input_word_ids"])
+                    return {"logits": tf.cast(tf.strings.length(text), tf.float32)}
+
+                fn = tf.function(logits, input_signature=[token_id_spec()])
+                return {"serve_token_ids": fn.get_concrete_function()}
+
+        return Module()
+
+
+def test_an_export_that_cannot_be_converted_is_one_line(minilm_dir, tmp_path):
+    from engine import export
+
+    export.save(_Unconvertible(), str(tmp_path / "serving"),
+                {"vocab.txt": str(minilm_dir / "vocab.txt")})
+    result = run_script("export_litert.py", f"--saved_model={tmp_path / 'serving'}", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "serve_token_ids cannot be converted to LiteRT" in last, result.stderr[-2000:]
+    assert not (tmp_path / "serving" / "litert" / "int8.tflite").exists()
