@@ -92,6 +92,9 @@ class LiteRTModel:
         """`(model, description)` from `export_dir/litert/`: `quantization` "int8" or "float32",
         or None for int8 where the export has it, else float32."""
         folder = os.path.join(export_dir, FOLDER)
+        if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
+            raise LiteRTError(f"{export_dir}: not an export (no saved_model.pb); give the folder "
+                              f"a runner's --export_dir wrote")
         choices = [quantization] if quantization else ["int8", "float32"]
         path = next((os.path.join(folder, model_file(q)) for q in choices
                      if os.path.isfile(os.path.join(folder, model_file(q)))), None)

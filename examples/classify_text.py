@@ -30,9 +30,13 @@ def savedmodel_answers(export_dir: str, sentences: list) -> tuple:
 
 def litert_answers(export_dir: str, sentences: list) -> tuple:
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+    from engine.litert import LiteRTError
     from tasks.classification.litert_serving import LiteRTClassifier
 
-    out = LiteRTClassifier.load(export_dir, "int8")(sentences)
+    try:
+        out = LiteRTClassifier.load(export_dir, "int8")(sentences)
+    except LiteRTError as e:  # a mistake of the command line: one line, no traceback
+        sys.exit(f"{sys.argv[0]}: {e}")
     return out["label"], out["probabilities"].max(axis=-1)
 
 

@@ -18,6 +18,9 @@ RUNTIMES = {
 def load_runtime(export_dir: str, quantization: str | None = None, **kwargs):
     """The task's runtime on `export_dir/litert/` (int8 by default, else float32)."""
     path = os.path.join(export_dir, FOLDER, DESCRIPTION)
+    if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
+        raise LiteRTError(f"{export_dir}: not an export (no saved_model.pb); give the folder a "
+                          f"runner's --export_dir wrote")
     if not os.path.isfile(path):
         raise LiteRTError(f"{export_dir}: no {FOLDER}/{DESCRIPTION}; make the fast path with "
                           f"`python export_litert.py --saved_model={export_dir}` (classifier, "

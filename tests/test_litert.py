@@ -153,8 +153,10 @@ def test_mistakes_are_one_line(pair_export, single_export, tmp_path):
     from tasks.classification.litert_serving import LiteRTClassifier
 
     export, _ = pair_export
-    with pytest.raises(LiteRTError, match="no litert/float32.tflite"):
-        LiteRTClassifier.load(str(single_export.parent / "nothing"), "float32")
+    with pytest.raises(LiteRTError, match="not an export"):
+        LiteRTClassifier.load(str(single_export.parent), "float32")
+    with pytest.raises(LiteRTError, match="no litert/int8.tflite"):  # only float32 was written
+        LiteRTClassifier.load(str(export), "int8")
     fast = LiteRTClassifier.load(str(export))
     with pytest.raises(LiteRTError, match="takes pairs"):
         fast(["one"])
