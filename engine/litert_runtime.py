@@ -3,15 +3,15 @@
 Why buckets: resizing an interpreter's inputs re-plans every kernel (about a millisecond on
 MiniLM), and a fresh interpreter costs tens. So each request is padded to the next length of
 `length_buckets` (a multiple of `length_step`, up to the model's longest) and to the next batch
-size of `batch_buckets`, and each (batch, length) bucket keeps
-an interpreter planned for exactly that shape: after its first call nothing is planned, traced
-or allocated again, whatever the lengths that come. Padding is masked, so a padded row gives its
+size of `batch_buckets`, and each (batch, length) bucket keeps an interpreter planned for
+exactly that shape: after its first call nothing is planned, traced or allocated again, whatever
+the lengths that come. Padding is masked, so a padded row gives its
 unpadded outputs up to float round-off (tests/test_litert.py).
 
 A request of many rows is sorted by length and run in groups of similar rows (as many as the
-largest batch bucket), each
-cut to its own longest row, then put back in order: a batch of 32 MRPC pairs padded to its longest
-pair holds about twice the tokens it needs, and attention's cost grows with the square of it.
+largest batch bucket), each cut to its own longest row, then put back in order: a batch of 32
+MRPC pairs padded to its longest pair holds about twice the tokens it needs, and attention's cost
+grows with the square of it.
 
 The interpreter is `ai_edge_litert`'s (the LiteRT package that replaces `tf.lite.Interpreter`),
 or TensorFlow's where that is not installed; it needs no TensorFlow.
@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-from engine.litert import DESCRIPTION, FOLDER, LiteRTError, model_file
+from engine.litert import DESCRIPTION, FOLDER, LiteRTError, model_file, require_export
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 BATCH_BUCKETS = (1, 2, 4, 8)
@@ -88,13 +88,13 @@ class LiteRTModel:
         self.per_token = set()  # the outputs with a position axis, known once a bucket is made
 
     @classmethod
-    def load(cls, export_dir: str, quantization: str | None = None, **kwargs) -> tuple:
+    def load(cls, export_dir: str, quantization: str | None = None,
+             task: tuple | None = None, **kwargs) -> tuple:
         """`(model, description)` from `export_dir/litert/`: `quantization` "int8" or "float32",
-        or None for int8 where the export has it, else float32."""
+        or None for int8 where the export has it, else float32. `task`: (the task its
+        description must name, what to call it in the refusal)."""
+        require_export(export_dir)
         folder = os.path.join(export_dir, FOLDER)
-        if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
-            raise LiteRTError(f"{export_dir}: not an export (no saved_model.pb); give the folder "
-                              f"a runner's --export_dir wrote")
         choices = [quantization] if quantization else ["int8", "float32"]
         path = next((os.path.join(folder, model_file(q)) for q in choices
                      if os.path.isfile(os.path.join(folder, model_file(q)))), None)
@@ -103,6 +103,8 @@ class LiteRTModel:
                               f"with `python export_litert.py --saved_model={export_dir}`")
         with open(os.path.join(folder, DESCRIPTION), encoding="utf-8") as f:
             description = json.load(f)
+        if task and description.get("task") != task[0]:
+            raise LiteRTError(f"{export_dir}: a {description.get('task')} export, not {task[1]}")
         with open(path, "rb") as f:
             flat = f.read()
         model = cls(flat, description["outputs"], description["max_seq_length"], **kwargs)
@@ -112,6 +114,7 @@ class LiteRTModel:
         key = (batch, length)
         if key not in self.buckets:
             self.buckets[key] = _Bucket(self.flat, key, self.output_names, self.threads)
+            self.per_token = self.buckets[key].per_token
         return self.buckets[key]
 
     def warm_up(self, batches=(1,)) -> None:
@@ -160,8 +163,6 @@ class LiteRTModel:
                      for name, value in feeds.items()}
         else:
             feeds = {name: np.ascontiguousarray(value, np.int32) for name, value in feeds.items()}
-        bucket = self.bucket(batch, padded_length)
-        self.per_token = bucket.per_token
-        outputs = bucket(feeds)
+        outputs = self.bucket(batch, padded_length)(feeds)
         return {name: value[:rows, :length] if name in self.per_token else value[:rows]
                 for name, value in outputs.items()}

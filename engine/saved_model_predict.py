@@ -11,9 +11,9 @@ a file, in batches of `batch_size` consecutive lines of a shard (`engine.line_sh
 and writes one JSON object per line: `{"index": n, OUTPUT: value, ...}`, with every output of the
 signature for that line (strings decoded, numbers as JSON numbers). The lines of a shard are
 batched in order of their length, so a batch holds texts of similar length and little padding,
-and written back in input order. `predict_file` is the local
-run (one output file, written atomically); `engine.beam_jobs` runs the same predictor per shard on
-Beam, so the lines are equal and only their order differs.
+and written back in input order. `predict_file` is the local run (one output file, written
+atomically); `engine.beam_jobs` runs the same predictor per shard on Beam, so the lines are equal
+and only their order differs.
 """
 from __future__ import annotations
 

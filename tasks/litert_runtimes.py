@@ -6,7 +6,7 @@ import importlib
 import json
 import os
 
-from engine.litert import DESCRIPTION, FOLDER, LiteRTError
+from engine.litert import DESCRIPTION, FOLDER, LiteRTError, require_export
 
 RUNTIMES = {
     "classification": "tasks.classification.litert_serving:LiteRTClassifier",
@@ -17,10 +17,8 @@ RUNTIMES = {
 
 def load_runtime(export_dir: str, quantization: str | None = None, **kwargs):
     """The task's runtime on `export_dir/litert/` (int8 by default, else float32)."""
+    require_export(export_dir)
     path = os.path.join(export_dir, FOLDER, DESCRIPTION)
-    if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
-        raise LiteRTError(f"{export_dir}: not an export (no saved_model.pb); give the folder a "
-                          f"runner's --export_dir wrote")
     if not os.path.isfile(path):
         raise LiteRTError(f"{export_dir}: no {FOLDER}/{DESCRIPTION}; make the fast path with "
                           f"`python export_litert.py --saved_model={export_dir}` (classifier, "

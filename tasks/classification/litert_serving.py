@@ -11,13 +11,11 @@ thresholds).
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from data_gen.packing import truncate_seq_pair
 from data_gen.tokenization import FullTokenizer, special_token_ids
-from engine.litert import LiteRTError
+from engine.litert import LiteRTError, vocab_file
 from engine.litert_runtime import LiteRTModel
 
 
@@ -37,15 +35,13 @@ class LiteRTClassifier:
 
     @classmethod
     def load(cls, export_dir: str, quantization: str | None = None, **kwargs):
-        model, description = LiteRTModel.load(export_dir, quantization, **kwargs)
-        if description.get("task") != "classification":
-            raise LiteRTError(f"{export_dir}: a {description.get('task')} export, not a "
-                              f"sentence classifier")
+        model, description = LiteRTModel.load(
+            export_dir, quantization, ("classification", "a sentence classifier"), **kwargs)
         if description.get("doc_stride"):
             raise LiteRTError(f"{export_dir}: exported with --doc_stride (windows of long "
                               f"documents), which the LiteRT path does not cut; serve its "
                               f"SavedModel (serve_text)")
-        return cls(model, description, os.path.join(export_dir, "assets.extra", "vocab.txt"))
+        return cls(model, description, vocab_file(export_dir))
 
     def warm_up(self, batches=(1,)) -> None:
         """Build the tokenizer's tables and plan the buckets of these batch sizes (at every

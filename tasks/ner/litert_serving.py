@@ -10,12 +10,10 @@ Outputs, per sentence: `words`, `tags`, `tag_ids` (lists), and `num_words`.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from data_gen.tokenization import FullTokenizer
-from engine.litert import LiteRTError
+from engine.litert import vocab_file
 from engine.litert_runtime import LiteRTModel
 from tasks.ner.features import convert_sentence, reassemble
 from tasks.ner.reader import Sentence
@@ -34,10 +32,9 @@ class LiteRTTagger:
 
     @classmethod
     def load(cls, export_dir: str, quantization: str | None = None, **kwargs):
-        model, description = LiteRTModel.load(export_dir, quantization, **kwargs)
-        if description.get("task") != "ner":
-            raise LiteRTError(f"{export_dir}: a {description.get('task')} export, not a tagger")
-        return cls(model, description, os.path.join(export_dir, "assets.extra", "vocab.txt"))
+        model, description = LiteRTModel.load(export_dir, quantization, ("ner", "a tagger"),
+                                               **kwargs)
+        return cls(model, description, vocab_file(export_dir))
 
     input_names = ("text",)  # serve_text's input
 

@@ -12,12 +12,10 @@ Outputs, per question: `answer`, `probability` (of the answer among the n-best),
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from data_gen.tokenization import FullTokenizer
-from engine.litert import LiteRTError
+from engine.litert import LiteRTError, vocab_file
 from engine.litert_runtime import LiteRTModel
 from tasks.squad.features import SquadSettings, convert_examples
 from tasks.squad.postprocess import DecodeSettings, predict_answers
@@ -43,10 +41,9 @@ class LiteRTReader:
 
     @classmethod
     def load(cls, export_dir: str, quantization: str | None = None, **kwargs):
-        model, description = LiteRTModel.load(export_dir, quantization, **kwargs)
-        if description.get("task") != "squad":
-            raise LiteRTError(f"{export_dir}: a {description.get('task')} export, not SQuAD")
-        return cls(model, description, os.path.join(export_dir, "assets.extra", "vocab.txt"))
+        model, description = LiteRTModel.load(export_dir, quantization, ("squad", "SQuAD"),
+                                               **kwargs)
+        return cls(model, description, vocab_file(export_dir))
 
     input_names = ("question", "context")  # serve_text's inputs
 
