@@ -33,7 +33,7 @@ from engine.results import (RESULTS_FILE, format_results, log_results, read_eval
                             write_eval_results)
 from engine.run_config import check_run_config, record_run_config
 from engine.training import is_boundary
-from process import fault_points, interrupts, output_lock
+from process import evaluation_gate, fault_points, interrupts, output_lock
 from process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
@@ -410,6 +410,7 @@ def evaluate_and_record(trainer, evaluate: Callable[[], dict], output_dir: str,
     if trainer.is_chief:
         write_eval_results(os.path.join(output_dir, RESULTS_FILE), results)
         log_results(results, logger)
+        evaluation_gate.wait(step)  # a search reads it (and may stop the run) before it goes on
     return results
 
 

@@ -486,7 +486,7 @@ class Search:
         log_path = os.path.join(self.trials_dir, slot) + ".log"
         interrupts.at(f"predicting and exporting with trial {slot}")
         interrupts.rerun("predicts and exports with the chosen trial again")
-        outcome = run_trial(command, os.path.join(self.search_dir, ".none"), log_path,
+        outcome = run_trial(command, os.path.join(self.trials_dir, slot), log_path,
                             lambda results: False, poll_s=self.settings.poll_s)
         if outcome.returncode != 0:
             raise SearchError(f"predicting with trial {slot} ({log_path}): {outcome.last_line}")

@@ -3,13 +3,16 @@
 The runner is the ordinary command line (`python -m run_classifier ... --output_dir=TRIAL`), so a
 trial has every run's behaviour: features cached, checkpoints, `best/`, resume, locks and one-line
 errors. Each time the run writes `eval_results.txt` (every epoch's end) the search hears of it;
-to prune, it sends SIGTERM, which a runner answers by stopping cleanly (exit status 143, nothing
-half-written). The child gets SIGTERM too when the search dies, however it dies (Linux's
-parent-death signal), so a killed search leaves no orphan holding a trial's folder; and the search
-forwards its own Ctrl-C or SIGTERM to the child before it unwinds.
+the run waits for the search to read each one (`process.evaluation_gate`), so none is missed and a
+run is never past the epoch it is pruned at. To prune, the search sends SIGTERM, which a runner
+answers by stopping cleanly (exit status 143, nothing half-written). The child gets SIGTERM too
+when the search dies, however it dies (Linux's parent-death signal), so a killed search leaves no
+orphan holding a trial's folder; and the search forwards its own Ctrl-C or SIGTERM to the child
+before it unwinds.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -20,6 +23,7 @@ import time
 from typing import Callable
 
 from engine.results import RESULTS_FILE, read_eval_results
+from process import evaluation_gate
 
 # Runs in the child before the runner: ask Linux for SIGTERM when the parent dies, then become the
 # runner (the request survives exec). If the parent is already gone, stop.
@@ -54,21 +58,29 @@ def run_trial(command: list, output_dir: str, log_path: str,
     results_path = os.path.join(output_dir, RESULTS_FILE)
     seen = _stamp(results_path)  # a resumed run's earlier evaluation is not news
     pruned = False
+    gate = log_path + ".gate"
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(gate)
+    environment = dict(os.environ, **{evaluation_gate.VARIABLE: gate})
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join([sys.executable, *command])}\n")
         log.flush()
         child = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(os.getpid()), *command],
-                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                 env=environment)
         try:
             while True:
                 finished = child.poll() is not None
                 stamp = _stamp(results_path)
                 if stamp != seen and stamp is not None:
                     seen = stamp
-                    if on_evaluation(read_eval_results(results_path)) and not finished:
+                    results = read_eval_results(results_path)
+                    if on_evaluation(results) and not finished:
                         pruned = True
                         child.send_signal(signal.SIGTERM)
                         finished = _wait(child, on_tick, poll_s)
+                    else:
+                        evaluation_gate.open_to(gate, int(results.get("global_step", 0)))
                 if finished:
                     break
                 on_tick()
@@ -78,6 +90,9 @@ def run_trial(command: list, output_dir: str, log_path: str,
                 child.send_signal(signal.SIGTERM)
                 _wait(child, lambda: None, poll_s)
             raise
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(gate)
     return Outcome(child.returncode, pruned, time.time() - start, last_line(log_path))
 
 

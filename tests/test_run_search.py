@@ -277,8 +277,6 @@ def test_a_hopeless_trial_is_pruned_by_the_median_rule_of_a_loss(tmp_path, mrpc,
                                 "--grid=num_train_epochs=3", "--prune_startup_trials=1",
                                 "--metric=eval_loss", runner=runner_flags(
                                     mrpc, tiny_checkpoint,
-                                    # Epochs long enough for the search's 0.5 s poll to see
-                                    # each evaluation (4 steps and 1 batch took under 0.5 s).
                                     "--train_batch_size=2", "--eval_batch_size=2")))
     rows = table(search / "trials.tsv")
     assert [(r["learning_rate"], r["state"]) for r in rows] == [("1e-3", "finished"),

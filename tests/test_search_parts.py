@@ -3,6 +3,8 @@ the search-space syntax and its one-line refusals, and a watched trial stopped w
 import itertools
 import math
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,45 +112,71 @@ def test_a_flag_searched_twice_is_refused():
 
 
 FAKE_RUN = r"""
-import os, signal, sys, time
+import os, signal, sys
+sys.path.insert(0, sys.argv[2])
+from process import evaluation_gate
 out = sys.argv[1]
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
 os.makedirs(out, exist_ok=True)
-for step in (10, 20, 30, 40):
-    time.sleep(0.4)
+for step in (10, 20, 30, 40):  # back to back: far quicker than the watcher's poll
     with open(os.path.join(out, "eval_results.tmp"), "w") as f:
         f.write(f"eval_main = {step / 100}\nglobal_step = {step}\n")
     os.replace(os.path.join(out, "eval_results.tmp"), os.path.join(out, "eval_results.txt"))
     print("evaluated", step, flush=True)
+    evaluation_gate.wait(step)
 print("done", flush=True)
 """
 
 
 def test_a_watched_run_reports_each_evaluation_and_stops_when_pruned(tmp_path):
+    """The run writes its evaluations back to back and the watcher polls slowly and decides
+    slowly: the run waits at each one, so none is missed and none follows the pruned one."""
     script = tmp_path / "fake_run.py"
     script.write_text(FAKE_RUN)
+    repo = str(Path(__file__).resolve().parent.parent)
     out = tmp_path / "trial"
     seen = []
 
     def on_evaluation(results):
         seen.append(results)
+        time.sleep(0.3)  # a busy study database
         return results["global_step"] == 20  # prune after the second evaluation
 
-    outcome = run_trial([str(script), str(out)], str(out), str(tmp_path / "trial.log"),
-                        on_evaluation, poll_s=0.05)
+    outcome = run_trial([str(script), str(out), repo], str(out), str(tmp_path / "trial.log"),
+                        on_evaluation, poll_s=0.25)
     assert outcome.pruned and outcome.returncode == 143
     assert [r["global_step"] for r in seen] == [10.0, 20.0]
     log = (tmp_path / "trial.log").read_text()
     assert "evaluated 20" in log and "evaluated 30" not in log and "done" not in log
-    assert log.startswith(f"$ {sys.executable} {script} {out}\n")
+    assert log.startswith(f"$ {sys.executable} {script} {out} {repo}\n")
+    assert not (tmp_path / "trial.log.gate").exists()
 
     # Unpruned, every evaluation is heard, and the last line is the run's.
     seen.clear()
-    outcome = run_trial([str(script), str(tmp_path / "again")], str(tmp_path / "again"),
-                        str(tmp_path / "again.log"), lambda r: seen.append(r) or False,
-                        poll_s=0.05)
+    again = tmp_path / "again"
+    outcome = run_trial([str(script), str(again), repo], str(again), str(tmp_path / "again.log"),
+                        lambda r: seen.append(r) or False, poll_s=0.25)
     assert (outcome.returncode, outcome.pruned, outcome.last_line) == (0, False, "done")
     assert [r["global_step"] for r in seen] == [10.0, 20.0, 30.0, 40.0]
+
+
+def test_an_ungated_run_does_not_wait_and_a_gate_nobody_opens_times_out(tmp_path, monkeypatch,
+                                                                        caplog):
+    from process import evaluation_gate
+
+    monkeypatch.delenv(evaluation_gate.VARIABLE, raising=False)
+    start = time.monotonic()
+    evaluation_gate.wait(10, timeout_s=5)
+    assert time.monotonic() - start < 0.5
+    gate = tmp_path / "gate"
+    monkeypatch.setenv(evaluation_gate.VARIABLE, str(gate))
+    evaluation_gate.open_to(str(gate), 20)
+    evaluation_gate.wait(10, timeout_s=5)  # opened past it already
+    evaluation_gate.wait(20, timeout_s=5)
+    start = time.monotonic()
+    evaluation_gate.wait(30, timeout_s=0.3)
+    assert 0.3 <= time.monotonic() - start < 2
+    assert "nothing opened it to step 30" in caplog.text
 
 
 def test_the_runner_check_loads_every_fine_tuning_runners_flags():
