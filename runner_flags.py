@@ -94,7 +94,7 @@ def define_finetuning_flags(max_seq_length: int = 128, learning_rate: float = 5e
     flags.DEFINE_enum("export_litert", "int8", ["int8", "float32", "none"],
                       "With --export_dir, also write the fast CPU path, a LiteRT file of the "
                       "model with int8 (or float32) dense kernels, in EXPORT_DIR/litert/ "
-                      "(sentence classification and NER; docs/serving.md).")
+                      "(every task; docs/serving.md).")
     flags.DEFINE_integer("keep_checkpoint_max", 1, "Training checkpoints to keep (for resuming).")
     flags.DEFINE_bool("trim_padding", True, "Cut each batch to its longest example (same "
                       "outputs, faster); off: every batch is max_seq_length wide, as the original.")

@@ -110,19 +110,19 @@ def _check(export_dir: str, flat: bytes, outputs: dict, token_ids) -> None:
     refuse a file whose outputs are not finite, and log how far apart the float outputs are."""
     import numpy as np
 
-    from engine.litert_runtime import LiteRTModel
+    from engine.litert_runtime import LiteRTModel, fixed_axes
 
     with open(vocab_file(export_dir), encoding="utf-8") as f:
         vocab_size = sum(1 for _ in f)
     rng = np.random.default_rng(0)
-    rows = (2, 24)
+    rows = (2, *fixed_axes(flat), 24)
     word_ids = rng.integers(min(1000, vocab_size - 1), vocab_size, rows).astype(np.int32)
     mask = np.ones(rows, np.int32)
-    mask[0, 16:] = 0
+    mask[0, ..., 16:] = 0
     inputs = {"input_word_ids": word_ids * mask, "input_mask": mask,
               "input_type_ids": np.zeros(rows, np.int32)}
     expected = {k: v.numpy() for k, v in token_ids(inputs).items()}
-    got = LiteRTModel(flat, outputs, max_length=rows[1], threads=1)(**inputs)
+    got = LiteRTModel(flat, outputs, max_length=rows[-1], threads=1)(**inputs)
     for name, value in got.items():
         if value.dtype.kind == "f":
             if not np.all(np.isfinite(value)):

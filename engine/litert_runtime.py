@@ -6,7 +6,8 @@ MiniLM), and a fresh interpreter costs tens. So each request is padded to the ne
 size of `batch_buckets`, and each (batch, length) bucket keeps an interpreter planned for
 exactly that shape: after its first call nothing is planned, traced or allocated again, whatever
 the lengths that come. Padding is masked, so a padded row gives its
-unpadded outputs up to float round-off (tests/test_litert.py).
+unpadded outputs up to float round-off (tests/test_litert.py). Inputs may hold fixed axes between
+the batch and the length (multiple choice: `[batch, num_choices, length]`), read from the file.
 
 A request of many rows is sorted by length and run in groups of similar rows (as many as the
 largest batch bucket), each cut to its own longest row, then put back in order: a batch of 32
@@ -47,6 +48,12 @@ def length_buckets(max_length: int, step: int) -> tuple:
     return tuple(lengths + [max_length])
 
 
+def fixed_axes(flat: bytes) -> tuple:
+    """The sizes of the inputs' axes between batch and length (`()` for `[batch, length]`)."""
+    signature = _interpreter_class()(model_content=flat).get_input_details()[0]["shape_signature"]
+    return tuple(int(size) for size in signature[1:-1])
+
+
 class _Bucket:
     """One interpreter, planned for one input shape, with its tensor indices."""
 
@@ -60,8 +67,10 @@ class _Bucket:
         details = self.interpreter.get_output_details()
         self.outputs = {outputs.get(d["name"], d["name"]): d["index"] for d in details}
         # Outputs with a position axis (a tagger's or a reader's logits: [batch, length, ...]).
+        axis = len(shape) - 1
         self.per_token = {outputs.get(d["name"], d["name"]) for d in details
-                          if len(d["shape_signature"]) >= 2 and d["shape_signature"][1] == -1}
+                          if len(d["shape_signature"]) > axis
+                          and d["shape_signature"][axis] == -1}
 
     def __call__(self, feeds: dict) -> dict:
         interpreter = self.interpreter
@@ -72,8 +81,9 @@ class _Bucket:
 
 
 class LiteRTModel:
-    """`model(input_word_ids, input_mask, input_type_ids)` (int32 `[batch, length]`, any batch,
-    length up to `max_length`) -> the export's `serve_token_ids` outputs as NumPy arrays."""
+    """`model(input_word_ids, input_mask, input_type_ids)` (int32 `[batch, length]`, or
+    `[batch, *fixed_axes, length]`; any batch, length up to `max_length`) -> the export's
+    `serve_token_ids` outputs as NumPy arrays."""
 
     def __init__(self, flat: bytes, outputs: dict, max_length: int, threads: int | None = None,
                  length_step: int = 16, batch_buckets=BATCH_BUCKETS):
@@ -86,6 +96,7 @@ class LiteRTModel:
         self.group_rows = self.batches[-1]
         self.buckets = {}
         self.per_token = set()  # the outputs with a position axis, known once a bucket is made
+        self.fixed_axes = fixed_axes(flat)
 
     @classmethod
     def load(cls, export_dir: str, quantization: str | None = None,
@@ -113,7 +124,8 @@ class LiteRTModel:
     def bucket(self, batch: int, length: int) -> _Bucket:
         key = (batch, length)
         if key not in self.buckets:
-            self.buckets[key] = _Bucket(self.flat, key, self.output_names, self.threads)
+            self.buckets[key] = _Bucket(self.flat, (batch, *self.fixed_axes, length),
+                                        self.output_names, self.threads)
             self.per_token = self.buckets[key].per_token
         return self.buckets[key]
 
@@ -123,30 +135,35 @@ class LiteRTModel:
         collector's full passes over a loaded model were the batch-1 tail."""
         for batch in batches:
             for length in self.lengths:
-                self._run({name: np.zeros((batch, length), np.int32) for name in INPUT_NAMES})
+                self._run({name: np.zeros((batch, *self.fixed_axes, length), np.int32)
+                           for name in INPUT_NAMES})
         gc.collect()
         gc.freeze()
 
     def __call__(self, input_word_ids, input_mask, input_type_ids) -> dict:
         feeds = {"input_word_ids": input_word_ids, "input_mask": input_mask,
                  "input_type_ids": input_type_ids}
-        rows, length = np.shape(input_word_ids)
+        shape = np.shape(input_word_ids)
+        rows, length = shape[0], shape[-1]
+        if tuple(shape[1:-1]) != self.fixed_axes:
+            raise LiteRTError(f"inputs shaped {list(shape)}; the model takes [batch, "
+                              f"{''.join(f'{n}, ' for n in self.fixed_axes)}length]")
         if length > self.max_length:
             raise LiteRTError(f"{length} tokens in a row; the model takes at most "
                               f"{self.max_length}")
         if rows <= self.group_rows:
             return self._run(feeds)
-        lengths = np.asarray(input_mask).sum(axis=1)
+        lengths = np.asarray(input_mask).reshape(rows, -1, length).sum(axis=2).max(axis=1)
         order = np.argsort(lengths, kind="stable")
         pieces = []
         for start in range(0, rows, self.group_rows):
             rows_of_group = order[start:start + self.group_rows]
             longest = max(int(lengths[rows_of_group].max()), 1)
-            piece = self._run({k: np.asarray(v)[rows_of_group, :longest]
+            piece = self._run({k: np.asarray(v)[rows_of_group, ..., :longest]
                                for k, v in feeds.items()})
             for name in self.per_token:  # back to the request's width (zeros where padded)
                 width = [(0, 0)] * piece[name].ndim
-                width[1] = (0, length - longest)
+                width[1 + len(self.fixed_axes)] = (0, length - longest)
                 piece[name] = np.pad(piece[name], width)
             pieces.append(piece)
         inverse = np.empty_like(order)
@@ -154,15 +171,18 @@ class LiteRTModel:
         return {name: np.concatenate([p[name] for p in pieces])[inverse] for name in pieces[0]}
 
     def _run(self, feeds: dict) -> dict:
-        rows, length = feeds["input_word_ids"].shape
+        shape = feeds["input_word_ids"].shape
+        rows, length = shape[0], shape[-1]
         batch = next(b for b in self.batches if b >= rows)
         padded_length = next(n for n in self.lengths if n >= length)
         if (batch, padded_length) != (rows, length):
-            feeds = {name: np.pad(np.asarray(value, np.int32),
-                                  ((0, batch - rows), (0, padded_length - length)))
+            width = ((0, batch - rows), *[(0, 0)] * len(self.fixed_axes),
+                     (0, padded_length - length))
+            feeds = {name: np.pad(np.asarray(value, np.int32), width)
                      for name, value in feeds.items()}
         else:
             feeds = {name: np.ascontiguousarray(value, np.int32) for name, value in feeds.items()}
         outputs = self.bucket(batch, padded_length)(feeds)
-        return {name: value[:rows, :length] if name in self.per_token else value[:rows]
+        positions = (slice(rows), *[slice(None)] * len(self.fixed_axes), slice(length))
+        return {name: value[positions] if name in self.per_token else value[:rows]
                 for name, value in outputs.items()}

@@ -153,7 +153,8 @@ class LiteRTPredictor(SavedModelPredictor):
     def load(self):
         self.signature = self.load_runtime(self.export_dir, self.quantization)
         self.inputs = sorted(self.signature.input_names)
-        self.takes_list = {name: False for name in self.inputs}
+        self.takes_list = {name: name in getattr(self.signature, "list_inputs", ())
+                           for name in self.inputs}
         self.check_columns()
         return self
 

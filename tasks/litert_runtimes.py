@@ -10,6 +10,8 @@ from engine.litert import DESCRIPTION, FOLDER, LiteRTError, require_export
 
 RUNTIMES = {
     "classification": "tasks.classification.litert_serving:LiteRTClassifier",
+    "feature_extraction": "tasks.feature_extraction.litert_serving:LiteRTEmbedder",
+    "multiple_choice": "tasks.multiple_choice.litert_serving:LiteRTChooser",
     "ner": "tasks.ner.litert_serving:LiteRTTagger",
     "squad": "tasks.squad.litert_serving:LiteRTReader",
 }
@@ -21,8 +23,7 @@ def load_runtime(export_dir: str, quantization: str | None = None, **kwargs):
     path = os.path.join(export_dir, FOLDER, DESCRIPTION)
     if not os.path.isfile(path):
         raise LiteRTError(f"{export_dir}: no {FOLDER}/{DESCRIPTION}; make the fast path with "
-                          f"`python export_litert.py --saved_model={export_dir}` (classifier, "
-                          f"NER and SQuAD exports)")
+                          f"`python export_litert.py --saved_model={export_dir}`")
     with open(path, encoding="utf-8") as f:
         task = json.load(f).get("task")
     if task not in RUNTIMES:

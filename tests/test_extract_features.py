@@ -138,20 +138,28 @@ def test_embeddings_pool_the_last_layer(extracted, tiny_checkpoint, tmp_path):
 
 def test_zero_shot_sts_b_with_minilm(shared_data, minilm_dir, tmp_path):
     """Mean-pooled, normalised all-MiniLM-L6-v2 vectors: cosine against the gold scores of the
-    1,500 STS-B dev pairs. Correct pooling and masking land near the published figures."""
+    1,500 STS-B dev pairs. Correct pooling and masking land near the published figures. The
+    export's int8 LiteRT file (its fast path) loses under half a point of that."""
     from tasks.classification.metrics import pearson, spearman
+    from tasks.feature_extraction.litert_serving import LiteRTEmbedder
 
     rows = stsb_rows(shared_data)
     (tmp_path / "sentences.txt").write_text(
         "".join(f"{r[7]}\n{r[8]}\n" for r in rows), encoding="utf-8")
     run_script("extract_features.py", f"--input_file={tmp_path / 'sentences.txt'}",
                f"--output_file={tmp_path / 'vectors.npy'}", f"--init_checkpoint={minilm_dir}",
-               "--pooling=mean", "--normalize", "--batch_size=64")
+               "--pooling=mean", "--normalize", "--batch_size=64",
+               f"--export_dir={tmp_path / 'export'}")
     vectors = np.load(tmp_path / "vectors.npy")
     cosine = np.sum(vectors[0::2] * vectors[1::2], axis=1)
     gold = np.array([float(r[-1]) for r in rows])
     assert spearman(gold, cosine) == pytest.approx(0.8672, abs=2e-3)
     assert pearson(gold, cosine) == pytest.approx(0.8696, abs=2e-3)
+    int8 = LiteRTEmbedder.load(str(tmp_path / "export"))(
+        [text for r in rows for text in (r[7], r[8])])["embedding"]
+    int8_cosine = np.sum(int8[0::2] * int8[1::2], axis=1)
+    assert spearman(gold, int8_cosine) > spearman(gold, cosine) - 0.005
+    assert np.sum(int8 * vectors, axis=1).min() > 0.98  # each vector where float32 puts it
 
 
 EXPORT_CHECK = r"""

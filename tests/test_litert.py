@@ -1,7 +1,8 @@
-"""The fast serving path (engine.litert, engine.litert_runtime, tasks/classification/
-litert_serving.py): a runner's export gives a LiteRT file whose answers to raw strings are the
-SavedModel's (float32: to round-off; int8: the same labels on a held-out slice), whatever the
-lengths and batch sizes, with nothing planned after warm-up; mistakes are one line."""
+"""The fast serving path (engine.litert, engine.litert_runtime, the tasks' litert_serving.py): a
+runner's export gives a LiteRT file whose answers to raw strings are the SavedModel's (float32:
+to round-off; int8: the same labels on a held-out slice), whatever the lengths and batch sizes,
+with nothing planned after warm-up; mistakes are one line. Classifiers here and multiple choice
+and embeddings at the end; NER and SQuAD in their runners' tests."""
 import json
 import subprocess
 import sys
@@ -300,3 +301,107 @@ def test_an_export_that_cannot_be_converted_is_one_line(minilm_dir, tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert "serve_token_ids cannot be converted to LiteRT" in last, result.stderr[-2000:]
     assert not (tmp_path / "serving" / "litert" / "int8.tflite").exists()
+
+
+def random_export(module_of, minilm_dir, path, litert="float32", initializer_range=0.02):
+    """A tiny random BERT (seeded) in a task's serving module, exported with a LiteRT file."""
+    import keras
+
+    from engine import export
+    from modeling.config import BertConfig
+    from modeling.encoder import BertEncoder
+    from tests.conftest import TINY
+
+    keras.utils.set_random_seed(7)
+    vocab = str(minilm_dir / "vocab.txt")
+    config = BertConfig.from_dict({**TINY, "initializer_range": initializer_range})
+    export.save(module_of(BertEncoder(config), vocab), str(path),
+                {"vocab.txt": vocab}, litert=litert)
+    return path
+
+
+def test_multiple_choice_fast_path_as_the_savedmodel(shared_data, minilm_dir, tmp_path):
+    """Real SWAG rows, ragged: a question or none, a choice "" and fewer choices than the model
+    scores. float32 gives serve_text's probabilities; int8 its clear choices; batch_predict
+    --litert writes the SavedModel's lines."""
+    from engine import litert
+    from engine.litert import LiteRTError
+    from modeling.models import BertMultipleChoice
+    from tasks.multiple_choice.litert_serving import LiteRTChooser
+    from tasks.multiple_choice.reader import read_examples
+    from tasks.multiple_choice.serving import MultipleChoiceServing
+
+    def module(encoder, vocab):
+        model = BertMultipleChoice(encoder, 4)
+        for weight in model.head.weights:  # with wider weights, the choices' scores differ
+            weight.assign(weight * 10)
+        return MultipleChoiceServing(model, vocab, True, 48, 4)
+
+    export = random_export(module, minilm_dir, tmp_path / "serving", initializer_range=0.2)
+    litert.write(str(export), "int8")
+    examples = read_examples(str(shared_data / "swag_sample" / "val_first91.csv"), "swag")
+    context = [e.context for e in examples]
+    question = [e.question if i % 3 else "  " for i, e in enumerate(examples)]
+    choices = [list(e.choices)[:2 + i % 3] for i, e in enumerate(examples)]
+    choices[1][1] = ""
+    width = max(map(len, choices))
+    expected = served(export, context=context, question=question,
+                      choices=[c + [""] * (width - len(c)) for c in choices])
+    fast = LiteRTChooser.load(str(export), "float32")
+    got = fast(context, question, choices)
+    np.testing.assert_allclose(got["probabilities"], expected["probabilities"], atol=2e-5)
+    assert got["probabilities"][1, 1] == 0 and not got["probabilities"][0, 2:].any()
+    # A random encoder scores some contexts' choices alike: compare where they differ.
+    top = np.sort(expected["logits"], axis=1)
+    clear = top[:, -1] - top[:, -2] > 0.1
+    assert clear.sum() >= 30, clear.sum()
+    assert got["choice"][clear].tolist() == expected["choice"][clear].tolist()
+    # int8 on these widened random weights (logits' spread 1.5): errors up to 0.2 measured;
+    # every choice ahead by more than 0.3 kept, and most of the rest.
+    int8 = LiteRTChooser.load(str(export))(context, question, choices)
+    assert 0 < np.max(np.abs(int8["logits"] - got["logits"])) < 0.25
+    sure = top[:, -1] - top[:, -2] > 0.3
+    assert int8["choice"][sure].tolist() == expected["choice"][sure].tolist()
+    assert np.mean(int8["choice"] == expected["choice"]) > 0.75
+    with pytest.raises(LiteRTError, match="5 choices, more than the 4 the model scores"):
+        fast(["c"], ["q"], [["a"] * 5])
+    with pytest.raises(LiteRTError,
+                       match=r"inputs shaped \[1, 16\]; the model takes \[batch, 4, length\]"):
+        fast.model(*[np.ones((1, 16), np.int32)] * 3)
+    lines = tmp_path / "requests.jsonl"
+    lines.write_text("".join(json.dumps({"context": c, "question": q, "choices": ch}) + "\n"
+                             for c, q, ch in zip(context[:40], question, choices)))
+    outputs = {}
+    for litert_flag in ("none", "float32"):
+        out = tmp_path / f"{litert_flag}.jsonl"
+        run_script("batch_predict.py", f"--saved_model={export}", f"--input_file={lines}",
+                   f"--output_file={out}", f"--litert={litert_flag}")
+        outputs[litert_flag] = [json.loads(line) for line in out.read_text().splitlines()]
+    for saved, fast_line in zip(outputs["none"], outputs["float32"], strict=True):
+        assert (saved["index"], saved["choice"]) == (fast_line["index"], fast_line["choice"])
+        np.testing.assert_allclose(saved["probabilities"], fast_line["probabilities"],
+                                   atol=2e-5)
+
+
+def test_embedding_fast_path_as_the_savedmodel(minilm_dir, tmp_path):
+    """Mean-pooled normalised and [CLS] vectors, short, empty and over-long texts: float32 gives
+    serve_text's vectors; int8 vectors point the same way (cosine > 0.99)."""
+    from engine import litert
+    from tasks.feature_extraction.litert_serving import LiteRTEmbedder
+    from tasks.feature_extraction.serving import EmbeddingServing
+
+    texts = [row[2] for row in read_tsv(DOCSTRINGS / "dev.tsv")[1:]]
+    texts += ["", "Ünïcödé àccents, CJK 中文 and an emoji 🙂 too", "x " * 200]
+    for pooling, normalize in (("mean", True), ("cls", False)):
+        export = random_export(lambda encoder, vocab: EmbeddingServing(
+            encoder, vocab, True, 32, pooling, normalize), minilm_dir, tmp_path / pooling)
+        litert.write(str(export), "int8")
+        expected = served(export, text_a=texts)["embedding"]
+        got = LiteRTEmbedder.load(str(export), "float32")(texts)["embedding"]
+        np.testing.assert_allclose(got, expected, atol=2e-5)
+        one_by_one = LiteRTEmbedder.load(str(export), "float32")
+        np.testing.assert_allclose(np.concatenate([one_by_one([t])["embedding"] for t in texts]),
+                                   expected, atol=2e-5)
+        int8 = LiteRTEmbedder.load(str(export))(texts)["embedding"]
+        cosine = np.sum(int8 * got, 1) / np.linalg.norm(int8, axis=1) / np.linalg.norm(got, axis=1)
+        assert cosine.min() > 0.99 and np.max(np.abs(int8 - got)) > 0

@@ -210,6 +210,7 @@ def test_swag_runner_and_its_export_agree_from_raw_strings(tmp_path, shared_data
                f"--init_checkpoint={tiny_checkpoint}", "--max_seq_length=48",
                "--train_batch_size=8", "--num_train_epochs=1", "--learning_rate=1e-3",
                "--do_train", "--do_eval", "--do_predict", f"--export_dir={export}")
+    assert (export / "litert" / "int8.tflite").is_file()  # its fast path (tests/test_litert.py)
     examples = read_examples(str(swag), "swag")
     requests = {"context": [e.context for e in examples], "question": [e.question for e in examples],
                 "choices": [list(e.choices) for e in examples]}

@@ -43,6 +43,7 @@ class ExtractSettings:
     lines_per_shard: int = 1000  # resume granularity
     window_batches: int = 32  # lines sorted by length together: window_batches * batch_size
     doc_stride: int | None = None  # long lines read whole in windows (None: truncated)
+    export_litert: str = "int8"  # the export's LiteRT file (engine.litert): int8, float32, none
 
 
 def check(settings: ExtractSettings) -> None:
@@ -128,7 +129,8 @@ def _extract(settings: ExtractSettings) -> None:
         export.save(EmbeddingServing(encoder, vocab_file, settings.do_lower_case,
                                      settings.max_seq_length, settings.pooling or "mean",
                                      settings.normalize, doc_stride=settings.doc_stride),
-                    settings.export_dir, {"vocab.txt": vocab_file})
+                    settings.export_dir, {"vocab.txt": vocab_file},
+                    litert=settings.export_litert)
 
 
 def fingerprint(settings: ExtractSettings, vocab_file: str) -> dict:

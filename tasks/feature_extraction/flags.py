@@ -40,6 +40,10 @@ def define_flags() -> None:
     flags.DEFINE_bool("normalize", False, "With --pooling: scale each vector to unit L2 norm.")
     flags.DEFINE_string("export_dir", None, "Write a SavedModel that embeds raw strings "
                         "(--pooling, default mean; --normalize).")
+    flags.DEFINE_enum("export_litert", "int8", ["int8", "float32", "none"],
+                      "With --export_dir, also write the fast CPU path, a LiteRT file of the "
+                      "encoder with int8 (or float32) dense kernels, in EXPORT_DIR/litert/ "
+                      "(not with --doc_stride; docs/serving.md).")
     flags.DEFINE_integer("lines_per_shard", 1000, "Lines per resumable shard of the output.")
     flags.DEFINE_integer("doc_stride", None, "Read a line longer than max_seq_length whole, in "
                          "windows starting this many tokens apart: each token's vectors come "
@@ -69,4 +73,5 @@ def settings():
         vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case, layers=layers(),
         max_seq_length=FLAGS.max_seq_length, batch_size=FLAGS.batch_size,
         pooling=FLAGS.pooling, normalize=FLAGS.normalize, export_dir=FLAGS.export_dir,
-        lines_per_shard=FLAGS.lines_per_shard, doc_stride=FLAGS.doc_stride)
+        lines_per_shard=FLAGS.lines_per_shard, doc_stride=FLAGS.doc_stride,
+        export_litert=FLAGS.export_litert)

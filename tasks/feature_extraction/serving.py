@@ -35,6 +35,18 @@ class EmbeddingServing(tf.Module):
         self.max_seq_length = max_seq_length
         self.doc_stride = doc_stride
         self.window_batch = window_batch
+        self.do_lower_case = do_lower_case
+
+    @property
+    def litert(self) -> bool:
+        """Whether `litert_serving.LiteRTEmbedder` serves this export (not with windows)."""
+        return not self.doc_stride
+
+    def description(self) -> dict:
+        """What `litert_serving.LiteRTEmbedder` needs beside the LiteRT file."""
+        return {"task": "feature_extraction", "do_lower_case": self.do_lower_case,
+                "max_seq_length": self.max_seq_length, "pooling": self.pooling,
+                "normalize": self.normalize, "doc_stride": self.doc_stride}
 
     def outputs(self, inputs: dict) -> dict:
         sequence = self.encoder(inputs, training=False)["sequence_output"]

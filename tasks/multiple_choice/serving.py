@@ -30,6 +30,14 @@ class MultipleChoiceServing(tf.Module):
         self.packer = InputPacker.for_tokenizer(self.tokenizer, max_seq_length,
                                                 dynamic_length=True)
         self.num_choices = num_choices
+        self.do_lower_case, self.max_seq_length = do_lower_case, max_seq_length
+
+    litert = True  # litert_serving.LiteRTChooser serves it
+
+    def description(self) -> dict:
+        """What `litert_serving.LiteRTChooser` needs beside the LiteRT file."""
+        return {"task": "multiple_choice", "do_lower_case": self.do_lower_case,
+                "max_seq_length": self.max_seq_length, "num_choices": self.num_choices}
 
     def signatures(self) -> dict:
         text = tf.function(self.choose, input_signature=[
