@@ -2,15 +2,19 @@
 optimum and ONNX Runtime), never in the project's environment.
 
     python bench/_serving_peer.py --side {pytorch,ort-fp32,ort-int8} --hf_dir DIR --work_dir W
+        [--task {classify,embed}]
 
-`--hf_dir` holds the fine-tuned weights converted to Hugging Face's format (model.safetensors,
-config.json, vocab.txt). ONNX sides export it with optimum; fp32 runs it after optimum's graph
-fusions (O2), int8 after its dynamic AVX-512 VNNI quantisation of the export (`ORTQuantizer`,
-`AutoQuantizationConfig.avx512_vnni(is_static=False)`; per tensor, faster here than per channel,
-which `PEER_PER_CHANNEL=1` picks), then run the ONNX file on an `onnxruntime.InferenceSession`
-with NumPy inputs: the settings a user would pick for a fast CPU. Each side tokenises with
-transformers' Rust tokenizer, raw text to probabilities. Commands arrive as JSON lines on stdin
-(the protocol of `bench/serving.py`'s `Worker`); answers go to stdout as JSON lines.
+`--hf_dir` holds the weights in Hugging Face's format (model.safetensors, config.json, vocab.txt):
+a fine-tuned classifier (`classify`: raw text to probabilities), or a sentence encoder (`embed`:
+`bench/serving_embeddings.py`; mean pooling over real tokens, L2-normalised, as
+sentence-transformers pools all-MiniLM-L6-v2). ONNX sides export it with optimum; fp32 runs it
+after optimum's graph fusions (O2), int8 after its dynamic AVX-512 VNNI quantisation of the
+export (`ORTQuantizer`, `AutoQuantizationConfig.avx512_vnni(is_static=False)`; per tensor,
+faster here than per channel, which `PEER_PER_CHANNEL=1` picks), then run the ONNX file on an
+`onnxruntime.InferenceSession` with NumPy inputs: the settings a user would pick for a fast CPU.
+Each side tokenises with transformers' Rust tokenizer, from raw text. Commands arrive as JSON
+lines on stdin (the protocol of `bench/serving.py`'s `Worker`); answers go to stdout as JSON
+lines.
 """
 import argparse
 import json
@@ -23,8 +27,9 @@ import numpy as np
 PER_CHANNEL = os.environ.get("PEER_PER_CHANNEL", "0") == "1"
 
 
-def onnx_session(hf_dir: str, work_dir: str, quantize: bool):
-    from optimum.onnxruntime import (ORTModelForSequenceClassification, ORTOptimizer,
+def onnx_session(hf_dir: str, work_dir: str, quantize: bool, task: str = "classify"):
+    from optimum.onnxruntime import (ORTModelForFeatureExtraction,
+                                     ORTModelForSequenceClassification, ORTOptimizer,
                                      ORTQuantizer)
     from optimum.onnxruntime.configuration import AutoQuantizationConfig, OptimizationConfig
     import onnxruntime
@@ -33,7 +38,9 @@ def onnx_session(hf_dir: str, work_dir: str, quantize: bool):
     optimized = os.path.join(work_dir, "onnx-o2")
     quantized = os.path.join(work_dir, "onnx-int8" + ("-per-channel" if PER_CHANNEL else ""))
     if not os.path.isfile(os.path.join(optimized, "model_optimized.onnx")):
-        model = ORTModelForSequenceClassification.from_pretrained(hf_dir, export=True)
+        model_class = (ORTModelForFeatureExtraction if task == "embed"
+                       else ORTModelForSequenceClassification)
+        model = model_class.from_pretrained(hf_dir, export=True)
         model.save_pretrained(exported)
         optimizer = ORTOptimizer.from_pretrained(exported)
         optimizer.optimize(OptimizationConfig(optimization_level=2, optimize_for_gpu=False),
@@ -60,16 +67,18 @@ def onnx_session(hf_dir: str, work_dir: str, quantize: bool):
     return logits, os.path.getsize(path)
 
 
-def torch_model(hf_dir: str):
+def torch_model(hf_dir: str, task: str = "classify"):
     import torch
-    from transformers import AutoModelForSequenceClassification
+    from transformers import AutoModel, AutoModelForSequenceClassification
 
-    model = AutoModelForSequenceClassification.from_pretrained(hf_dir).eval()
+    model = (AutoModel if task == "embed" else AutoModelForSequenceClassification
+             ).from_pretrained(hf_dir).eval()
     size = os.path.getsize(os.path.join(hf_dir, "model.safetensors"))
 
-    def logits(encoded):
+    def logits(encoded):  # a classifier's logits, an encoder's last hidden states
         with torch.inference_mode():
-            return model(**{k: torch.from_numpy(v) for k, v in encoded.items()}).logits.numpy()
+            outputs = model(**{k: torch.from_numpy(v) for k, v in encoded.items()})
+            return outputs[0].numpy()
 
     return logits, size
 
@@ -80,14 +89,28 @@ def main():
     parser.add_argument("--hf_dir", required=True)
     parser.add_argument("--work_dir", required=True)
     parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--task", choices=["classify", "embed"], default="classify")
     args = parser.parse_args()
     from transformers import BertTokenizerFast
 
     tokenizer = BertTokenizerFast(os.path.join(args.hf_dir, "vocab.txt"), do_lower_case=True)
     if args.side == "pytorch":
-        logits, size = torch_model(args.hf_dir)
+        logits, size = torch_model(args.hf_dir, args.task)
     else:
-        logits, size = onnx_session(args.hf_dir, args.work_dir, args.side == "ort-int8")
+        logits, size = onnx_session(args.hf_dir, args.work_dir, args.side == "ort-int8",
+                                    args.task)
+
+    if args.task == "embed":
+        def embed(text_a, text_b=None):
+            encoded = tokenizer(text_a, padding=True, truncation=True,
+                                max_length=args.max_seq_length, return_tensors="np")
+            hidden = logits(dict(encoded))
+            mask = encoded["attention_mask"][:, :, None].astype(hidden.dtype)
+            mean = (hidden * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
+            return mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
+
+        serve(embed, size)
+        return
 
     def classify(text_a, text_b=None):
         encoded = tokenizer(text_a, text_b, padding=True, truncation="longest_first",
@@ -110,7 +133,8 @@ def peak_rss_bytes() -> int:
 
 
 def serve(classify, size: int) -> None:
-    """The worker loop `bench/serving.py` drives (shared by ours in `bench/serving.py`)."""
+    """The worker loop `bench/serving.py` drives (shared by ours in `bench/serving.py`).
+    `classify(text_a, text_b=None)` answers a request: probabilities, or an embedder's vectors."""
     print(json.dumps({"ready": True, "file_bytes": size}), flush=True)
     for line in sys.stdin:
         command = json.loads(line)
@@ -138,6 +162,10 @@ def serve(classify, size: int) -> None:
             probabilities = [classify(a[i:i + batch], None if b is None else b[i:i + batch])
                              for i in range(0, len(a), batch)]
             answer = {"label_id": np.concatenate(probabilities).argmax(-1).tolist()}
+        elif command["cmd"] == "embed":  # an embedder's vectors, in batches
+            batch = command.get("batch", 32)
+            vectors = [classify(a[i:i + batch]) for i in range(0, len(a), batch)]
+            answer = {"vectors": np.concatenate(vectors).round(6).tolist()}
         else:
             answer = {"error": f"unknown command {command['cmd']}"}
         answer["peak_rss_bytes"] = peak_rss_bytes()
