@@ -4,7 +4,7 @@ Any `--export_dir` SavedModel of the runners (classifier, SQuAD, NER, multiple c
 takes raw strings; this feeds it the lines of `--input_file` (JSON objects keyed by the
 signature's inputs, or TSV with `--columns`) and writes one JSON object per line with every output
 (`engine/saved_model_predict.py`), batching lines of similar length together. `--litert=int8`
-runs the export's LiteRT file instead (the fast CPU path of a classifier, NER or SQuAD export,
+runs the export's LiteRT file instead (the fast CPU path every task's export holds,
 docs/serving.md), with serve_text's inputs. Locally (the default) the output is one file, in
 input order, written under a temporary name. With `--beam` the same work runs as an Apache Beam
 pipeline on shards of lines: `--input_file` may be comma-separated globs (numbered as one file),
@@ -37,8 +37,7 @@ flags.DEFINE_bool("header", False, "TSV input: skip the first line of each file.
 flags.DEFINE_integer("batch_size", 32, "Lines per call of the SavedModel.")
 flags.DEFINE_enum("litert", "none", ["none", "int8", "float32"],
                   "Predict with the export's LiteRT file of this precision (EXPORT_DIR/litert/; "
-                  "classifier, NER, SQuAD), the fast CPU path, instead of the SavedModel (the "
-                  "inputs of serve_text).")
+                  "the fast CPU path) instead of the SavedModel, with the inputs of serve_text.")
 flags.DEFINE_integer("lines_per_shard", 1000, "Lines per unit of work.")
 flags.DEFINE_bool("beam", False, "Run as an Apache Beam pipeline (Beam's flags after --).")
 flags.DEFINE_integer("num_output_shards", 0, "--beam: output shards (0: the runner decides).")

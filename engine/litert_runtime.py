@@ -2,7 +2,8 @@
 
 Why buckets: resizing an interpreter's inputs re-plans every kernel (about a millisecond on
 MiniLM), and a fresh interpreter costs tens. So each request is padded to the next length of
-`length_buckets` (a multiple of `length_step`, up to the model's longest) and to the next batch
+`length_buckets` (8, 12, 16, 24, then multiples of `length_step`, up to the model's longest) and
+to the next batch
 size of `batch_buckets`, and each (batch, length) bucket keeps an interpreter planned for
 exactly that shape: after its first call nothing is planned, traced or allocated again, whatever
 the lengths that come. Padding is masked, so a padded row gives its
@@ -43,9 +44,16 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+SHORT_LENGTHS = (8, 12, 16, 24)  # a short text pads by at most half its length
+
+
 def length_buckets(max_length: int, step: int) -> tuple:
-    lengths = list(range(step, max_length, step))
-    return tuple(lengths + [max_length])
+    """The padded lengths: `SHORT_LENGTHS`, every multiple of `step`, and `max_length`. Short
+    texts (a query, an STS-B sentence of 9 WordPieces) would otherwise pay for a whole `step` of
+    padding; the short shapes' interpreters cost little memory."""
+    lengths = {n for n in SHORT_LENGTHS if n < max_length}
+    lengths.update(range(step, max_length, step))
+    return tuple(sorted(lengths)) + (max_length,)
 
 
 def fixed_axes(flat: bytes) -> tuple:
