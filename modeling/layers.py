@@ -23,6 +23,13 @@ def layer_norm(epsilon: float, name: str, policy):
     return keras.layers.LayerNormalization(axis=-1, epsilon=epsilon, name=name, dtype=policy)
 
 
+def flat_rows(x):
+    """[B, L, H] -> [B * L, H], a reshape of static shape. A dense layer on rank-2 rows is one
+    matrix product; on [B, L, H] with B and L free, TensorFlow's lowering (and a LiteRT file
+    converted from it) adds shape arithmetic around every product."""
+    return ops.reshape(x, (-1, x.shape[-1]))
+
+
 class SequenceLengthError(UserError):
     """An input longer than the position table (`max_position_embeddings`)."""
 
@@ -174,13 +181,16 @@ class SelfAttention(keras.layers.Layer):
 
     def call(self, x, bias, training=None, queries=None):
         """`queries` ([B, Q, H], default `x`): the tokens whose contexts to compute; keys and
-        values are always all of `x`. Returns [B, Q, H]."""
+        values are always all of `x`. Returns [B, Q, H]. The projections run on the rows
+        flattened to [B * L, H] (`flat_rows`)."""
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         queries = x if queries is None else queries
         num_queries = ops.shape(queries)[1]
-        q = self._split_heads(self.query(queries), batch, num_queries)
-        k = self._split_heads(self.key(x), batch, length)
-        v = self._split_heads(self.value(x), batch, length)
+        rows = flat_rows(x)
+        q = self._split_heads(self.query(rows if queries is x else flat_rows(queries)), batch,
+                              num_queries)
+        k = self._split_heads(self.key(rows), batch, length)
+        v = self._split_heads(self.value(rows), batch, length)
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))
         scores = scores * (1.0 / math.sqrt(float(self.head_size)))
         scores = ops.cast(scores, "float32") + ops.cast(bias, "float32")
@@ -255,12 +265,13 @@ class TransformerBlock(keras.layers.Layer):
                 bias = ops.take_along_axis(bias, query_positions[:, None, :, None], axis=2)
         else:
             queries = x[:, :1, :] if first_token_only else x
-        attended = self.attention(x, bias, training=training, queries=queries)
+        attended = flat_rows(self.attention(x, bias, training=training, queries=queries))
         attended = self.attention_dropout(self.attention_output(attended), training=training)
-        x = self.attention_layer_norm(attended + queries)
-        hidden = self.output_dense(self.intermediate(x))
+        rows = self.attention_layer_norm(attended + flat_rows(queries))
+        hidden = self.output_dense(self.intermediate(rows))
         hidden = self.output_dropout(hidden, training=training)
-        return self.output_layer_norm(hidden + x)
+        out = self.output_layer_norm(hidden + rows)
+        return ops.reshape(out, (ops.shape(queries)[0], ops.shape(queries)[1], self.hidden_size))
 
     def compute_output_shape(self, input_shape):
         return input_shape
