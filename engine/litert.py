@@ -22,43 +22,13 @@ import json
 import logging
 import os
 
+from engine.litert_layout import (DESCRIPTION, FOLDER, LiteRTError, model_file, read_description,
+                                  vocab_file)
 from process.atomic_files import atomic_path
-from process.errors import UserError
 
 logger = logging.getLogger(__name__)
 
 QUANTIZATIONS = ("int8", "float32")
-FOLDER = "litert"
-DESCRIPTION = "serving.json"  # in the SavedModel's assets.extra/ and beside the LiteRT file
-
-
-class LiteRTError(UserError):
-    """An export that cannot become a LiteRT file (one line: which export, what to do)."""
-
-
-def model_file(quantization: str) -> str:
-    return f"{quantization}.tflite"
-
-
-def vocab_file(export_dir: str) -> str:
-    return os.path.join(export_dir, "assets.extra", "vocab.txt")
-
-
-def require_export(export_dir: str) -> None:
-    """A one-line refusal of a folder that is not a runner's export (a run's output_dir, say)."""
-    if not os.path.isfile(os.path.join(export_dir, "saved_model.pb")):
-        raise LiteRTError(f"{export_dir}: not a SavedModel (no saved_model.pb), so not an "
-                          f"export; give the folder a runner's --export_dir wrote")
-
-
-def read_description(export_dir: str) -> dict:
-    require_export(export_dir)
-    path = os.path.join(export_dir, "assets.extra", DESCRIPTION)
-    if not os.path.isfile(path):
-        raise LiteRTError(f"{export_dir}: no assets.extra/{DESCRIPTION} (an export from an "
-                          f"earlier version); export it again with the runner's --export_dir")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def convert(export_dir: str, quantization: str = "int8") -> tuple:

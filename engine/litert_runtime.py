@@ -26,7 +26,7 @@ import os
 
 import numpy as np
 
-from engine.litert import DESCRIPTION, FOLDER, LiteRTError, model_file, require_export
+from engine.litert_layout import DESCRIPTION, FOLDER, LiteRTError, model_file, require_export
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 BATCH_BUCKETS = (1, 2, 4, 8)

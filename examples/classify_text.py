@@ -30,7 +30,7 @@ def savedmodel_answers(export_dir: str, sentences: list) -> tuple:
 
 def litert_answers(export_dir: str, sentences: list) -> tuple:
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-    from engine.litert import LiteRTError
+    from engine.litert_layout import LiteRTError
     from tasks.classification.litert_serving import LiteRTClassifier
 
     try:

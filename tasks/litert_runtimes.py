@@ -6,7 +6,7 @@ import importlib
 import json
 import os
 
-from engine.litert import DESCRIPTION, FOLDER, LiteRTError, require_export
+from engine.litert_layout import DESCRIPTION, FOLDER, LiteRTError, require_export
 
 RUNTIMES = {
     "classification": "tasks.classification.litert_serving:LiteRTClassifier",

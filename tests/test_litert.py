@@ -58,7 +58,7 @@ def served(export, **texts):
 
 
 def test_export_writes_int8_and_its_description(single_export):
-    from engine.litert import read_description
+    from engine.litert_layout import read_description
 
     assert sorted(p.name for p in (single_export / "litert").iterdir()) == [
         "float32.tflite", "int8.tflite", "serving.json"]
@@ -150,7 +150,7 @@ def test_no_shape_is_planned_after_warm_up(pair_export):
 
 
 def test_mistakes_are_one_line(pair_export, single_export, tmp_path):
-    from engine.litert import LiteRTError
+    from engine.litert_layout import LiteRTError
     from tasks.classification.litert_serving import LiteRTClassifier
 
     export, _ = pair_export
@@ -325,7 +325,7 @@ def test_multiple_choice_fast_path_as_the_savedmodel(shared_data, minilm_dir, tm
     scores. float32 gives serve_text's probabilities; int8 its clear choices; batch_predict
     --litert writes the SavedModel's lines."""
     from engine import litert
-    from engine.litert import LiteRTError
+    from engine.litert_layout import LiteRTError
     from modeling.models import BertMultipleChoice
     from tasks.multiple_choice.litert_serving import LiteRTChooser
     from tasks.multiple_choice.reader import read_examples

@@ -15,7 +15,7 @@ import numpy as np
 
 from data_gen.packing import truncate_seq_pair
 from data_gen.tokenization import FullTokenizer, special_token_ids
-from engine.litert import LiteRTError, vocab_file
+from engine.litert_layout import LiteRTError, vocab_file
 from engine.litert_runtime import LiteRTModel
 
 

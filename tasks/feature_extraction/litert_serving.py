@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from data_gen.tokenization import FullTokenizer, special_token_ids
-from engine.litert import LiteRTError, vocab_file
+from engine.litert_layout import LiteRTError, vocab_file
 from engine.litert_runtime import LiteRTModel
 
 

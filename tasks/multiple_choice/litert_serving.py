@@ -13,7 +13,7 @@ import numpy as np
 
 from data_gen.datasets import SEQUENCE_FEATURES
 from data_gen.tokenization import FullTokenizer
-from engine.litert import LiteRTError, vocab_file
+from engine.litert_layout import LiteRTError, vocab_file
 from engine.litert_runtime import INPUT_NAMES, LiteRTModel
 from tasks.multiple_choice.features import MASKED_LOGIT, convert_example
 from tasks.multiple_choice.reader import ChoiceExample

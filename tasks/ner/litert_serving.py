@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from data_gen.tokenization import FullTokenizer
-from engine.litert import vocab_file
+from engine.litert_layout import vocab_file
 from engine.litert_runtime import LiteRTModel
 from tasks.ner.features import convert_sentence, reassemble
 from tasks.ner.reader import Sentence

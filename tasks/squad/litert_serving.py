@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from data_gen.tokenization import FullTokenizer
-from engine.litert import LiteRTError, vocab_file
+from engine.litert_layout import LiteRTError, vocab_file
 from engine.litert_runtime import LiteRTModel
 from tasks.squad.features import SquadSettings, convert_examples
 from tasks.squad.postprocess import DecodeSettings, predict_answers
