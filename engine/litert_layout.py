@@ -35,6 +35,16 @@ def require_export(export_dir: str) -> None:
                           f"export; give the folder a runner's --export_dir wrote")
 
 
+def refuse_windows(export_dir: str, description: dict) -> None:
+    """A classifier or an embedder exported with `--doc_stride` reads a long text in windows
+    inside its graph; the LiteRT file holds one window's model, so such an export has no fast
+    path (a one-line refusal)."""
+    if description.get("doc_stride"):
+        raise LiteRTError(f"{export_dir}: exported with --doc_stride (windows of long texts), "
+                          f"which the LiteRT path does not cut; serve its SavedModel "
+                          f"(serve_text)")
+
+
 def read_description(export_dir: str) -> dict:
     require_export(export_dir)
     path = os.path.join(export_dir, "assets.extra", DESCRIPTION)

@@ -56,6 +56,21 @@ def length_buckets(max_length: int, step: int) -> tuple:
     return tuple(sorted(lengths)) + (max_length,)
 
 
+def padded_inputs(rows: list) -> dict:
+    """The encoder's int32 inputs `[rows, longest row]` from rows of token ids, each a pair
+    `(first segment, second segment)` already packed (`[CLS] A [SEP]`, `B [SEP]` or `[]`):
+    zeros past each row's end, type ids 1 on its second segment."""
+    length = max((len(a) + len(b) for a, b in rows), default=2)
+    word_ids = np.zeros((len(rows), length), np.int32)
+    mask = np.zeros((len(rows), length), np.int32)
+    type_ids = np.zeros((len(rows), length), np.int32)
+    for i, (a, b) in enumerate(rows):
+        word_ids[i, :len(a) + len(b)] = [*a, *b]
+        mask[i, :len(a) + len(b)] = 1
+        type_ids[i, len(a):len(a) + len(b)] = 1
+    return {"input_word_ids": word_ids, "input_mask": mask, "input_type_ids": type_ids}
+
+
 def fixed_axes(flat: bytes) -> tuple:
     """The sizes of the inputs' axes between batch and length (`()` for `[batch, length]`)."""
     signature = _interpreter_class()(model_content=flat).get_input_details()[0]["shape_signature"]

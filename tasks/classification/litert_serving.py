@@ -15,8 +15,8 @@ import numpy as np
 
 from data_gen.packing import truncate_seq_pair
 from data_gen.tokenization import FullTokenizer, special_token_ids
-from engine.litert_layout import LiteRTError, vocab_file
-from engine.litert_runtime import LiteRTModel
+from engine.litert_layout import LiteRTError, refuse_windows, vocab_file
+from engine.litert_runtime import LiteRTModel, padded_inputs
 
 
 class LiteRTClassifier:
@@ -37,10 +37,7 @@ class LiteRTClassifier:
     def load(cls, export_dir: str, quantization: str | None = None, **kwargs):
         model, description = LiteRTModel.load(
             export_dir, quantization, ("classification", "a sentence classifier"), **kwargs)
-        if description.get("doc_stride"):
-            raise LiteRTError(f"{export_dir}: exported with --doc_stride (windows of long "
-                              f"documents), which the LiteRT path does not cut; serve its "
-                              f"SavedModel (serve_text)")
+        refuse_windows(export_dir, description)
         return cls(model, description, vocab_file(export_dir))
 
     def warm_up(self, batches=(1,)) -> None:
@@ -75,15 +72,7 @@ class LiteRTClassifier:
                 rows.append(([self.cls_id, *a, self.sep_id], [*b, self.sep_id]))
             else:
                 rows.append(([self.cls_id, *a[:self.max_seq_length - 2], self.sep_id], []))
-        length = max((len(a) + len(b) for a, b in rows), default=2)
-        word_ids = np.zeros((n, length), np.int32)
-        mask = np.zeros((n, length), np.int32)
-        type_ids = np.zeros((n, length), np.int32)
-        for i, (a, b) in enumerate(rows):
-            word_ids[i, :len(a) + len(b)] = a + b
-            mask[i, :len(a) + len(b)] = 1
-            type_ids[i, len(a):len(a) + len(b)] = 1
-        return {"input_word_ids": word_ids, "input_mask": mask, "input_type_ids": type_ids}
+        return padded_inputs(rows)
 
     def __call__(self, text_a, text_b=None) -> dict:
         if self.pair and text_b is None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from data_gen.tokenization import FullTokenizer, special_token_ids
-from engine.litert_layout import LiteRTError, vocab_file
-from engine.litert_runtime import LiteRTModel
+from engine.litert_layout import refuse_windows, vocab_file
+from engine.litert_runtime import LiteRTModel, padded_inputs
 
 
 class LiteRTEmbedder:
@@ -31,10 +31,7 @@ class LiteRTEmbedder:
     def load(cls, export_dir: str, quantization: str | None = None, **kwargs):
         model, description = LiteRTModel.load(
             export_dir, quantization, ("feature_extraction", "a sentence embedder"), **kwargs)
-        if description.get("doc_stride"):
-            raise LiteRTError(f"{export_dir}: exported with --doc_stride (windows of long "
-                              f"texts), which the LiteRT path does not cut; serve its "
-                              f"SavedModel (serve_text)")
+        refuse_windows(export_dir, description)
         return cls(model, description, vocab_file(export_dir))
 
     def warm_up(self, batches=(1,)) -> None:
@@ -44,17 +41,10 @@ class LiteRTEmbedder:
     def inputs(self, text_a) -> dict:
         """The encoder's int32 inputs `[batch, longest row]`."""
         ids, counts = self.tokenizer.tokenize_lines_to_ids(list(text_a))
+        pieces = np.split(ids, np.cumsum(counts)[:-1]) if len(text_a) else []
         room = self.max_seq_length - 2
-        rows = [piece[:room] for piece in np.split(ids, np.cumsum(counts)[:-1])] \
-            if len(text_a) else []
-        length = max((len(row) + 2 for row in rows), default=2)
-        word_ids = np.zeros((len(rows), length), np.int32)
-        mask = np.zeros((len(rows), length), np.int32)
-        for i, row in enumerate(rows):
-            word_ids[i, :len(row) + 2] = [self.cls_id, *row.tolist(), self.sep_id]
-            mask[i, :len(row) + 2] = 1
-        return {"input_word_ids": word_ids, "input_mask": mask,
-                "input_type_ids": np.zeros_like(word_ids)}
+        return padded_inputs([([self.cls_id, *piece[:room].tolist(), self.sep_id], [])
+                              for piece in pieces])
 
     def __call__(self, text_a) -> dict:
         return {"embedding": self.model(**self.inputs(text_a))["embedding"]}
