@@ -136,14 +136,29 @@ class Worker:
         self.process.wait()
 
 
-def worker_command(side: str, export: pathlib.Path, hf_dir: pathlib.Path,
-                   work: pathlib.Path) -> list:
+def worker_command(side: str, export: pathlib.Path, hf_dir: pathlib.Path, work: pathlib.Path,
+                   script: str = "serving.py", task: str = "classify") -> list:
+    """A side's worker: a peer in `bench/.venv-serving` (`_serving_peer.py --task`), or ours,
+    `bench/SCRIPT --worker` in this project's environment."""
     if side in PEERS:
         return [peer_python(PEER_VENV, PEER_PACKAGES), str(REPO / "bench" / "_serving_peer.py"),
-                f"--side={side}",
-                f"--hf_dir={hf_dir}", f"--work_dir={work / 'peer'}"]
-    return [sys.executable, str(REPO / "bench" / "serving.py"), f"--worker={side}",
+                f"--side={side}", f"--hf_dir={hf_dir}", f"--work_dir={work / 'peer'}",
+                f"--task={task}"]
+    return [sys.executable, str(REPO / "bench" / script), f"--worker={side}",
             f"--export_dir={export}"]
+
+
+def serve_text_signature(export_dir: str) -> tuple:
+    """`(signature, bytes)`: the export's serve_text loaded in this process, and the
+    SavedModel's size on disk (its litert/ folder left out)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    signature = tf.saved_model.load(export_dir).signatures["serve_text"]
+    size = sum(f.stat().st_size for f in pathlib.Path(export_dir).rglob("*")
+               if f.is_file() and "litert" not in f.parts)
+    return signature, size
 
 
 def run_worker(side: str, export_dir: str) -> None:
@@ -151,11 +166,9 @@ def run_worker(side: str, export_dir: str) -> None:
     from _serving_peer import serve
 
     if side == "savedmodel":
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         import tensorflow as tf
-        import tensorflow_text  # noqa: F401
 
-        signature = tf.saved_model.load(export_dir).signatures["serve_text"]
+        signature, size = serve_text_signature(export_dir)
         pair = "text_b" in signature.structured_input_signature[1]
 
         def classify(a, b=None):
@@ -164,8 +177,6 @@ def run_worker(side: str, export_dir: str) -> None:
                 texts["text_b"] = tf.constant(b if b is not None else [""] * len(a))
             return signature(**texts)["probabilities"].numpy()
 
-        size = sum(f.stat().st_size for f in pathlib.Path(export_dir).rglob("*")
-                   if f.is_file() and "litert" not in f.parts)
         serve(classify, size)
         return
     from tasks.classification.litert_serving import LiteRTClassifier

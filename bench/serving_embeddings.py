@@ -33,9 +33,10 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench.finetune_vs_pytorch import minilm_dir, peer_python  # noqa: E402
-from bench.serving import (PEER_PACKAGES, PEER_VENV, PEERS, SIDES, Worker,  # noqa: E402
-                           commit, percentile, read_tsv)
+from bench.finetune_vs_pytorch import minilm_dir  # noqa: E402
+from bench.serving import (SIDES, Worker, commit, percentile, read_tsv,  # noqa: E402
+                           serve_text_signature)
+from bench.serving import worker_command as serving_worker_command  # noqa: E402
 
 
 def export(work: pathlib.Path) -> pathlib.Path:
@@ -52,29 +53,21 @@ def export(work: pathlib.Path) -> pathlib.Path:
 
 
 def worker_command(side: str, export_dir: pathlib.Path, work: pathlib.Path) -> list:
-    if side in PEERS:
-        return [peer_python(PEER_VENV, PEER_PACKAGES), str(REPO / "bench" / "_serving_peer.py"),
-                f"--side={side}", f"--hf_dir={minilm_dir()}", f"--work_dir={work / 'peer'}",
-                "--task=embed"]
-    return [sys.executable, str(REPO / "bench" / "serving_embeddings.py"), f"--worker={side}",
-            f"--export_dir={export_dir}"]
+    return serving_worker_command(side, export_dir, minilm_dir(), work,
+                                  script="serving_embeddings.py", task="embed")
 
 
 def run_worker(side: str, export_dir: str) -> None:
     from _serving_peer import serve
 
     if side == "savedmodel":
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         import tensorflow as tf
-        import tensorflow_text  # noqa: F401
 
-        signature = tf.saved_model.load(export_dir).signatures["serve_text"]
+        signature, size = serve_text_signature(export_dir)
 
         def embed(a, b=None):
             return signature(text_a=tf.constant(a))["embedding"].numpy()
 
-        size = sum(f.stat().st_size for f in pathlib.Path(export_dir).rglob("*")
-                   if f.is_file() and "litert" not in f.parts)
         serve(embed, size)
         return
     from tasks.feature_extraction.litert_serving import LiteRTEmbedder
