@@ -9,19 +9,23 @@ file, never a truncated shard). `serialize` makes the `tf.train.Example` of a fe
 its features in sorted order: protobuf writes a map in an order that changes from process to
 process otherwise, and the same features must give the same bytes.
 
-Reading (`read_records`): every record of a file parsed by a feature spec, as arrays in file order.
+Reading (`read_records`): every record of a file parsed by a feature spec (`FixedLen` features), as
+arrays in file order: by tf.data on TensorFlow, else by `tfrecord_frames` and `example_proto`
+(the same arrays; no TensorFlow needed).
 
 TensorFlow (for remote file systems and for reading) is imported on first use: the command-line
 tools import this module, and worker processes that re-import the main module must stay light.
-Writing local files needs none: frames come from `tfrecord_frames`.
+Writing local files needs none: frames come from `tfrecord_frames`, the bytes from
+`example_proto` (the same bytes as TensorFlow's `SerializeToString(deterministic=True)`).
 """
 from __future__ import annotations
 
 import os
 
-from data_gen import tfrecord_frames
+from data_gen import example_proto, tfrecord_frames
 from data_gen.errors import DataError
-from process import fault_points
+from data_gen.example_proto import FixedLen
+from process import environment, fault_points
 from process.atomic_files import is_remote, temporary_name
 
 
@@ -33,28 +37,46 @@ def _tf():
 
 def serialize(features: dict, float_features=()) -> bytes:
     """A `tf.train.Example` of `{name: list of values}`: int64 lists, float lists for the names in
-    `float_features`."""
+    `float_features` (the bytes of TensorFlow's deterministic serialisation)."""
+    return example_proto.encode(features, float_features)
+
+
+def fixed_len(shape, dtype: str = "int64") -> FixedLen:
+    """A feature of `shape` (a list, [] for one value) and dtype `int64` or `float32`."""
+    return FixedLen(tuple(shape), dtype)
+
+
+def _tf_spec(spec: dict) -> dict:
     tf = _tf()
-
-    def feature(name, values):
-        if name in float_features:
-            return tf.train.Feature(float_list=tf.train.FloatList(value=values))
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-
-    return tf.train.Example(features=tf.train.Features(feature={
-        name: feature(name, values) for name, values in features.items()
-    })).SerializeToString(deterministic=True)
+    return {name: tf.io.FixedLenFeature(list(f.shape), tf.int64 if f.dtype == "int64"
+                                        else tf.float32) if isinstance(f, FixedLen) else f
+            for name, f in spec.items()}
 
 
 def read_records(path, spec: dict) -> dict:
-    """Every tf.Example of `path` (a file or a list of files) parsed by `spec`, as NumPy arrays
-    in file order (int64 features stay int64)."""
+    """Every tf.Example of `path` (a file or a list of files) parsed by `spec` (`FixedLen`
+    features), as NumPy arrays in file order (int64 features stay int64)."""
     import numpy as np
 
-    tf = _tf()
     files = [path] if isinstance(path, str) else list(path)
-    batches = list(tf.data.TFRecordDataset(files).batch(4096)
-                   .map(lambda batch: tf.io.parse_example(batch, spec)).as_numpy_iterator())
+    if environment.uses_tensorflow():
+        tf = _tf()
+        tf_spec = _tf_spec(spec)
+        batches = list(tf.data.TFRecordDataset(files).batch(4096)
+                       .map(lambda batch: tf.io.parse_example(batch, tf_spec)).as_numpy_iterator())
+    else:
+        batches = []
+        for name in files:
+            if is_remote(name):
+                raise DataError(f"{name}: remote files are read through TensorFlow; copy it to "
+                                f"a local folder to read it without TensorFlow")
+            try:
+                records = list(tfrecord_frames.read_frames(name))
+                batches.append(example_proto.parse_fixed(records, spec, where=f"{name}: ")
+                               if records else None)
+            except ValueError as e:
+                raise DataError(str(e)) from None
+        batches = [batch for batch in batches if batch is not None]
     if not batches:
         raise DataError(f"{', '.join(map(str, files))}: no records")
     return {name: np.concatenate([batch[name] for batch in batches]) for name in spec}

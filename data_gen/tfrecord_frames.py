@@ -85,3 +85,29 @@ def framed(record: bytes) -> bytes:
 def table() -> np.ndarray:
     """The CRC tables, for compiled callers of `frame`."""
     return _TABLE
+
+
+def read_frames(path: str):
+    """The records of a local TFRecord file, in order, their lengths and CRCs checked as
+    TensorFlow's reader checks them; a damaged or truncated frame is a ValueError naming the
+    file and the byte where it starts."""
+    with open(path, "rb") as f:
+        offset = 0
+        while True:
+            head = f.read(HEADER_BYTES)
+            if not head:
+                return
+            header = np.frombuffer(head, dtype=np.uint8)
+            if len(head) < HEADER_BYTES or masked_crc32c(header, 0, 8, _TABLE) != int.from_bytes(
+                    head[8:12], "little"):
+                raise ValueError(f"{path}: truncated or damaged at byte {offset} (a record "
+                                 f"header)")
+            length = int.from_bytes(head[:8], "little")
+            body = f.read(length + FOOTER_BYTES)
+            data = np.frombuffer(body, dtype=np.uint8)
+            if len(body) < length + FOOTER_BYTES or masked_crc32c(
+                    data, 0, length, _TABLE) != int.from_bytes(body[length:], "little"):
+                raise ValueError(f"{path}: truncated or damaged at byte {offset} (a record of "
+                                 f"{length} bytes)")
+            yield body[:length]
+            offset += HEADER_BYTES + length + FOOTER_BYTES

@@ -93,7 +93,8 @@ class BertEmbeddings(keras.layers.Layer):
         words = ops.take(self.word_embeddings, input_word_ids, axis=0)
         types = ops.take(self.token_type_embeddings, input_type_ids, axis=0)
         if position_ids is None:
-            positions = ops.slice(self.position_embeddings, (0, 0), (length, self.hidden_size))
+            positions = ops.slice(ops.convert_to_tensor(self.position_embeddings), (0, 0),
+                                  (length, self.hidden_size))
             positions = ops.expand_dims(positions, 0)
         else:
             positions = ops.take(self.position_embeddings, position_ids, axis=0)

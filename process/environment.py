@@ -9,6 +9,10 @@ everything else is written back to stderr. Pure-Python code (the tokenizer, reco
 never pays for importing TensorFlow. A user who sets TF_CPP_MIN_LOG_LEVEL sees TensorFlow's output
 untouched (a value this module set, inherited by a child process, marks itself in BERT_QUIET_TF).
 It also turns oneDNN's CPU kernels on (`TF_ENABLE_ONEDNN_OPTS=1`) unless the user set the variable.
+
+Keras's backend is TensorFlow unless `KERAS_BACKEND` names another (`jax`, `torch`;
+docs/backends.md); `backend()` says which, without importing Keras, so that the data code can
+choose TensorFlow's readers or their Python twins before anything heavy is loaded.
 """
 import contextlib
 import importlib.abc
@@ -19,6 +23,17 @@ import sys
 import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+
+def backend() -> str:
+    """Keras's backend for this process: `tensorflow` (the default), `jax` or `torch`."""
+    return os.environ.get("KERAS_BACKEND") or "tensorflow"
+
+
+def uses_tensorflow() -> bool:
+    """Whether this process runs on TensorFlow (else: no TensorFlow is needed, nor imported)."""
+    return backend() == "tensorflow"
+
 # oneDNN's CPU kernels: TensorFlow turns them on by itself only on some CPUs (Intel's, not AMD's,
 # where they made fine-tuning 1.9x faster). A user's own setting, 0 included, is kept.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")

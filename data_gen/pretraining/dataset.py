@@ -55,7 +55,7 @@ def load_records(input_files, max_seq_length: int, max_predictions_per_seq: int)
     from data_gen.records import read_records
 
     return read_records(list(input_files),
-                        schema.feature_spec(max_seq_length, max_predictions_per_seq))
+                        schema.fixed_spec(max_seq_length, max_predictions_per_seq))
 
 
 def _to_int32(features: dict) -> dict:

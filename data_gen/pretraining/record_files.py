@@ -62,20 +62,15 @@ def first_record(path: str) -> bytes:
 
 def record_lengths(path: str, record: bytes) -> dict:
     """Feature name -> number of values in one serialized `tf.train.Example`."""
-    import tensorflow as tf
-    from google.protobuf.message import DecodeError
+    from data_gen import example_proto
 
     try:
-        example = tf.train.Example.FromString(record)
-    except DecodeError:
+        example = example_proto.decode(record)
+    except (ValueError, UnicodeDecodeError):
         raise DataError(f"{path}: its records are not tf.train.Example messages; "
                         f"--input_file takes the record files of create_pretraining_data") \
             from None
-    lengths = {}
-    for name, feature in example.features.feature.items():
-        kind = feature.WhichOneof("kind")
-        lengths[name] = len(getattr(feature, kind).value) if kind else 0
-    return lengths
+    return {name: len(values) for name, values in example.items()}
 
 
 @numba.njit(cache=True)

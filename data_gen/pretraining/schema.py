@@ -14,6 +14,8 @@ tests check; the original wrote the same message with map order left to the libr
 import struct
 from typing import NamedTuple, Sequence
 
+from data_gen import example_proto
+
 
 class Feature(NamedTuple):
     name: str
@@ -38,6 +40,14 @@ def feature_lengths(max_seq_length: int, max_predictions_per_seq: int) -> dict:
     sizes = {"max_seq_length": max_seq_length, "max_predictions_per_seq": max_predictions_per_seq,
              "one": 1}
     return {feature.name: sizes[feature.length] for feature in FEATURES}
+
+
+def fixed_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict:
+    """The records' features as `data_gen.example_proto.FixedLen`s (read without TensorFlow)."""
+    lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
+    return {feature.name: example_proto.FixedLen(
+        (lengths[feature.name],), "float32" if feature.dtype == "float" else "int64")
+        for feature in FEATURES}
 
 
 def feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict:
@@ -74,48 +84,19 @@ def padded_features(input_ids: Sequence[int], segment_ids: Sequence[int],
 
 
 # ------------------------------------------------------------------ protocol buffer encoding
-def _varint(value: int) -> bytes:
-    if value < 0:
-        value += 1 << 64  # int64 two's complement, as protobuf encodes negative int64
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-# Ids of every released vocabulary (multilingual: 119,547) encode by table look-up.
-_VARINTS = [_varint(value) for value in range(1 << 17)]
-
-
-def _encode_varints(values: Sequence[int]) -> bytes:
-    smallest, largest = min(values), max(values)
-    if smallest >= 0 and largest < 0x80:
-        return bytes(values)  # one byte each: masks, segment ids, positions, labels
-    if smallest >= 0 and largest < len(_VARINTS):
-        return b"".join(map(_VARINTS.__getitem__, values))
-    return b"".join(map(_varint, values))
-
-
-def _length_delimited(field_tag: int, payload: bytes) -> bytes:
-    size = len(payload)
-    return _TAGS[field_tag] + (_VARINTS[size] if size < len(_VARINTS) else _varint(size)) + payload
-
-
-# Tags: (field number << 3) | 2 for length-delimited fields.
-_TAG_1, _TAG_2, _TAG_3 = 0x0A, 0x12, 0x1A
-_TAGS = {tag: bytes([tag]) for tag in (_TAG_1, _TAG_2, _TAG_3)}
+# The primitives are `data_gen.example_proto`'s; here the seven features' keys are encoded once.
+_length_delimited = example_proto.length_delimited
+_TAG_1, _TAG_2, _TAG_3 = example_proto.TAG_1, example_proto.TAG_2, example_proto.TAG_3
 _FEATURE_TAG = {"float": _TAG_2, "int64": _TAG_3}  # Feature.float_list = 2, Feature.int64_list = 3
 _FEATURE_KEYS = {feature.name: _length_delimited(_TAG_1, feature.name.encode())
                  for feature in FEATURES}
 _DTYPES = {feature.name: feature.dtype for feature in FEATURES}
-_SORTED_NAMES = sorted(FEATURE_NAMES)
+_SORTED_NAMES = sorted(FEATURE_NAMES, key=example_proto.map_key_order)
 
 
 def _encode_feature(dtype: str, values: Sequence) -> bytes:
     if dtype == "int64":
-        packed = _encode_varints(values)
+        packed = example_proto.encode_varints(values)
     else:
         packed = struct.pack(f"<{len(values)}f", *values)
     value_list = _length_delimited(_TAG_1, packed)  # Int64List/FloatList.value = 1, packed

@@ -119,15 +119,13 @@ def _multi_hot(example: InputExample, label_map: dict) -> list:
 
 
 def feature_spec(max_seq_length: int, regression: bool, multi_label_size: int = 0) -> dict:
-    import tensorflow as tf
-
-    spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in SEQUENCE_FEATURES}
+    spec = {name: records.fixed_len([max_seq_length]) for name in SEQUENCE_FEATURES}
     if multi_label_size:
-        spec["label_ids"] = tf.io.FixedLenFeature([multi_label_size], tf.float32)
+        spec["label_ids"] = records.fixed_len([multi_label_size], "float32")
     else:
-        spec["label_ids"] = tf.io.FixedLenFeature([], tf.float32 if regression else tf.int64)
-    spec["is_real_example"] = tf.io.FixedLenFeature([], tf.int64)
-    spec["example_index"] = tf.io.FixedLenFeature([], tf.int64)
+        spec["label_ids"] = records.fixed_len([], "float32" if regression else "int64")
+    spec["is_real_example"] = records.fixed_len([])
+    spec["example_index"] = records.fixed_len([])
     return spec
 
 

@@ -66,13 +66,11 @@ def example_records(examples: Sequence[ChoiceExample], num_choices: int, max_seq
 
 
 def feature_spec(num_choices: int, max_seq_length: int) -> dict:
-    import tensorflow as tf
-
-    spec = {name: tf.io.FixedLenFeature([num_choices * max_seq_length], tf.int64)
+    spec = {name: records.fixed_len([num_choices * max_seq_length])
             for name in SEQUENCE_FEATURES}
-    spec["choice_mask"] = tf.io.FixedLenFeature([num_choices], tf.int64)
+    spec["choice_mask"] = records.fixed_len([num_choices])
     for name in ("label_ids", "is_real_example", "example_index"):
-        spec[name] = tf.io.FixedLenFeature([], tf.int64)
+        spec[name] = records.fixed_len([])
     return spec
 
 

@@ -122,10 +122,8 @@ def _label_ids(sentence: Sentence, label_map: dict | None) -> list[int]:
 
 
 def feature_spec(max_seq_length: int) -> dict:
-    import tensorflow as tf
-
-    spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in SEQUENCE_FEATURES}
-    spec.update({name: tf.io.FixedLenFeature([], tf.int64) for name in SCALAR_FEATURES})
+    spec = {name: records.fixed_len([max_seq_length]) for name in SEQUENCE_FEATURES}
+    spec.update({name: records.fixed_len([]) for name in SCALAR_FEATURES})
     return spec
 
 

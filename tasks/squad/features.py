@@ -141,11 +141,8 @@ def feature_records(examples: Sequence[SquadExample], tokenizer, settings: Squad
 
 def load_features(path: str, max_seq_length: int) -> dict:
     """Every record of a features file as int32 NumPy arrays, in file order."""
-    import tensorflow as tf
-
-    spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64)
-            for name in SEQUENCE_FEATURES}
-    spec.update({name: tf.io.FixedLenFeature([], tf.int64) for name in SCALAR_FEATURES})
+    spec = {name: records.fixed_len([max_seq_length]) for name in SEQUENCE_FEATURES}
+    spec.update({name: records.fixed_len([]) for name in SCALAR_FEATURES})
     features = records.read_records(path, spec)
     for name in spec:
         if name != "unique_ids":
