@@ -31,6 +31,8 @@ Every fine-tuning task's features (one row per example or window, NumPy arrays b
 Iterators are made without tf.data's autotuning model (`without_autotune_model`): deleting one
 could wait up to a minute for the model's thread.
 
+On JAX and PyTorch, `data_gen.numpy_datasets` makes the same batches in NumPy, by the same rules.
+
 `Batching` carries these choices from the runner's flags to a task's `dataset`; a task that packs
 several examples into one row (`data_gen.example_packing`) reads `pack` from it.
 """
@@ -171,7 +173,15 @@ def in_memory_dataset(features: dict, batch_size: int, is_training: bool, seed: 
                       whole_examples: bool = False):
     """Batches of `features` (see the module docstring). `transform` maps each batch before it is
     trimmed (a task adding a derived feature, or packing rows); `sequence_features` are the
-    names trimmed; `whole_examples`: training batches of whole examples, not rows."""
+    names trimmed; `whole_examples`: training batches of whole examples, not rows. On another
+    Keras backend than TensorFlow: the same batches in NumPy (`data_gen.numpy_datasets`)."""
+    from process import environment
+
+    if not environment.uses_tensorflow():
+        from data_gen.numpy_datasets import in_memory_batches
+
+        return in_memory_batches(features, batch_size, is_training, seed, input_context,
+                                 batching, sequence_features, transform, whole_examples)
     import tensorflow as tf
 
     trim, window = batching.trim, batching.bucket_window

@@ -155,11 +155,14 @@ def features_as_arrays(features: Sequence[dict]) -> dict:
 
 def _add_label_weights(batch: dict) -> dict:
     """`label_weights`: 1.0 on labelled first pieces of real windows, else 0.0."""
-    import tensorflow as tf
-
-    real = tf.cast(batch["is_real_example"], tf.bool)[:, None]
     batch = dict(batch)
-    batch["label_weights"] = tf.cast((batch["label_ids"] >= 0) & real, tf.float32)
+    weights = (batch["label_ids"] >= 0) & (batch["is_real_example"] != 0)[:, None]
+    if isinstance(weights, np.ndarray):  # NumPy batches (JAX, PyTorch)
+        batch["label_weights"] = weights.astype(np.float32)
+    else:
+        import tensorflow as tf
+
+        batch["label_weights"] = tf.cast(weights, tf.float32)
     return batch
 
 
