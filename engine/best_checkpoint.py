@@ -4,6 +4,9 @@ Fine-tuning evaluates at every epoch's end; `BestCheckpoint` keeps the model wei
 optimiser's state) of the best evaluation with its `eval_results.txt`, written beside the old copy
 and swapped in, so that a crash leaves one complete copy. A resumed run reads the best score so
 far from it. Prediction and export use these weights by default (`--use_best_checkpoint`).
+On TensorFlow the weights are a `tf.train.Checkpoint` (`best/model.*`); on JAX a safetensors file of
+the model's variables (`best/weights.safetensors`, `modeling.variable_files`), which TensorFlow
+reads too: a run trained on JAX is exported by the same command on TensorFlow.
 """
 from __future__ import annotations
 
@@ -11,11 +14,33 @@ import logging
 import os
 
 from engine.results import RESULTS_FILE, lower_is_better, read_eval_results, write_eval_results
+from process import environment
 from process.atomic_files import recover_directory, staged_directory
 
 logger = logging.getLogger(__name__)
 
 BEST_DIR = "best"
+KERAS_WEIGHTS = "weights.safetensors"  # off TensorFlow
+
+
+def _write_weights(model, folder: str) -> None:
+    if environment.uses_tensorflow():
+        import tensorflow as tf
+
+        tf.train.Checkpoint(model=model).write(os.path.join(folder, "model"))
+    else:
+        from modeling import variable_files
+
+        os.makedirs(folder, exist_ok=True)
+        variable_files.save(os.path.join(folder, KERAS_WEIGHTS), {"model": model.weights}, 0)
+
+
+def _weights_file(folder: str) -> str | None:
+    """The weights in `folder`: a JAX run's (any backend reads them), else TensorFlow's."""
+    for name in (KERAS_WEIGHTS, "model.index"):
+        if os.path.isfile(os.path.join(folder, name)):
+            return os.path.join(folder, name)
+    return None
 
 
 class BestCheckpoint:
@@ -35,8 +60,6 @@ class BestCheckpoint:
 
     def offer(self, model, results: dict) -> bool:
         """Keep `model`'s weights if `results[metric]` beats the best so far."""
-        import tensorflow as tf
-
         if self.metric not in results:
             raise KeyError(f"the best-checkpoint metric {self.metric!r} is not among the "
                            f"evaluation results: {', '.join(sorted(results))}")
@@ -45,7 +68,7 @@ class BestCheckpoint:
                                            else score > self.score):
             return False
         with staged_directory(self.directory, fault_point="best_swap") as staging:
-            tf.train.Checkpoint(model=model).write(os.path.join(staging, "model"))
+            _write_weights(model, staging)
             write_eval_results(os.path.join(staging, RESULTS_FILE), results)
         logger.info("new best %s = %.4f at step %d (was %s): saved in %s", self.metric, score,
                     int(results.get("global_step", -1)),
@@ -54,16 +77,22 @@ class BestCheckpoint:
         return True
 
     def exists(self) -> bool:
-        return os.path.isfile(os.path.join(self.directory, "model.index"))
+        return _weights_file(self.directory) is not None
 
     def restore(self, model) -> bool:
-        import tensorflow as tf
-
-        prefix = os.path.join(self.directory, "model")
-        if not os.path.isfile(prefix + ".index"):
+        if not self.exists():
             return False
         self.results = read_eval_results(os.path.join(self.directory, RESULTS_FILE))
-        tf.train.Checkpoint(model=model).read(prefix).assert_existing_objects_matched()
+        path = _weights_file(self.directory)
+        if path.endswith(KERAS_WEIGHTS):
+            from modeling import variable_files
+
+            variable_files.load(path, {"model": model.weights})
+        else:
+            import tensorflow as tf
+
+            tf.train.Checkpoint(model=model).read(os.path.join(self.directory, "model")) \
+                .assert_existing_objects_matched()
         logger.info("restored the best weights (%s = %s at step %d) from %s", self.metric,
                     self.score, int(self.results.get("global_step", -1)), self.directory)
         return True

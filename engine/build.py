@@ -6,7 +6,8 @@ outputs go, the model's files, batch sizes and the optimiser's schedule, devices
 seeds every random generator, sets the precision policy, builds the distribution strategy and
 says which process writes the outputs; `build_trainer` makes the model (with its initial weights),
 the SPEC.md section 7 optimiser (linear warmup, linear decay, AdamWeightDecay or LAMB, clipping at
-global norm 1) under the strategy, and the `Trainer` that runs them.
+global norm 1) under the strategy, and the trainer that runs them: `engine.training.Trainer` on
+TensorFlow, `engine.keras_training.KerasTrainer` on JAX (docs/backends.md).
 """
 from __future__ import annotations
 
@@ -119,7 +120,7 @@ def start_run(settings: RunSettings, config, vocab_file: str | None) -> Run:
     import keras
 
     from engine.distribution import get_strategy, set_precision
-    from engine.training import worker_dir
+    from engine.trainer_config import worker_dir
 
     keras.utils.set_random_seed(settings.random_seed)
     set_precision(settings.dtype)
@@ -162,9 +163,15 @@ def build_trainer(model_fn: Callable, task, strategy, settings: RunSettings,
     `TrainerConfig` fields that differ between pretraining and fine-tuning."""
     import keras
 
-    from engine.training import Trainer, TrainerConfig
+    from engine.trainer_config import TrainerConfig
     from modeling import checkpoints
     from modeling.optimization import create_optimizer
+    from process import environment
+
+    if environment.uses_tensorflow():
+        from engine.training import Trainer
+    else:
+        from engine.keras_training import KerasTrainer as Trainer
 
     report = None
     with strategy.scope():

@@ -2,17 +2,32 @@
 
 one_device (CPU or the first GPU), mirrored (all local GPUs), multi_worker_mirrored (machines
 named in TF_CONFIG), tpu (a TPU by name or address, as the original's `--tpu_name`).
+
+On JAX the same names mean the same spread (`KerasStrategy`, over `keras.distribution`):
+one_device is the first local device; mirrored is data parallel over every local device (each
+batch split along its rows, the weights replicated); multi_worker_mirrored is data parallel over
+the devices of several processes, started by `jax.distributed.initialize` from TF_CONFIG's worker
+list (the first worker is the coordinator) or from JAX's own variables (JAX_COORDINATOR_ADDRESS,
+JAX_NUM_PROCESSES, JAX_PROCESS_ID; or a cluster JAX detects: Cloud TPU, SLURM); tpu is data
+parallel over the TPU cores JAX sees (run on the TPU VM itself).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+
+from process.errors import SettingsError
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
 DTYPES = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
 def get_strategy(name: str = "one_device", tpu_address: str | None = None):
+    from process import environment
+
+    if not environment.uses_tensorflow():
+        return KerasStrategy.create(name)
     import tensorflow as tf
 
     if name == "one_device":
@@ -57,3 +72,105 @@ def set_precision(dtype: str) -> None:
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; one of {', '.join(DTYPES)}")
     keras.config.set_dtype_policy(dtype)
+
+
+class KerasStrategy:
+    """What the JAX trainer needs of a strategy: its devices (one process's, or all processes'),
+    which process this is, and how a host batch is laid out on the devices. Data parallel over
+    several devices is `keras.distribution.DataParallel`, set before any model is built so that
+    every variable is replicated."""
+
+    def __init__(self, name: str, devices: list, process_index: int = 0, num_processes: int = 1):
+        self.name = name
+        self.devices = devices
+        self.num_replicas_in_sync = len(devices)
+        self.process_index = process_index
+        self.num_processes = num_processes
+        self.distribution = None
+        if len(devices) > 1:
+            import keras
+
+            self.distribution = keras.distribution.DataParallel(devices=devices)
+            keras.distribution.set_distribution(self.distribution)
+
+    @classmethod
+    def create(cls, name: str) -> "KerasStrategy":
+        import keras
+
+        if keras.backend.backend() != "jax":
+            if name != "one_device":
+                raise SettingsError(f"--distribution_strategy={name} runs on TensorFlow and JAX; "
+                                    f"on {keras.backend.backend()} only one_device")
+            return cls(name, ["default"])
+        import jax
+
+        if name == "one_device":
+            return cls(name, jax.local_devices()[:1])
+        if name == "mirrored":
+            return cls(name, jax.local_devices())
+        if name == "multi_worker_mirrored":
+            _initialize_jax_processes()
+            return cls(name, jax.devices(), jax.process_index(), jax.process_count())
+        if name == "tpu":
+            if jax.default_backend() != "tpu":
+                raise SettingsError("--distribution_strategy=tpu (--use_tpu) on JAX runs on a TPU "
+                                    "VM, where JAX sees the TPU cores; JAX sees "
+                                    f"{jax.default_backend()} devices here")
+            if jax.process_count() == 1:
+                with contextlib.suppress(RuntimeError, ValueError):
+                    jax.distributed.initialize()  # a pod slice's hosts find each other
+            return cls(name, jax.devices(), jax.process_index(), jax.process_count())
+        raise ValueError(f"unknown distribution_strategy {name!r}; one of {', '.join(STRATEGIES)}")
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+    def input_context(self):
+        """This process's input pipeline: one per process, each batching its share."""
+        from data_gen.numpy_datasets import HostInputContext
+
+        return HostInputContext(self.num_processes, self.process_index, self.num_replicas_in_sync)
+
+    def put(self, batch: dict) -> dict:
+        """A host batch (NumPy arrays) on the devices: split along its rows over them (the rows
+        must divide evenly; several processes each give their own share)."""
+        if self.distribution is None:
+            return batch
+        import jax
+        import numpy as np
+
+        layout = self.distribution.get_data_layout
+        placed = {}
+        for name, value in batch.items():
+            value = np.asarray(value)
+            sharding = layout(value.shape).backend_layout
+            placed[name] = jax.make_array_from_process_local_data(sharding, value)
+        return placed
+
+
+def _initialize_jax_processes() -> None:
+    """`jax.distributed.initialize` from TF_CONFIG (the first worker coordinates), else from JAX's
+    own environment variables or cluster detection."""
+    import jax
+
+    config = os.environ.get("TF_CONFIG")
+    if not config:
+        if not os.environ.get("JAX_COORDINATOR_ADDRESS"):
+            raise SettingsError(
+                "--distribution_strategy=multi_worker_mirrored on JAX needs TF_CONFIG (as on "
+                "TensorFlow) or JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID "
+                "(docs/backends.md#several-machines)")
+        jax.distributed.initialize()
+        return
+    try:
+        config = json.loads(config)
+        workers = list(config["cluster"].get("chief", [])) + list(config["cluster"]["worker"])
+        task = config["task"]
+        index = int(task["index"]) + (len(config["cluster"].get("chief", []))
+                                      if task["type"] == "worker" else 0)
+    except (ValueError, KeyError, TypeError) as e:
+        raise SettingsError(f"TF_CONFIG: not a cluster with workers and a task ({e}); e.g. "
+                            + json.dumps({"cluster": {"worker": ["host1:12345", "host2:12345"]},
+                                          "task": {"type": "worker", "index": 0}})) from None
+    jax.distributed.initialize(coordinator_address=workers[0], num_processes=len(workers),
+                               process_id=index)

@@ -32,7 +32,7 @@ from engine.build import (RunSettings, build_trainer, check_batch_split, held_ou
 from engine.results import (RESULTS_FILE, format_results, log_results, read_eval_results,
                             write_eval_results)
 from engine.run_config import check_run_config, record_run_config
-from engine.training import is_boundary
+from engine.trainer_config import is_boundary
 from process import evaluation_gate, fault_points, interrupts, output_lock
 from process.errors import SettingsError
 
@@ -208,6 +208,18 @@ def check_settings(settings: FinetuneSettings) -> None:
     if (settings.do_train or not settings.init_checkpoint) and not (
             settings.init_checkpoint or settings.bert_config_file):
         raise SettingsError("--bert_config_file or --init_checkpoint is required")
+    from process import environment
+
+    if settings.pack_examples and not environment.uses_tensorflow():
+        raise SettingsError(f"--pack_examples runs on TensorFlow only (KERAS_BACKEND="
+                            f"{environment.backend()}); leave it out, or run with "
+                            f"KERAS_BACKEND=tensorflow")
+    if settings.export_dir and not environment.uses_tensorflow():
+        raise SettingsError(f"--export_dir writes a TensorFlow SavedModel: not on "
+                            f"KERAS_BACKEND={environment.backend()}. Train here, then export "
+                            f"where TensorFlow is installed with the same command, --do_train "
+                            f"left out and --export_dir={settings.export_dir} "
+                            f"(docs/backends.md#exporting)")
     if settings.pack_examples and settings.num_accumulation_steps > 1:
         raise SettingsError("--pack_examples cannot be combined with --num_accumulation_steps "
                             "(packed batches have no fixed number of rows to split)")
@@ -268,9 +280,13 @@ def batching_of(settings: FinetuneSettings, strategy):
     widths are exact (multiples of 1) on CPUs without XLA, else multiples of 8."""
     from data_gen.datasets import BUCKET_WINDOW, LENGTH_MULTIPLE, Batching
 
+    from process import environment
+
     tpu = _is_tpu(strategy)
     trim = settings.trim_padding and not tpu
-    exact = not (settings.jit_compile or tpu or _uses_gpu(strategy))
+    # Off TensorFlow every step is XLA-compiled, once per shape: multiples of 8 bound the shapes.
+    exact = environment.uses_tensorflow() and not (settings.jit_compile or tpu
+                                                    or _uses_gpu(strategy))
     return Batching(trim=trim, bucket_window=BUCKET_WINDOW if trim and settings.bucket_by_length
                     else 0, pack=settings.pack_examples and not tpu,
                     width_multiple=1 if exact else LENGTH_MULTIPLE)
@@ -288,6 +304,8 @@ def _uses_gpu(strategy) -> bool:
 
 def _is_tpu(strategy) -> bool:
     """TPUs want one static shape: no trimmed batches there."""
+    if getattr(strategy, "name", None) is not None:  # a Keras (JAX) strategy
+        return strategy.name == "tpu"
     import tensorflow as tf
 
     return isinstance(strategy, tf.distribute.TPUStrategy)
@@ -448,16 +466,27 @@ def choose_weights(trainer, best_metric: str, trained: bool, evaluated: bool,
 def check_trained_weights(trainer, use_best: bool) -> None:
     """Before a run that does not train writes anything: some weights with a trained head must
     be there for `choose_weights` to find (else the run is refused, having written nothing)."""
-    import tensorflow as tf
-
     report = trainer.init_report
     if report is not None and not report.initialised:
         return
     if use_best and BestCheckpoint(trainer.work_dir, "").exists():
         return
-    if os.path.isdir(trainer.work_dir) and tf.train.latest_checkpoint(trainer.work_dir):
+    if os.path.isdir(trainer.work_dir) and _latest_checkpoint(trainer.work_dir):
         return
     raise no_trained_weights(trainer)
+
+
+def _latest_checkpoint(directory: str) -> str | None:
+    """The newest training checkpoint in `directory` (TensorFlow's, or the JAX trainer's)."""
+    from process import environment
+
+    if environment.uses_tensorflow():
+        import tensorflow as tf
+
+        return tf.train.latest_checkpoint(directory)
+    from engine.keras_training import latest_checkpoint
+
+    return latest_checkpoint(directory)
 
 
 def no_trained_weights(trainer) -> NoTrainedWeightsError:

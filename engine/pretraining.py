@@ -20,7 +20,7 @@ from engine.build import (RunSettings, build_trainer, check_batch_split, held_ou
                           model_files, open_output, start_run)
 from engine.results import RESULTS_FILE, log_results, write_eval_results
 from engine.run_config import PRETRAINING, check_run_config, record_run_config
-from engine.training import EmptyInputError
+from engine.trainer_config import EmptyInputError
 from process import fault_points, interrupts, output_lock
 from process.errors import SettingsError
 

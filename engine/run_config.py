@@ -53,7 +53,7 @@ def read_run_config(output_dir: str) -> dict | None:
 def check_run_config(output_dir: str, identity: dict, training: dict | None,
                      kind: str = FINE_TUNING) -> None:
     """Refuse to mix runs in one `output_dir` (writes nothing)."""
-    from engine.training import is_training_checkpoint  # TensorFlow; reading a record needs none
+    from engine.trainer_config import is_training_checkpoint
 
     current = _canonical(kind, identity, training)
     previous = read_run_config(output_dir)

@@ -19,7 +19,6 @@ batches and devices. For `predict` it supplies `predict_step(model, batch) -> {n
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -29,8 +28,11 @@ from typing import Callable, Protocol
 import tensorflow as tf
 import keras
 
+from engine.trainer_config import (CHECKPOINT_NAME, CHECKPOINT_PREFIXES,  # noqa: F401
+                                   EmptyInputError, NonFiniteLossError, TrainerConfig,
+                                   format_duration, is_boundary, is_chief, is_training_checkpoint,
+                                   next_boundary, ratios, remove_partial_checkpoints, worker_dir)
 from process import fault_points, interrupts
-from process.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -42,76 +44,12 @@ class Task(Protocol):
     def predict_step(self, model, batch): ...
 
 
-# Training checkpoints are `model.ckpt-N.*`, the original's names, so that the paths users pass
-# (`--init_checkpoint=$OUTPUT_DIR/model.ckpt-N`) resolve. Runs of earlier versions wrote `ckpt-N`;
-# they still resume (the `checkpoint` file names them).
-CHECKPOINT_NAME = "model.ckpt"
-CHECKPOINT_PREFIXES = (CHECKPOINT_NAME + "-", "ckpt-")
-
-
-def is_training_checkpoint(file_name: str) -> bool:
-    """Whether a file in an output folder belongs to a training checkpoint."""
-    return file_name.startswith(CHECKPOINT_PREFIXES)
-
-
-def remove_partial_checkpoints(directory: str) -> list[str]:
-    """Delete the `*_temp` folders a checkpoint write leaves when the process is killed in it
-    (TensorFlow writes the shards there, then moves them); returns what was removed."""
-    import shutil
-
-    removed = []
-    if not os.path.isdir(directory):
-        return removed
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if is_training_checkpoint(name) and name.endswith("_temp") and os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
-
-
-class EmptyInputError(ValueError):
-    """An evaluation or prediction dataset yielded no batch."""
-
-
-class NonFiniteLossError(UserError):
-    """The loss became NaN or infinite; the run stopped without saving (a one-line error: the
-    learning rate or the data is the usual cause)."""
-
-
-@dataclasses.dataclass
-class TrainerConfig:
-    output_dir: str
-    num_train_steps: int
-    steps_per_loop: int = 100
-    save_checkpoints_steps: int = 1000
-    keep_checkpoint_max: int = 5
-    num_accumulation_steps: int = 1
-    jit_compile: bool = False
-    # XLA-compile the optimizer's update alone (one fused pass over each variable's weights,
-    # moments and gradient; 2.3x faster on a CPU); one device only (several replicas merge).
-    compile_optimizer: bool = True
-    examples_per_step: int = 0  # global batch of one update, for examples/s; 0 = unknown
-    # Loops also end at the steps round(k * callback_every_steps), k = 1, 2, ..., so that
-    # `on_loop_end` can act there (evaluate at each epoch's end: examples / batch, a fraction).
-    callback_every_steps: float = 0
-    save_at_callbacks: bool = False  # also checkpoint there (short fine-tuning runs)
-    # Save the input iterator's state in checkpoints (one replica). False: on resume, rebuild the
-    # (seeded, deterministic) pipeline and skip the batches already used, as several replicas do.
-    checkpoint_iterator: bool = True
-
-
 def _metric_sums(loss, metrics: dict) -> dict:
     """A task's loss and (sum, count) metrics as float32 [sum, count] pairs, ready to be added
     across micro-batches, replicas and steps; the loss counts as one per batch."""
     metrics = {"loss": (loss, tf.constant(1.0)), **metrics}
     return {k: tf.stack([tf.cast(s, tf.float32), tf.cast(c, tf.float32)])
             for k, (s, c) in metrics.items()}
-
-
-def _ratio(metrics: dict) -> dict:
-    return {name: (float(s) / float(c) if float(c) else float("nan"))
-            for name, (s, c) in metrics.items()}
 
 
 class Trainer:
@@ -300,7 +238,7 @@ class Trainer:
                     next_boundary(step, cfg.callback_every_steps) - step)
             start = time.time()
             totals = self._train_loop(iterator, tf.constant(n))
-            metrics = _ratio(totals)
+            metrics = ratios(totals)
             elapsed = time.time() - start
             step = self.global_step
             if not math.isfinite(metrics["loss"]):
@@ -344,7 +282,7 @@ class Trainer:
             totals = step if totals is None else {k: totals[k] + step[k] for k in totals}
         if totals is None:
             raise EmptyInputError("evaluation dataset is empty")
-        metrics = _ratio(totals)
+        metrics = ratios(totals)
         self._summary("eval", metrics, self.global_step)
         return metrics
 
@@ -389,44 +327,3 @@ class Trainer:
 def _elements_per_update(context) -> int:
     """Dataset elements one update takes from each input pipeline: one per local replica."""
     return max(1, context.num_replicas_in_sync // context.num_input_pipelines)
-
-
-def next_boundary(step: int, every: float) -> float:
-    """The first step after `step` of the form round(k * every), k >= 1 (inf if every <= 0)."""
-    if every <= 0:
-        return math.inf
-    k = math.floor(step / every) + 1
-    while round(k * every) <= step:
-        k += 1
-    return round(k * every)
-
-
-def is_boundary(step: int, every: float) -> bool:
-    """Whether `step` is round(k * every) for some k >= 1."""
-    return every > 0 and next_boundary(step - 1, every) == step
-
-
-def worker_dir(strategy, output_dir: str) -> str:
-    """`output_dir` for the chief; a scratch folder inside it for the other workers, which take
-    part in collective saves but whose copies nobody reads."""
-    if is_chief(strategy):
-        return output_dir
-    return os.path.join(output_dir, f"worker_{strategy.cluster_resolver.task_id}_scratch")
-
-
-def is_chief(strategy) -> bool:
-    """Whether this process writes the outputs: always, but for the non-chief workers of a
-    multi-worker strategy (the chief is task `chief`, or `worker` 0 when there is none)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.task_type:
-        return True
-    has_chief = "chief" in resolver.cluster_spec().as_dict()
-    return resolver.task_type == "chief" or (not has_chief and resolver.task_type == "worker"
-                                              and resolver.task_id == 0)
-
-
-def format_duration(seconds: float) -> str:
-    """`1m20s`, `2h05m`: the time left, in the progress lines of training and batch jobs."""
-    seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else \
-        f"{seconds // 60}m{seconds % 60:02d}s"

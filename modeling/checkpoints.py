@@ -165,6 +165,13 @@ def resolve_file(path: str | os.PathLike, default_name: str, what: str) -> str:
 
 
 # ------------------------------------------------------------------------------------ TF1
+def _tensorflow_available() -> bool:
+    """Whether this process reads TF1 checkpoints with TensorFlow (its backend is TensorFlow)."""
+    from process import environment
+
+    return environment.uses_tensorflow()
+
+
 def resolve_tf1_prefix(path: str | os.PathLike) -> str:
     """`path` may be a checkpoint prefix (`.../bert_model.ckpt`) or a folder holding one."""
     path = os.fspath(path)
@@ -173,11 +180,12 @@ def resolve_tf1_prefix(path: str | os.PathLike) -> str:
     folder, name = os.path.split(path)
     if name.startswith("model.ckpt-") and os.path.exists(os.path.join(folder, name[6:] + ".index")):
         return os.path.join(folder, name[6:])  # a runner checkpoint of an earlier version: ckpt-N
-    if os.path.isdir(path):
+    if os.path.isdir(path) and _tensorflow_available():
         import tensorflow as tf
         latest = tf.train.latest_checkpoint(path)
         if latest:
             return latest
+    if os.path.isdir(path):
         indexes = sorted(f[:-len(".index")] for f in os.listdir(path) if f.endswith(".index"))
         if len(indexes) == 1:
             return os.path.join(path, indexes[0])
@@ -190,9 +198,13 @@ def resolve_tf1_prefix(path: str | os.PathLike) -> str:
 
 def tf1_source(path: str | os.PathLike) -> TensorSource:
     """A Google TF1 checkpoint, minus Adam slots and `global_step`."""
+    prefix = resolve_tf1_prefix(path)
+    if not _tensorflow_available():
+        from modeling import tensor_bundle
+
+        return tensor_bundle.tf1_source(prefix)
     import tensorflow as tf
 
-    prefix = resolve_tf1_prefix(path)
     try:
         reader = tf.train.load_checkpoint(prefix)
         shapes = {n: tuple(s) for n, s in reader.get_variable_to_shape_map().items()
@@ -325,12 +337,16 @@ def load_checkpoint(model, path: str | os.PathLike, fmt: str | None = None,
 
 def training_checkpoint_prefix(path: str | os.PathLike) -> str | None:
     """The prefix of a checkpoint written by `training.Trainer` (object-based, not TF1 names)."""
-    import tensorflow as tf
-
     try:
         prefix = resolve_tf1_prefix(path)
     except CheckpointError:
         return None
+    if not _tensorflow_available():
+        from modeling.tensor_bundle import TensorBundle
+
+        return prefix if "_CHECKPOINTABLE_OBJECT_GRAPH" in TensorBundle(prefix).entries else None
+    import tensorflow as tf
+
     try:
         names = {name for name, _ in tf.train.list_variables(prefix)}
     except (tf.errors.OpError, ValueError, IndexError) as e:
@@ -346,6 +362,20 @@ STEP_VARIABLES = ("global_step", "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VAL
 def checkpoint_step(path: str | os.PathLike) -> int | None:
     """The training step a TF1 checkpoint (`global_step`) or a runner's checkpoint (the
     optimiser's iterations) was saved at; None for other formats or when it holds none."""
+    variables = variable_file(path)
+    if variables is not None:
+        from modeling import variable_files
+
+        return variable_files.step_of(variables)
+    if not _tensorflow_available():
+        from modeling.tensor_bundle import TensorBundle
+
+        try:
+            bundle = TensorBundle(resolve_tf1_prefix(path))
+            name = next((n for n in STEP_VARIABLES if n in bundle.entries), None)
+            return None if name is None else int(bundle.read(name))
+        except CheckpointError:
+            return None
     import tensorflow as tf
 
     try:
@@ -366,11 +396,18 @@ def load_initial_weights(model, path: str | os.PathLike, allow_new_heads: bool =
     only model weights are taken from the latter, never the optimiser's state. A runner checkpoint
     of another kind of model gives its encoder; the head then starts fresh, which needs
     `allow_new_heads`. Returns the `LoadReport`."""
-    import tensorflow as tf
-
+    variables = variable_file(path)
+    if variables is not None:
+        return _load_variable_file(model, variables, allow_new_heads)
     prefix = training_checkpoint_prefix(path)
+    if prefix is not None and not _tensorflow_available():
+        raise CheckpointError(f"{prefix}: a checkpoint of a TensorFlow run; load it where "
+                              f"TensorFlow is installed, or start from the run's best/ or the "
+                              f"TF1 checkpoint its pretraining exported (tf1/)")
     if prefix is None:
         return load_checkpoint(model, path, allow_new_heads=allow_new_heads)
+    import tensorflow as tf
+
     encoder = getattr(model, "encoder", model)  # a bare encoder takes a run's encoder
     head = [v.path for v in model.weights if not any(v is w for w in encoder.weights)]
     try:
@@ -394,6 +431,45 @@ def load_initial_weights(model, path: str | os.PathLike, allow_new_heads: bool =
         raise CheckpointError(f"{prefix}: its encoder does not fit this model ({str(e)[:300]}"
                               f"...)") from None
     report = LoadReport(prefix, [v.path for v in encoder.weights], head, [])
+    report.log()
+    return report
+
+
+def variable_file(path: str | os.PathLike) -> str | None:
+    """The variables file (`modeling.variable_files`) a runner on JAX wrote at `path`: a training
+    checkpoint named as the original names them (`OUTPUT_DIR/model.ckpt-N`), the file itself, or
+    a `best/` folder; None for anything else."""
+    from modeling import variable_files
+
+    path = os.fspath(path)
+    for candidate in (path, path + variable_files.SUFFIX,
+                      os.path.join(path, "weights" + variable_files.SUFFIX)):
+        if os.path.isfile(candidate) and variable_files.is_variable_file(candidate):
+            return candidate
+    return None
+
+
+def _load_variable_file(model, path: str, allow_new_heads: bool) -> LoadReport:
+    """A JAX run's weights: the whole model when it is the same model, else (`allow_new_heads`)
+    its encoder, the head left fresh."""
+    from modeling import variable_files
+
+    try:
+        variable_files.load(path, {"model": model.weights})
+        logger.info("restored the model weights from training checkpoint %s", path)
+        return LoadReport(path, [v.path for v in model.weights], [], [])
+    except variable_files.VariableFileError as e:
+        if not allow_new_heads:
+            raise CheckpointError(f"{path}: a checkpoint of a different model ({e})") from None
+    encoder = getattr(model, "encoder", model)
+    assigned = variable_files.load_matching(path, encoder.weights)
+    missing = [v.path for v in encoder.weights if v.path not in assigned]
+    if missing:
+        raise CheckpointError(f"{path}: its encoder does not fit this model (no "
+                              f"{', '.join(missing[:3])})")
+    encoder_ids = {id(v) for v in encoder.weights}
+    report = LoadReport(path, assigned, [v.path for v in model.weights
+                                         if id(v) not in encoder_ids], [])
     report.log()
     return report
 

@@ -52,6 +52,7 @@ class MaskedLMHead(keras.layers.Layer):
                  layer_norm_eps=1e-12, **kwargs):
         super().__init__(**kwargs)
         self.embeddings = embeddings
+        embeddings.word_embeddings_shared = True  # its gradient is dense: not tapped
         self.hidden_act = hidden_act
         self.initializer_range = initializer_range
         self.layer_norm_eps = layer_norm_eps

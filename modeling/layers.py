@@ -3,6 +3,7 @@
 Every weight has the shape the original stores (kernels [in, out]), so checkpoint conversion is a
 name mapping, never a reshape. LayerNorm and softmax run in float32 under mixed precision.
 """
+import contextlib
 import math
 
 import keras
@@ -28,6 +29,32 @@ def flat_rows(x):
     matrix product; on [B, L, H] with B and L free, TensorFlow's lowering (and a LiteRT file
     converted from it) adds shape arithmetic around every product."""
     return ops.reshape(x, (-1, x.shape[-1]))
+
+
+# The original clips the global norm of the gradients, and TensorFlow counts an embedding lookup's
+# gradient (its IndexedSlices) per looked-up row: a token seen twice in a batch counts twice, where
+# the summed dense gradient of the table (JAX's, PyTorch's) would count it once. A trainer on
+# another backend installs a tap here while it traces a step: each lookup whose table gets no
+# other gradient passes its rows through `tap(rows, table)`, an identity whose backward pass adds
+# the rows' squared gradient norm to the trainer's probe (`engine.keras_training`), so that the
+# clip divides by the norm TensorFlow computes. `tests/test_backends.py` checks that it does.
+_lookup_tap = None
+
+
+@contextlib.contextmanager
+def lookup_gradient_tap(tap):
+    """Route the encoder's embedding lookups through `tap(rows, table_variable)` within the block."""
+    global _lookup_tap
+    previous, _lookup_tap = _lookup_tap, tap
+    try:
+        yield
+    finally:
+        _lookup_tap = previous
+
+
+def tapped(rows, table):
+    """`rows` looked up in `table`, through the installed tap if there is one."""
+    return rows if _lookup_tap is None else _lookup_tap(rows, table)
 
 
 class SequenceLengthError(UserError):
@@ -69,6 +96,9 @@ class BertEmbeddings(keras.layers.Layer):
         self.layer_norm_eps = layer_norm_eps
         self.layer_norm = layer_norm(layer_norm_eps, "LayerNorm", self.dtype_policy)
         self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
+        # Set by a head that also reads the word embeddings (the masked LM's output layer): their
+        # gradient is then dense in TensorFlow too, and not tapped (`lookup_gradient_tap`).
+        self.word_embeddings_shared = False
 
     def build(self, input_shape=None):
         init = initializer(self.initializer_range)
@@ -91,13 +121,17 @@ class BertEmbeddings(keras.layers.Layer):
             length = ops.shape(input_word_ids)[1]
         length = checked_sequence_length(length, self.max_position_embeddings)
         words = ops.take(self.word_embeddings, input_word_ids, axis=0)
-        types = ops.take(self.token_type_embeddings, input_type_ids, axis=0)
+        if not self.word_embeddings_shared:
+            words = tapped(words, self.word_embeddings)
+        types = tapped(ops.take(self.token_type_embeddings, input_type_ids, axis=0),
+                       self.token_type_embeddings)
         if position_ids is None:
             positions = ops.slice(ops.convert_to_tensor(self.position_embeddings), (0, 0),
                                   (length, self.hidden_size))
             positions = ops.expand_dims(positions, 0)
         else:
-            positions = ops.take(self.position_embeddings, position_ids, axis=0)
+            positions = tapped(ops.take(self.position_embeddings, position_ids, axis=0),
+                               self.position_embeddings)
         x = words + types + ops.cast(positions, words.dtype)
         x = self.layer_norm(x)
         return self.dropout(x, training=training)

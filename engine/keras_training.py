@@ -1,0 +1,428 @@
+"""The training and evaluation loop on JAX: `engine.training.Trainer`'s contract without TensorFlow.
+
+The fine-tuning and pretraining drivers call it exactly as they call the TensorFlow trainer
+(`build_trainer` picks by Keras's backend): `train(dataset_fn, on_loop_end, on_resume)`,
+`evaluate`, `predict`, `restore_latest`, `global_step`. What differs is underneath:
+- batches are NumPy (`data_gen.numpy_datasets`), one update's worth at a time, laid out on the
+  devices by the strategy (`engine.distribution.KerasStrategy`: one device, or data parallel over
+  `keras.distribution`, where XLA adds the cross-device sums);
+- one update is one `jax.jit` function of the variables' values: the task's
+  `loss_and_metrics` under `keras.StatelessScope` (dropout's generators advance in it), gradients
+  by `jax.value_and_grad`, micro-batches averaged (`num_accumulation_steps`), the original's clip
+  to global norm 1 (counting an embedding lookup's gradient per looked-up row, as TensorFlow's
+  IndexedSlices do: `modeling.layers.lookup_gradient_tap`), then the optimiser's
+  `stateless_apply` (AdamWeightDecay or LAMB, and under mixed_float16 Keras's loss scaling);
+- checkpoints are `model.ckpt-N.safetensors` (`modeling.variable_files`: the model, the
+  optimiser with its step, and dropout's generators), written through a `model.ckpt-N_temp/`
+  folder and renamed, the newest `keep_checkpoint_max` kept. A run resumes from the newest one and
+  rebuilds the seeded pipeline, skipping the batches already used, so it goes on exactly as an
+  uninterrupted run (tests/test_backends.py kills runs with SIGKILL to hold it to that).
+TensorBoard's `train/` and `eval/` events are written by TensorBoard's own writer.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import time
+from typing import Callable
+
+import numpy as np
+
+from engine.trainer_config import (CHECKPOINT_NAME, EmptyInputError, NonFiniteLossError,
+                                   TrainerConfig, format_duration, is_boundary, is_chief,
+                                   next_boundary, ratios, remove_partial_checkpoints, worker_dir)
+from modeling import variable_files
+from process import fault_points, interrupts
+from process.errors import SettingsError
+
+logger = logging.getLogger(__name__)
+
+
+def checkpoint_path(directory: str, step: int) -> str:
+    return os.path.join(directory, f"{CHECKPOINT_NAME}-{step}{variable_files.SUFFIX}")
+
+
+def checkpoints_in(directory: str) -> list:
+    """(step, path) of every complete runner checkpoint in `directory`, oldest first."""
+    found = []
+    prefix = CHECKPOINT_NAME + "-"
+    if not os.path.isdir(directory):
+        return found
+    for name in os.listdir(directory):
+        if name.startswith(prefix) and name.endswith(variable_files.SUFFIX):
+            number = name[len(prefix):-len(variable_files.SUFFIX)]
+            if number.isdigit():
+                found.append((int(number), os.path.join(directory, name)))
+    return sorted(found)
+
+
+def latest_checkpoint(directory: str) -> str | None:
+    found = checkpoints_in(directory)
+    return found[-1][1] if found else None
+
+
+def _metric_sums(loss, metrics: dict) -> dict:
+    """The task's loss and (sum, count) metrics as float32 [sum, count] pairs (`engine.training`'s
+    rule: the loss counts one per batch)."""
+    import jax.numpy as jnp
+
+    metrics = {"loss": (loss, 1.0), **metrics}
+    return {k: jnp.stack([jnp.asarray(s, jnp.float32), jnp.asarray(c, jnp.float32)])
+            for k, (s, c) in metrics.items()}
+
+
+def _lookup_tap():
+    """An identity on looked-up rows whose backward pass adds their squared gradient norm to the
+    cotangent of a scalar probe (see `modeling.layers.lookup_gradient_tap`)."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def tap(rows, probe):
+        return rows
+
+    def forward(rows, probe):
+        return rows, None
+
+    def backward(_, gradient):
+        return gradient, jnp.sum(jnp.square(gradient.astype(jnp.float32)))
+
+    tap.defvjp(forward, backward)
+    return tap
+
+
+class KerasTrainer:
+    """Trains `model` with `optimizer` on `task` on JAX (see the module docstring)."""
+
+    def __init__(self, model, optimizer, task, strategy, config: TrainerConfig):
+        import keras
+
+        if keras.backend.backend() != "jax":
+            raise SettingsError(f"training runs on the tensorflow and jax backends, not "
+                                f"{keras.backend.backend()} (KERAS_BACKEND); "
+                                f"docs/backends.md says what runs where")
+        if config.num_accumulation_steps < 1:
+            raise ValueError("num_accumulation_steps must be at least 1")
+        self.model = model
+        self.optimizer = optimizer
+        self.task = task
+        self.strategy = strategy
+        self.config = config
+        self.is_chief = is_chief(strategy)
+        self.work_dir = worker_dir(strategy, config.output_dir)
+        if not optimizer.built:
+            optimizer.build(model.trainable_variables)
+        self._trainable = list(model.trainable_variables)
+        self._frozen = list(model.non_trainable_variables)
+        self._optimizer_variables = list(optimizer.variables)
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        self._clip_norm = getattr(inner, "clip_norm", None)
+        self._scale_index = None  # mixed_float16: where the loss scale is among the optimizer's
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            self._scale_index = next(i for i, v in enumerate(self._optimizer_variables)
+                                     if v is optimizer.dynamic_scale)
+        self._tap = _lookup_tap()
+        self._steps = {}  # jitted functions, made on first use
+        self._writers = {}
+        self._stop = False
+
+    # ------------------------------------------------------------------------- state
+    def _state(self) -> tuple:
+        return ([v.value for v in self._trainable], [v.value for v in self._frozen],
+                [v.value for v in self._optimizer_variables])
+
+    def _assign(self, state: tuple) -> None:
+        for variables, values in zip((self._trainable, self._frozen, self._optimizer_variables),
+                                     state):
+            for variable, value in zip(variables, values):
+                variable.assign(value)
+
+    def _groups(self, with_optimizer: bool = True) -> dict:
+        weights = {id(v) for v in self.model.weights}
+        groups = {"model": self.model.weights,
+                  "random": [v for v in self.model.non_trainable_variables
+                             if id(v) not in weights]}
+        if with_optimizer:
+            groups["optimizer"] = self._optimizer_variables
+        return groups
+
+    # ------------------------------------------------------------------------- the step
+    def _call(self, trainable, frozen, batch, fn, tap=None):
+        """`fn(model, batch)` with the variables' values given; returns its result and the new
+        values of the non-trainable variables (dropout's generators)."""
+        import keras
+
+        from modeling.layers import lookup_gradient_tap
+
+        mapping = list(zip(self._trainable, trainable)) + list(zip(self._frozen, frozen))
+        with keras.StatelessScope(state_mapping=mapping) as scope:
+            if tap is not None:
+                with lookup_gradient_tap(tap):
+                    result = fn(self.model, batch)
+            else:
+                result = fn(self.model, batch)
+            new_frozen = [scope.get_current_value(v) for v in self._frozen]
+        new_frozen = [old if new is None else new for old, new in zip(frozen, new_frozen)]
+        return result, new_frozen
+
+    def _train_step(self, state, batch):
+        import jax
+        import jax.numpy as jnp
+
+        trainable, frozen, optimizer_values = state
+        k = self.config.num_accumulation_steps
+        scale = (optimizer_values[self._scale_index] if self._scale_index is not None
+                 else None)
+        tapped = set()  # the paths of the tables whose lookups were tapped (known once traced)
+
+        def loss_of(values, probe, frozen, micro):
+            def tap(rows, table):
+                tapped.add(table.path)
+                return self._tap(rows, probe)
+
+            (loss, metrics), new_frozen = self._call(
+                values, frozen, micro,
+                lambda model, b: self.task.loss_and_metrics(model, b, training=True),
+                tap if k == 1 else None)  # accumulated gradients are dense in TensorFlow too
+            scaled = loss if scale is None else loss * scale.astype(loss.dtype)
+            return scaled, (loss, metrics, new_frozen)
+
+        gradient_of = jax.value_and_grad(loss_of, argnums=(0, 1), has_aux=True)
+        if k == 1:
+            (_, (loss, metrics, frozen)), (grads, lookup_square) = gradient_of(
+                trainable, jnp.float32(0.0), frozen, batch)
+            sums = _metric_sums(loss, metrics)
+        else:
+            micro = jax.tree_util.tree_map(
+                lambda x: x.reshape((k, x.shape[0] // k) + x.shape[1:]), batch)
+            grads, sums, lookup_square = None, None, jnp.float32(0.0)
+            for i in range(k):
+                (_, (loss, metrics, frozen)), (g, _) = gradient_of(
+                    trainable, jnp.float32(0.0), frozen,
+                    jax.tree_util.tree_map(lambda x: x[i], micro))
+                m = _metric_sums(loss, metrics)
+                grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+                sums = m if sums is None else {n: sums[n] + m[n] for n in sums}
+            grads = [g / k for g in grads]
+        if self._clip_norm:
+            square = lookup_square
+            for variable, g in zip(self._trainable, grads):
+                if variable.path not in tapped:
+                    square = square + jnp.sum(jnp.square(g.astype(jnp.float32)))
+            norm = jnp.sqrt(square)
+            if scale is not None:  # clipped as TensorFlow clips: after the loss scale is undone
+                norm = norm / scale
+            factor = self._clip_norm / jnp.maximum(norm, self._clip_norm)
+            grads = [g * factor.astype(g.dtype) for g in grads]
+        trainable, optimizer_values = self.optimizer.stateless_apply(optimizer_values, grads,
+                                                                     trainable)
+        return (trainable, frozen, optimizer_values), sums
+
+    def _jitted(self, name: str, fn: Callable, **options):
+        if name not in self._steps:
+            import jax
+
+            self._steps[name] = jax.jit(fn, **options)
+        return self._steps[name]
+
+    def gradients(self, batch) -> tuple:
+        """The clipped gradients and metrics of one update on `batch`, without applying them
+        (for tests against TensorFlow's)."""
+        captured = {}
+        apply = self.optimizer.stateless_apply
+
+        def capture(optimizer_values, grads, trainable):
+            captured["grads"] = grads
+            return trainable, optimizer_values
+
+        self.optimizer.stateless_apply = capture
+        try:
+            _, sums = self._train_step(self._state(), self.strategy.put(batch))
+        finally:
+            self.optimizer.stateless_apply = apply
+        return [np.asarray(g) for g in captured["grads"]], ratios(
+            {k: np.asarray(v) for k, v in sums.items()})
+
+    # ------------------------------------------------------------------------- bookkeeping
+    @property
+    def global_step(self) -> int:
+        return int(np.asarray(self.optimizer.iterations.value))
+
+    def current_learning_rate(self) -> float:
+        import keras
+
+        return float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
+
+    def _summary(self, kind: str, values: dict, step: int) -> None:
+        if not self.is_chief:
+            return
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        if kind not in self._writers:
+            self._writers[kind] = EventFileWriter(os.path.join(self.config.output_dir, kind))
+        summary = summary_pb2.Summary(value=[
+            summary_pb2.Summary.Value(tag=name, simple_value=float(value))
+            for name, value in values.items()])
+        self._writers[kind].add_event(event_pb2.Event(wall_time=time.time(), step=step,
+                                                      summary=summary))
+        self._writers[kind].flush()
+
+    def _save(self, step: int) -> str:
+        """The checkpoint of `step`, through a `_temp` folder (a kill leaves no partial file)."""
+        path = checkpoint_path(self.work_dir, step)
+        if not self.is_chief:
+            return path
+        staging = os.path.join(self.work_dir, f"{CHECKPOINT_NAME}-{step}_temp")
+        os.makedirs(staging, exist_ok=True)
+        fault_points.reached("checkpoint_write", self.work_dir)
+        try:
+            variable_files.save(os.path.join(staging, "state" + variable_files.SUFFIX),
+                                self._groups(), step)
+            os.replace(os.path.join(staging, "state" + variable_files.SUFFIX), path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        for _, old in checkpoints_in(self.work_dir)[:-self.config.keep_checkpoint_max]:
+            os.remove(old)
+        return path
+
+    def _restore(self, path: str) -> None:
+        variable_files.load(path, self._groups())
+
+    # ------------------------------------------------------------------------- public
+    def train(self, dataset_fn: Callable, on_loop_end: Callable | None = None,
+              on_resume: Callable | None = None) -> dict:
+        """As `engine.training.Trainer.train`: to `num_train_steps` from the newest checkpoint."""
+        for path in remove_partial_checkpoints(self.work_dir):
+            logger.info("removed %s, a partial checkpoint left by an interrupted run", path)
+        latest = latest_checkpoint(self.work_dir)
+        if latest:
+            self._restore(latest)
+            logger.info("resumed from %s at step %d", latest, self.global_step)
+            interrupts.rerun(f"resumes from {latest} (step {self.global_step})")
+            if on_resume:
+                on_resume(self.global_step)
+        step = self.global_step
+        batches = dataset_fn(self.strategy.input_context())
+        iterator = iter(batches.skip(step) if step else batches)
+        self._stop = False
+
+        def stop():
+            self._stop = True
+
+        interrupts.on_signal(stop)
+        try:
+            return self._train_to_end(iterator, step, on_loop_end)
+        finally:
+            interrupts.forget(stop)
+
+    def _train_to_end(self, iterator, step: int, on_loop_end: Callable | None) -> dict:
+        cfg = self.config
+        metrics = {}
+        train_step = self._jitted("train", self._train_step, donate_argnums=0)
+        where = lambda: f"at training step {self.global_step} of {cfg.num_train_steps}"  # noqa
+        while step < cfg.num_train_steps:
+            interrupts.at(where)
+            n = min(cfg.steps_per_loop, cfg.num_train_steps - step,
+                    cfg.save_checkpoints_steps - step % cfg.save_checkpoints_steps,
+                    next_boundary(step, cfg.callback_every_steps) - step)
+            start = time.time()
+            state, totals = self._state(), None
+            for i in range(n):
+                if i and self._stop:
+                    break
+                state, sums = train_step(state, self.strategy.put(next(iterator)))
+                totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
+            metrics = ratios({k: np.asarray(v) for k, v in totals.items()})
+            self._assign(state)
+            elapsed = time.time() - start
+            step = self.global_step
+            if not math.isfinite(metrics["loss"]):
+                raise NonFiniteLossError(
+                    f"{cfg.output_dir}: the loss is {metrics['loss']} in the {n} steps ending at "
+                    f"step {step}; stopped without saving (last good checkpoint: "
+                    f"{latest_checkpoint(self.work_dir) or 'none'}). Lower --learning_rate or "
+                    f"check the data, then run again")
+            lr = self.current_learning_rate()
+            speed = cfg.examples_per_step * n / elapsed if cfg.examples_per_step else 0.0
+            self._summary("train", {**metrics, "learning_rate": lr,
+                                    "examples_per_second": speed}, step)
+            eta = (cfg.num_train_steps - step) * elapsed / n
+            logger.info("step %d/%d | %s | lr %.3g | %.1f examples/s | eta %s", step,
+                        cfg.num_train_steps,
+                        " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), lr, speed,
+                        format_duration(eta))
+            fault_points.reached("train_loop")
+            if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
+                    or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
+                path = self._save(step)
+                logger.info("saved %s", path)
+                interrupts.rerun(f"resumes from {path} (step {step})")
+            if on_loop_end:
+                on_loop_end(step, metrics)
+        return metrics
+
+    def _eval_step(self, trainable, frozen, batch):
+        (loss, metrics), _ = self._call(
+            trainable, frozen, batch,
+            lambda model, b: self.task.loss_and_metrics(model, b, training=False))
+        return _metric_sums(loss, metrics)
+
+    def _predict_step(self, trainable, frozen, batch):
+        outputs, _ = self._call(trainable, frozen, batch,
+                                lambda model, b: self.task.predict_step(model, b))
+        return outputs
+
+    def evaluate(self, dataset_fn: Callable, max_steps: int | None = None) -> dict:
+        """Metrics over a finite dataset (or its first `max_steps` batches), summed exactly."""
+        step = self._jitted("eval", self._eval_step)
+        trainable, frozen, _ = self._state()
+        totals = None
+        for i, batch in enumerate(dataset_fn(self.strategy.input_context())):
+            if max_steps is not None and i >= max_steps:
+                break
+            sums = step(trainable, frozen, self.strategy.put(batch))
+            totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
+        if totals is None:
+            raise EmptyInputError("evaluation dataset is empty")
+        metrics = ratios({k: np.asarray(v) for k, v in totals.items()})
+        self._summary("eval", metrics, self.global_step)
+        return metrics
+
+    def predict(self, dataset_fn: Callable) -> dict:
+        """The task's `predict_step` outputs over a finite dataset, as NumPy arrays in order.
+        Every batch is padded to the first batch's rows (a multiple of the devices), so that
+        the step compiles once per width, and the padding rows are dropped again."""
+        step = self._jitted("predict", self._predict_step)
+        trainable, frozen, _ = self._state()
+        chunks, rows = [], None
+        for batch in dataset_fn(self.strategy.input_context()):
+            count = len(next(iter(batch.values())))
+            if rows is None:
+                devices = self.strategy.num_replicas_in_sync // self.strategy.num_processes
+                rows = -(-count // devices) * devices
+            padded = {name: np.concatenate([value, np.repeat(value[:1], rows - count, axis=0)])
+                      if count < rows else value for name, value in batch.items()}
+            outputs = step(trainable, frozen, self.strategy.put(padded))
+            chunks.append({k: _host_rows(v)[:count] for k, v in outputs.items()})
+        if not chunks:
+            raise ValueError("prediction dataset is empty")
+        return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+    def restore_latest(self) -> str | None:
+        """Restore model and optimiser from the newest checkpoint in output_dir."""
+        latest = latest_checkpoint(self.work_dir)
+        if latest:
+            self._restore(latest)
+        return latest
+
+
+def _host_rows(value) -> np.ndarray:
+    """This process's rows of an output (all of them on one process)."""
+    if getattr(value, "is_fully_addressable", True) is False:
+        from jax.experimental import multihost_utils
+
+        value = multihost_utils.process_allgather(value, tiled=True)
+    return np.asarray(value)

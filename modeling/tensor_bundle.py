@@ -1,0 +1,195 @@
+"""Google's TF1 checkpoints read without TensorFlow: the TensorBundle format in Python.
+
+Where TensorFlow is not installed (JAX, PyTorch), users still bring `bert_model.ckpt.*`. Converting
+once with TensorFlow elsewhere would work too, but asks for a second installation for a job a
+hundred lines of reading do; so this reader is what `modeling.checkpoints.tf1_source` uses off
+TensorFlow, and `tests/test_backends.py` holds it equal to `tf.train.load_checkpoint` on every
+variable of the checkpoints the tests have.
+
+The format (TensorFlow's `tensor_bundle`): `PREFIX.index` is a LevelDB-style table (uncompressed
+blocks of prefix-compressed keys, a block index, a 48-byte footer ending in the table magic) whose
+keys are the tensor names and whose values are `BundleEntryProto`s (dtype, shape, shard, offset,
+size); the empty key holds the `BundleHeaderProto` (the number of shards). Each tensor's bytes
+are little-endian in `PREFIX.data-SSSSS-of-NNNNN` at its offset. Sliced (partitioned) variables
+and string tensors are named as unreadable here; BERT checkpoints have neither. A truncated
+index or data file is a `CheckpointError` naming the file; the tensors' CRCs are not checked.
+"""
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+
+_TABLE_MAGIC = 0xDB4775248B80FB57
+_FOOTER_BYTES = 48
+_TRAILER_BYTES = 5  # a block's compression type and CRC
+
+# DataType enum values -> NumPy dtypes (types.proto).
+_DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16, 6: np.int8,
+           9: np.int64, 10: np.bool_, 17: np.uint16, 19: np.float16, 22: np.uint32,
+           23: np.uint64}
+
+
+def _error(message: str):
+    from modeling.checkpoints import CheckpointError
+
+    return CheckpointError(message)
+
+
+def _varint(data: bytes, at: int) -> tuple:
+    value = shift = 0
+    while True:
+        if at >= len(data):
+            raise ValueError("a varint runs past the end")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def _fields(data: bytes):
+    """(field number, value) of a protocol buffer message: ints, or bytes for length-delimited."""
+    at = 0
+    while at < len(data):
+        key, at = _varint(data, at)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, at = _varint(data, at)
+        elif wire == 2:
+            size, at = _varint(data, at)
+            value, at = data[at:at + size], at + size
+        elif wire == 5:
+            value, at = struct.unpack("<I", data[at:at + 4])[0], at + 4
+        elif wire == 1:
+            value, at = struct.unpack("<Q", data[at:at + 8])[0], at + 8
+        else:
+            raise ValueError(f"wire type {wire}")
+        yield number, value
+
+
+def _block(data: bytes, offset: int, size: int, path: str) -> list:
+    """The (key, value) entries of one table block."""
+    if offset + size + _TRAILER_BYTES > len(data):
+        raise ValueError("a block runs past the end of the file")
+    if data[offset + size] != 0:
+        raise _error(f"{path}: a compressed checkpoint index (TensorBundle blocks are written "
+                     f"uncompressed); read it where TensorFlow is installed")
+    block = data[offset:offset + size]
+    restarts = struct.unpack("<I", block[-4:])[0]
+    end = len(block) - 4 - 4 * restarts
+    entries, at, key = [], 0, b""
+    while at < end:
+        shared, at = _varint(block, at)
+        unshared, at = _varint(block, at)
+        length, at = _varint(block, at)
+        key = key[:shared] + block[at:at + unshared]
+        at += unshared
+        entries.append((key, block[at:at + length]))
+        at += length
+    return entries
+
+
+def _handle(data: bytes, at: int) -> tuple:
+    offset, at = _varint(data, at)
+    size, at = _varint(data, at)
+    return offset, size, at
+
+
+class BundleEntry:
+    def __init__(self, value: bytes):
+        self.dtype, self.shape, self.shard, self.offset, self.size = 0, (), 0, 0, 0
+        self.sliced = False
+        for number, field in _fields(value):
+            if number == 1:
+                self.dtype = field
+            elif number == 2:
+                dims = []
+                for dim_number, dim in _fields(field):
+                    if dim_number == 2:
+                        dims.append(next((v for n, v in _fields(dim) if n == 1), 0))
+                self.shape = tuple(dims)
+            elif number == 3:
+                self.shard = field
+            elif number == 4:
+                self.offset = field
+            elif number == 5:
+                self.size = field
+            elif number == 7:
+                self.sliced = True
+
+
+class TensorBundle:
+    """The tensors of a TF1 checkpoint `prefix` (`prefix.index`, `prefix.data-*`)."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        index = prefix + ".index"
+        with open(index, "rb") as f:
+            data = f.read()
+        try:
+            if len(data) < _FOOTER_BYTES or struct.unpack(
+                    "<Q", data[-8:])[0] != _TABLE_MAGIC:
+                raise ValueError("no table footer")
+            footer = data[-_FOOTER_BYTES:]
+            _, _, at = _handle(footer, 0)  # the meta-index block (empty)
+            index_offset, index_size, _ = _handle(footer, at)
+            self.entries = {}
+            num_shards = 1
+            for _, handle in _block(data, index_offset, index_size, index):
+                offset, size, _ = _handle(handle, 0)
+                for key, value in _block(data, offset, size, index):
+                    if key == b"":
+                        num_shards = next((v for n, v in _fields(value) if n == 1), 1)
+                    else:
+                        self.entries[key.decode("utf-8")] = BundleEntry(value)
+        except (ValueError, IndexError, struct.error, UnicodeDecodeError) as e:
+            raise _error(f"{index}: not a readable TF1 checkpoint index ({e}); copy the "
+                         f"checkpoint again") from None
+        self.num_shards = num_shards
+
+    def shapes(self) -> dict:
+        return {name: entry.shape for name, entry in self.entries.items()}
+
+    def data_file(self, shard: int) -> str:
+        return f"{self.prefix}.data-{shard:05d}-of-{self.num_shards:05d}"
+
+    def read(self, name: str) -> np.ndarray:
+        entry = self.entries[name]
+        dtype = _DTYPES.get(entry.dtype)
+        if dtype is None and entry.dtype == 14:
+            import ml_dtypes
+
+            dtype = ml_dtypes.bfloat16
+        if dtype is None or entry.sliced:
+            raise _error(f"{self.prefix}.index: {name} is a "
+                         f"{'sliced' if entry.sliced else f'dtype {entry.dtype}'} tensor, which "
+                         f"only TensorFlow reads; read it where TensorFlow is installed")
+        path = self.data_file(entry.shard)
+        try:
+            with open(path, "rb") as f:
+                f.seek(entry.offset)
+                raw = f.read(entry.size)
+        except OSError as e:
+            raise _error(f"{path}: cannot read {name} ({e.strerror}); copy the checkpoint "
+                         f"again") from None
+        expected = int(np.prod(entry.shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if len(raw) != entry.size or entry.size != expected:
+            raise _error(f"{path}: cannot read {name} ({len(raw)} of {expected} bytes): the file "
+                         f"is truncated or damaged; copy the checkpoint again")
+        return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).reshape(
+            entry.shape).astype(dtype)
+
+
+def tf1_source(prefix: str):
+    """`modeling.checkpoints.TensorSource` of a TF1 checkpoint, read without TensorFlow."""
+    from modeling import checkpoint_names as names
+    from modeling.checkpoints import TensorSource
+
+    if not os.path.isfile(prefix + ".index"):
+        raise _error(f"{prefix}.index: no such file")
+    bundle = TensorBundle(prefix)
+    shapes = {n: s for n, s in bundle.shapes().items() if not names.is_ignored_tf1(n)}
+    return TensorSource(f"TF1 checkpoint {prefix}", shapes, bundle.read)

@@ -1,0 +1,135 @@
+"""A model's variables (and an optimiser's, and the random state) in one safetensors file that every
+Keras backend reads: the runners' checkpoints off TensorFlow.
+
+TensorFlow's runners checkpoint with `tf.train.Checkpoint`; JAX (and PyTorch) have no such format,
+and TensorFlow may not be installed. So there a checkpoint is a safetensors file of NumPy arrays
+under `GROUP/NNNNN/PATH` keys (the group: `model`, `optimizer`, `random`; the variable's place in
+its list; its Keras path), with `{"format": FORMAT, "step": N}` in its metadata. Restoring is
+strict as `modeling.checkpoints` is: the same variables in the same order, with the same paths
+and shapes, or an error naming the first that differs. Safetensors, not Keras's `.weights.h5`:
+it holds the optimiser's state and the dropout generators' state as plain arrays beside the
+weights, reads lazily, and is already how Hugging Face weights come in.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from process.errors import UserError
+
+FORMAT = "bert-keras-variables-1"
+SUFFIX = ".safetensors"
+
+
+class VariableFileError(UserError):
+    """A variables file that is damaged or does not fit the model."""
+
+
+def _host(value) -> np.ndarray:
+    """A backend array as NumPy (one process's copy of a replicated JAX array)."""
+    if getattr(value, "is_fully_addressable", True) is False:
+        value = value.addressable_data(0)
+    import keras
+
+    return np.asarray(keras.ops.convert_to_numpy(value))
+
+
+def save(path: str, groups: dict, step: int) -> None:
+    """Write `{group: [variables]}` to `path` (the caller makes it appear atomically)."""
+    from safetensors.numpy import save_file
+
+    arrays = {}
+    for group, variables in groups.items():
+        for i, variable in enumerate(variables):
+            arrays[f"{group}/{i:05d}/{variable.path}"] = np.ascontiguousarray(_host(variable.value))
+    save_file(arrays, path, metadata={"format": FORMAT, "step": str(int(step))})
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)  # safetensors writes 0600; files here follow the umask
+
+
+def is_variable_file(path: str) -> bool:
+    """Whether `path` is a file this module wrote."""
+    return read_metadata(path) is not None
+
+
+def read_metadata(path: str) -> dict | None:
+    from safetensors import safe_open
+
+    if not os.path.isfile(path):
+        return None
+    try:
+        with safe_open(path, "np") as f:
+            metadata = f.metadata() or {}
+    except Exception:  # not a safetensors file at all (safetensors raises its own types)
+        return None
+    return metadata if metadata.get("format") == FORMAT else None
+
+
+def step_of(path: str) -> int | None:
+    metadata = read_metadata(path)
+    return None if metadata is None else int(metadata["step"])
+
+
+def load(path: str, groups: dict, partial: bool = False) -> dict:
+    """Assign `{group: [variables]}` from `path`; with `partial`, groups absent from the file are
+    left alone (and reported in the returned `{group: loaded?}`)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(path, "np") as f:
+            keys = list(f.keys())
+            loaded = {}
+            for group, variables in groups.items():
+                stored = sorted(k for k in keys if k.startswith(group + "/"))
+                if not stored and partial:
+                    loaded[group] = False
+                    continue
+                _check(path, group, stored, variables)
+                for key, variable in zip(stored, variables):
+                    variable.assign(f.get_tensor(key))
+                loaded[group] = True
+    except VariableFileError:
+        raise
+    except Exception as e:  # a truncated or damaged file
+        raise VariableFileError(f"{path}: cannot read it ({str(e).splitlines()[0][:200]}): the "
+                                f"file is truncated or damaged") from None
+    return loaded
+
+
+def _check(path: str, group: str, stored: list, variables: list) -> None:
+    from safetensors import safe_open
+
+    if len(stored) != len(variables):
+        raise VariableFileError(f"{path}: {len(stored)} {group} variables, this model has "
+                                f"{len(variables)}: a file of another model or run")
+    with safe_open(path, "np") as f:
+        for key, variable in zip(stored, variables):
+            name = key.split("/", 2)[2]
+            shape = tuple(f.get_slice(key).get_shape())
+            if name != variable.path or shape != tuple(variable.shape):
+                raise VariableFileError(
+                    f"{path}: {group} variable {key.split('/')[1]} is {name} {shape}, this model "
+                    f"has {variable.path} {tuple(variable.shape)}: a file of another model")
+
+
+def load_matching(path: str, variables: list) -> list:
+    """Assign each of `variables` whose path is in the file's `model` group (an encoder from a
+    run of another task); returns the paths assigned."""
+    from safetensors import safe_open
+
+    with safe_open(path, "np") as f:
+        by_path = {key.split("/", 2)[2]: key for key in f.keys() if key.startswith("model/")}
+        assigned = []
+        for variable in variables:
+            key = by_path.get(variable.path)
+            if key is None:
+                continue
+            value = f.get_tensor(key)
+            if value.shape != tuple(variable.shape):
+                raise VariableFileError(f"{path}: {variable.path} has shape {value.shape}, this "
+                                        f"model's {tuple(variable.shape)}")
+            variable.assign(value)
+            assigned.append(variable.path)
+    return assigned
