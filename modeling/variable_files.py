@@ -4,7 +4,8 @@ Keras backend reads: the runners' checkpoints off TensorFlow.
 TensorFlow's runners checkpoint with `tf.train.Checkpoint`; JAX (and PyTorch) have no such format,
 and TensorFlow may not be installed. So there a checkpoint is a safetensors file of NumPy arrays
 under `GROUP/NNNNN/PATH` keys (the group: `model`, `optimizer`, `random`; the variable's place in
-its list; its Keras path), with `{"format": FORMAT, "step": N}` in its metadata. Restoring is
+its list; its Keras path), with `{"format": FORMAT, "step": N}` in its metadata (as JSON under one key, so that the same
+state always gives the same bytes). Restoring is
 strict as `modeling.checkpoints` is: the same variables in the same order, with the same paths
 and shapes, or an error naming the first that differs. Safetensors, not Keras's `.weights.h5`:
 it holds the optimiser's state and the dropout generators' state as plain arrays beside the
@@ -12,6 +13,7 @@ weights, reads lazily, and is already how Hugging Face weights come in.
 """
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -19,6 +21,7 @@ import numpy as np
 from process.errors import UserError
 
 FORMAT = "bert-keras-variables-1"
+METADATA_KEY = "bert"
 SUFFIX = ".safetensors"
 
 
@@ -42,8 +45,10 @@ def save(path: str, groups: dict, step: int) -> None:
     arrays = {}
     for group, variables in groups.items():
         for i, variable in enumerate(variables):
-            arrays[f"{group}/{i:05d}/{variable.path}"] = np.ascontiguousarray(_host(variable.value))
-    save_file(arrays, path, metadata={"format": FORMAT, "step": str(int(step))})
+            arrays[f"{group}/{i:05d}/{variable.path}"] = np.array(_host(variable.value), order="C")
+    # One metadata key: safetensors writes several in an order that changes from run to run.
+    save_file(arrays, path, metadata={METADATA_KEY: json.dumps(
+        {"format": FORMAT, "step": int(step)}, sort_keys=True)})
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, 0o666 & ~umask)  # safetensors writes 0600; files here follow the umask
@@ -61,10 +66,10 @@ def read_metadata(path: str) -> dict | None:
         return None
     try:
         with safe_open(path, "np") as f:
-            metadata = f.metadata() or {}
+            metadata = json.loads((f.metadata() or {}).get(METADATA_KEY, "{}"))
     except Exception:  # not a safetensors file at all (safetensors raises its own types)
         return None
-    return metadata if metadata.get("format") == FORMAT else None
+    return metadata if isinstance(metadata, dict) and metadata.get("format") == FORMAT else None
 
 
 def step_of(path: str) -> int | None:
