@@ -189,5 +189,5 @@ def main(program_main) -> None:
 
 def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("tensorflow", "absl"):  # TensorFlow's own INFO lines (checkpoint sharding...)
+    for noisy in ("tensorflow", "absl", "jax"):  # TensorFlow's own INFO lines (checkpoint sharding...)
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -10,52 +10,10 @@ files; `tests/test_tfrecord_frames.py` holds the bytes equal to TensorFlow's wri
 import numba
 import numpy as np
 
-_POLYNOMIAL = 0x82F63B78  # CRC-32C (Castagnoli), reflected
-_MASK_DELTA = 0xA282EAD8
+from modeling.crc32c import crc32c, masked_crc32c, table as crc32c_table  # noqa: F401
+
 HEADER_BYTES, FOOTER_BYTES = 12, 4
-
-
-def _table() -> np.ndarray:
-    """Slicing-by-8 tables: `table[k][b]` is the CRC of byte b followed by k zero bytes."""
-    table = np.zeros((8, 256), dtype=np.int64)
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (_POLYNOMIAL if crc & 1 else 0)
-        table[0, byte] = crc
-    for k in range(1, 8):
-        for byte in range(256):
-            previous = int(table[k - 1, byte])
-            table[k, byte] = (previous >> 8) ^ int(table[0, previous & 0xFF])
-    return table
-
-
-_TABLE = _table()
-
-
-@numba.njit(cache=True)
-def crc32c(data, start, end, table) -> int:
-    """CRC-32C of `data[start:end]` (a uint8 array)."""
-    crc = 0xFFFFFFFF
-    i = start
-    while i + 8 <= end:
-        low = crc ^ (np.int64(data[i]) | (np.int64(data[i + 1]) << 8)
-                     | (np.int64(data[i + 2]) << 16) | (np.int64(data[i + 3]) << 24))
-        crc = (table[7, low & 0xFF] ^ table[6, (low >> 8) & 0xFF]
-               ^ table[5, (low >> 16) & 0xFF] ^ table[4, low >> 24]
-               ^ table[3, data[i + 4]] ^ table[2, data[i + 5]]
-               ^ table[1, data[i + 6]] ^ table[0, data[i + 7]])
-        i += 8
-    while i < end:
-        crc = table[0, (crc ^ data[i]) & 0xFF] ^ (crc >> 8)
-        i += 1
-    return crc ^ 0xFFFFFFFF
-
-
-@numba.njit(cache=True)
-def masked_crc32c(data, start, end, table) -> int:
-    crc = crc32c(data, start, end, table)
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+_TABLE = crc32c_table()
 
 
 @numba.njit(cache=True)

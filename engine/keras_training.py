@@ -426,3 +426,32 @@ def _host_rows(value) -> np.ndarray:
 
         value = multihost_utils.process_allgather(value, tiled=True)
     return np.asarray(value)
+
+
+def compiled_predictor(model, batch_size: int, max_width: int, width_multiple: int = 8) -> Callable:
+    """`model(inputs, training=False)` as a jitted function of NumPy `[batch, length]` inputs
+    (JAX): each batch is padded to `batch_size` rows and its width to a multiple of
+    `width_multiple` (at most `max_width`; masked positions: the real ones' outputs stay), so that it
+    compiles once per width; the outputs come back as NumPy, cut to the batch's rows and width."""
+    import jax
+
+    step = jax.jit(lambda trainable, frozen, inputs: model.stateless_call(
+        trainable, frozen, inputs, training=False)[0])
+
+    def predict(batch: dict) -> dict:
+        rows, width = next(iter(batch.values())).shape
+        padded_width = max(width, min(-(-width // width_multiple) * width_multiple, max_width))
+        padded = {name: np.pad(np.asarray(value), ((0, max(batch_size, rows) - rows),
+                                                   (0, padded_width - width)))
+                  for name, value in batch.items()}
+        outputs = step([v.value for v in model.trainable_variables],
+                       [v.value for v in model.non_trainable_variables], padded)
+        result = {}
+        for name, value in outputs.items():
+            value = np.asarray(value)[:rows]
+            if value.ndim >= 2 and value.shape[1] == padded_width:  # a position axis
+                value = value[:, :width]
+            result[name] = value
+        return result
+
+    return predict

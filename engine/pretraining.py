@@ -39,6 +39,11 @@ class PretrainSettings(RunSettings):
 @contextlib.contextmanager
 def unreadable_input_reported(task):
     """TensorFlow's DataLossError on a damaged record file, as a DataError naming the file."""
+    from process import environment
+
+    if not environment.uses_tensorflow():  # the NumPy reader names the file itself
+        yield
+        return
     import tensorflow as tf
 
     try:

@@ -226,6 +226,13 @@ def tf1_source(path: str | os.PathLike) -> TensorSource:
     return TensorSource(f"TF1 checkpoint {prefix}", shapes, read)
 
 
+def keras_numpy(variable) -> np.ndarray:
+    """A Keras variable's value as NumPy, on any backend."""
+    import keras
+
+    return keras.ops.convert_to_numpy(variable.value)
+
+
 def _first_line(error: Exception) -> str:
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0]
@@ -233,12 +240,22 @@ def _first_line(error: Exception) -> str:
 
 def save_tf1_checkpoint(model, prefix: str | os.PathLike, global_step: int = 0) -> str:
     """Write `model` as a TF1 name-based checkpoint (`prefix.index`, `prefix.data-00000-of-00001`)
-    that the original code restores; files appear under their final names only when complete."""
-    import tensorflow as tf
-
+    that the original code restores; files appear under their final names only when complete.
+    Without TensorFlow, `modeling.tensor_bundle` writes the same format."""
     prefix = os.fspath(prefix)
     tmp = f"{prefix}.tmp{os.getpid()}"
     variables = names.tf1_variable_map(model)
+    if not _tensorflow_available():
+        from modeling import tensor_bundle
+
+        tensors = {n: np.asarray(keras_numpy(v), np.float32) for n, v in variables.items()}
+        tensors["global_step"] = np.array(global_step, np.int64)
+        tensor_bundle.write(tmp, tensors)
+        for suffix in (".data-00000-of-00001", ".index"):
+            os.replace(tmp + suffix, prefix + suffix)
+        return prefix
+    import tensorflow as tf
+
     tensor_names = list(variables) + ["global_step"]
     tensors = [tf.convert_to_tensor(np.asarray(v.numpy(), np.float32))
                for v in variables.values()]

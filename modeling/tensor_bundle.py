@@ -1,4 +1,4 @@
-"""Google's TF1 checkpoints read without TensorFlow: the TensorBundle format in Python.
+"""Google's TF1 checkpoints read and written without TensorFlow: the TensorBundle format in Python.
 
 Where TensorFlow is not installed (JAX, PyTorch), users still bring `bert_model.ckpt.*`. Converting
 once with TensorFlow elsewhere would work too, but asks for a second installation for a job a
@@ -10,9 +10,15 @@ The format (TensorFlow's `tensor_bundle`): `PREFIX.index` is a LevelDB-style tab
 blocks of prefix-compressed keys, a block index, a 48-byte footer ending in the table magic) whose
 keys are the tensor names and whose values are `BundleEntryProto`s (dtype, shape, shard, offset,
 size); the empty key holds the `BundleHeaderProto` (the number of shards). Each tensor's bytes
-are little-endian in `PREFIX.data-SSSSS-of-NNNNN` at its offset. Sliced (partitioned) variables
-and string tensors are named as unreadable here; BERT checkpoints have neither. A truncated
-index or data file is a `CheckpointError` naming the file; the tensors' CRCs are not checked.
+are little-endian in `PREFIX.data-SSSSS-of-NNNNN` at its offset, with its masked CRC-32C in the
+entry. Sliced (partitioned) variables and string tensors are named as unreadable here; BERT
+checkpoints have neither. A truncated index or data file, or a tensor whose CRC does not match,
+is a `CheckpointError` naming the file.
+
+`write(prefix, tensors)` writes one shard as TensorFlow's `SaveV2` does (one data block of
+entries sorted by name, restart points every 16 entries, an index block, the footer; every CRC),
+so that pretraining on JAX still ends with the original's `tf1/bert_model.ckpt`; the tests read
+it back with `tf.train.load_checkpoint`.
 """
 from __future__ import annotations
 
@@ -101,6 +107,7 @@ def _handle(data: bytes, at: int) -> tuple:
 class BundleEntry:
     def __init__(self, value: bytes):
         self.dtype, self.shape, self.shard, self.offset, self.size = 0, (), 0, 0, 0
+        self.crc32c = None
         self.sliced = False
         for number, field in _fields(value):
             if number == 1:
@@ -117,6 +124,8 @@ class BundleEntry:
                 self.offset = field
             elif number == 5:
                 self.size = field
+            elif number == 6:
+                self.crc32c = field
             elif number == 7:
                 self.sliced = True
 
@@ -179,6 +188,11 @@ class TensorBundle:
         if len(raw) != entry.size or entry.size != expected:
             raise _error(f"{path}: cannot read {name} ({len(raw)} of {expected} bytes): the file "
                          f"is truncated or damaged; copy the checkpoint again")
+        from modeling import crc32c
+
+        if entry.crc32c is not None and crc32c.masked(raw) != entry.crc32c:
+            raise _error(f"{path}: {name} does not match its checksum: the file is damaged; copy "
+                         f"the checkpoint again")
         return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).reshape(
             entry.shape).astype(dtype)
 
@@ -193,3 +207,89 @@ def tf1_source(prefix: str):
     bundle = TensorBundle(prefix)
     shapes = {n: s for n, s in bundle.shapes().items() if not names.is_ignored_tf1(n)}
     return TensorSource(f"TF1 checkpoint {prefix}", shapes, bundle.read)
+
+
+# ------------------------------------------------------------------------------------ writing
+_RESTART_INTERVAL = 16  # LevelDB's block_restart_interval
+_DTYPE_NUMBERS = {np.dtype(v): k for k, v in _DTYPES.items()}
+
+
+def _put_varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _put_varint(number << 3 | 2) + _put_varint(len(payload)) + payload
+
+
+def _int_field(number: int, value: int) -> bytes:
+    return _put_varint(number << 3) + _put_varint(value) if value else b""
+
+
+def _entry_proto(dtype: int, shape: tuple, offset: int, size: int, checksum: int) -> bytes:
+    dims = b"".join(_field(2, _int_field(1, d) if d else b"") for d in shape)
+    return (_int_field(1, dtype) + _field(2, dims) + _int_field(4, offset)
+            + _int_field(5, size) + _put_varint(6 << 3 | 5) + struct.pack("<I", checksum))
+
+
+def _table_block(entries: list) -> bytes:
+    """A block of sorted (key, value) entries, keys prefix-compressed between restarts."""
+    out, restarts, previous = bytearray(), [], b""
+    for i, (key, value) in enumerate(entries):
+        if i % _RESTART_INTERVAL == 0:
+            restarts.append(len(out))
+            shared = 0
+        else:
+            shared = 0
+            while shared < min(len(key), len(previous)) and key[shared] == previous[shared]:
+                shared += 1
+        out += (_put_varint(shared) + _put_varint(len(key) - shared) + _put_varint(len(value))
+                + key[shared:] + value)
+        previous = key
+    restarts = restarts or [0]
+    out += b"".join(struct.pack("<I", r) for r in restarts) + struct.pack("<I", len(restarts))
+    return bytes(out)
+
+
+def _with_trailer(block: bytes) -> bytes:
+    from modeling import crc32c
+
+    return block + b"\x00" + struct.pack("<I", crc32c.masked(block + b"\x00"))
+
+
+def write(prefix: str, tensors: dict) -> None:
+    """Write `{name: array}` as the TF1 checkpoint `prefix` (one shard); the index is written
+    last, so a checkpoint is there only once whole (the caller renames into place)."""
+    from modeling import crc32c
+
+    entries, data_parts, offset = [], [], 0
+    for name in sorted(tensors):
+        array = np.array(tensors[name], order="C")  # (ascontiguousarray makes 0-d 1-d)
+        if array.dtype not in _DTYPE_NUMBERS:
+            raise ValueError(f"{name}: dtype {array.dtype} is not written to TF1 checkpoints")
+        raw = array.astype(array.dtype.newbyteorder("<")).tobytes()
+        entries.append((name.encode("utf-8"), _entry_proto(
+            _DTYPE_NUMBERS[array.dtype], array.shape, offset, len(raw), crc32c.masked(raw))))
+        data_parts.append(raw)
+        offset += len(raw)
+    header = _int_field(1, 1) + _field(3, _int_field(1, 1))  # one shard; VersionDef producer 1
+    data_block = _with_trailer(_table_block([(b"", header)] + entries))
+    meta_block = _with_trailer(_table_block([]))
+    last_key = entries[-1][0] if entries else b""
+    index_block = _with_trailer(_table_block([(last_key, _put_varint(0) + _put_varint(
+        len(data_block) - _TRAILER_BYTES))]))
+    meta_offset = len(data_block)
+    index_offset = meta_offset + len(meta_block)
+    handles = (_put_varint(meta_offset) + _put_varint(len(meta_block) - _TRAILER_BYTES)
+               + _put_varint(index_offset) + _put_varint(len(index_block) - _TRAILER_BYTES))
+    footer = handles.ljust(_FOOTER_BYTES - 8, b"\x00") + struct.pack("<Q", _TABLE_MAGIC)
+    with open(f"{prefix}.data-00000-of-00001", "wb") as f:
+        for part in data_parts:
+            f.write(part)
+    with open(f"{prefix}.index", "wb") as f:
+        f.write(data_block + meta_block + index_block + footer)

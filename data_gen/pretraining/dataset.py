@@ -12,8 +12,7 @@ import tensorflow as tf
 
 from data_gen.datasets import without_autotune_model
 from data_gen.pretraining import schema
-
-SHUFFLE_BUFFER_RECORDS = 100  # the original's record shuffle buffer
+from data_gen.pretraining.schema import SHUFFLE_BUFFER_RECORDS
 
 
 def pretraining_dataset(input_files, batch_size: int, max_seq_length: int,

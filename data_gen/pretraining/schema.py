@@ -33,6 +33,7 @@ FEATURES = (
     Feature("next_sentence_labels", "int64", "one"),
 )
 FEATURE_NAMES = tuple(feature.name for feature in FEATURES)
+SHUFFLE_BUFFER_RECORDS = 100  # the original's input function: its record shuffle buffer
 
 
 def feature_lengths(max_seq_length: int, max_predictions_per_seq: int) -> dict:

@@ -158,10 +158,8 @@ class ShardExtractor:
         self.model = None
 
     def build(self, encoder=None, tokenizer=None) -> None:
-        import tensorflow as tf
-
         from data_gen.tokenization import FullTokenizer
-        from engine.export import token_id_spec
+        from process import environment
         from tasks.feature_extraction.model import extraction_model
 
         s = self.settings
@@ -174,9 +172,21 @@ class ShardExtractor:
             model = extraction_model(encoder, [-1])
         else:
             model = extraction_model(encoder, list(s.layers), s.pooling, s.normalize)
-        # One trace for every batch shape: the batcher pads each batch to its own longest row.
-        self.predict = tf.function(lambda inputs: model(inputs, training=False),
-                                   input_signature=[token_id_spec()])
+        if environment.uses_tensorflow():
+            import tensorflow as tf
+
+            from engine.export import token_id_spec
+
+            # One trace for every batch shape: the batcher pads each batch to its own longest row.
+            traced = tf.function(lambda inputs: model(inputs, training=False),
+                                 input_signature=[token_id_spec()])
+            self.predict = lambda batch: {name: value.numpy()
+                                          for name, value in traced(batch).items()}
+        else:  # JAX: compiled once per padded shape (engine.keras_training.compiled_predictor)
+            from engine.keras_training import compiled_predictor
+
+            self.predict = compiled_predictor(model, self.settings.batch_size,
+                                              encoder.config.max_position_embeddings)
         self.model = model
 
     def window(self) -> int:
@@ -185,7 +195,7 @@ class ShardExtractor:
         return s.batch_size * (s.window_batches if s.pooling else max(1, s.window_batches // 4))
 
     def _run_batch(self, batch) -> dict:
-        return {name: value.numpy() for name, value in self.predict(batch).items()}
+        return self.predict(batch)
 
     def __call__(self, shard):
         from engine.streaming import predict_in_order

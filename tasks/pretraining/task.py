@@ -97,6 +97,14 @@ class PretrainingTask:
         return f"{len(self.files)} input files"
 
     def dataset(self, batch_size: int, is_training: bool, seed: int, input_context):
+        from process import environment
+
+        if not environment.uses_tensorflow():  # JAX: the same rules in NumPy
+            from data_gen.pretraining.numpy_dataset import pretraining_batches
+
+            return pretraining_batches(self.files, batch_size, self.max_seq_length,
+                                       self.max_predictions_per_seq, is_training, seed=seed,
+                                       input_context=input_context, masking=self.masking)
         from data_gen.pretraining.dataset import pretraining_dataset
         from data_gen.pretraining.dynamic_masking import with_dynamic_masking
 
