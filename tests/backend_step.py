@@ -84,11 +84,12 @@ def train(minilm_dir, batch, out, dtype="float32"):
         results["raw_norm"] = float(tf.linalg.global_norm(grads))
         results["dense_norm"] = float(tf.linalg.global_norm(
             [tf.convert_to_tensor(g) for g in grads]))
-        results["grads"] = [np.asarray(g) for g in optimizer.clipped_dense(grads)]
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        results["grads"] = [np.asarray(g) for g in inner.clipped_dense(grads)]
         iterator = iter(tf.data.Dataset.from_tensors(inputs).repeat())
         for step in range(3):
             totals = trainer._train_loop(iterator, tf.constant(1))
-            results[f"loss_{step}"] = float(totals["loss"][0])
+            results[f"loss_{step}"] = totals["loss"][0].numpy()
             results[f"weights_{step}"] = [v.numpy() for v in model.trainable_variables]
     else:
         from engine.keras_training import KerasTrainer
@@ -99,7 +100,7 @@ def train(minilm_dir, batch, out, dtype="float32"):
         for step in range(3):
             state, sums = step_fn(trainer._state(), inputs)
             trainer._assign(state)
-            results[f"loss_{step}"] = float(np.asarray(sums["loss"])[0])
+            results[f"loss_{step}"] = np.asarray(sums["loss"])[0]
             results[f"weights_{step}"] = [keras.ops.convert_to_numpy(v.value)
                                           for v in model.trainable_variables]
     flat = {"paths": np.array([v.path for v in model.trainable_variables]),
@@ -109,7 +110,7 @@ def train(minilm_dir, batch, out, dtype="float32"):
             for i, array in enumerate(value):
                 flat[f"{key}/{i}"] = np.asarray(array, np.float32)
         else:
-            flat[key] = np.asarray(value)
+            flat[key] = np.asarray(value)  # a loss keeps its dtype
     np.savez(out, **flat)
 
 

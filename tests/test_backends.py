@@ -142,3 +142,109 @@ def test_three_updates_give_tensorflows_weights(training_steps):
             assert np.linalg.norm(change_jax - change_tf) < 1e-4 * np.linalg.norm(change_tf), (
                 step, path)
         np.testing.assert_allclose(jax_run[f"loss_{step}"], tf_run[f"loss_{step}"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_on_jax_as_on_tensorflow(dtype, minilm_dir, mrpc_batch, training_steps,
+                                                 tmp_path):
+    """The same three updates under a mixed policy on both backends (mixed_float16 with Keras's
+    dynamic loss scaling, which skips an update whose gradients overflow): float32 variables, a
+    float32 loss agreeing to 1e-2 (bfloat16 keeps 8 bits of mantissa: each backend rounds its
+    own sums), the same updates skipped, the same direction of change."""
+    _, full = training_steps
+    on_backend("tensorflow", "train", minilm_dir, mrpc_batch, tmp_path / "tf.npz",
+               f"--dtype={dtype}")
+    on_backend("jax", "train", minilm_dir, mrpc_batch, tmp_path / "jax.npz", f"--dtype={dtype}")
+    tf_run, jax_run = np.load(tmp_path / "tf.npz"), np.load(tmp_path / "jax.npz")
+    assert set(jax_run["dtypes"]) == set(tf_run["dtypes"]) == {"float32"}
+    assert jax_run["loss_0"].dtype == tf_run["loss_0"].dtype == np.float32
+    paths = list(full["paths"])
+    kernel = paths.index("classifier/output/output_weights")
+    for step in range(3):
+        assert abs(float(jax_run[f"loss_{step}"]) - float(tf_run[f"loss_{step}"])) < 1e-2, step
+        if step == 0:
+            continue
+        changes = [run[f"weights_{step}/{kernel}"] - run[f"weights_{step - 1}/{kernel}"]
+                   for run in (tf_run, jax_run)]
+        moved = [np.abs(change).max() > 0 for change in changes]
+        assert moved[0] == moved[1], (step, moved)  # a skipped update is skipped on both
+        if moved[0]:
+            cosine = np.sum(changes[0] * changes[1]) / (np.linalg.norm(changes[0])
+                                                        * np.linalg.norm(changes[1]))
+            assert cosine > 0.99, (step, cosine)
+    if dtype == "mixed_bfloat16":  # no loss scale: every update happens, near float32's
+        for step in range(3):
+            assert abs(float(jax_run[f"loss_{step}"]) - float(full[f"loss_{step}"])) < 0.02
+
+
+def test_tf1_checkpoints_read_and_write_without_tensorflow(tf1_tiny_dir, minilm_dir, tmp_path):
+    """`modeling.tensor_bundle` against `tf.train.load_checkpoint`, on every variable of the
+    checkpoints the tests have (Google's format from the shared data, an earlier version's
+    runner checkpoint, MiniLM written by TensorFlow's SaveV2), and what it writes read back by
+    TensorFlow."""
+    import tensorflow as tf
+
+    from modeling import checkpoints, tensor_bundle
+    from modeling.encoder import BertEncoder
+
+    config = checkpoints.read_config(minilm_dir)
+    encoder = BertEncoder(config)
+    checkpoints.load_checkpoint(encoder, minilm_dir)
+    written_by_tf = str(tmp_path / "tf" / "bert_model.ckpt")
+    os.makedirs(tmp_path / "tf")
+    checkpoints.save_tf1_checkpoint(encoder, written_by_tf, global_step=7)
+    prefixes = [str(tf1_tiny_dir / "bert_model.ckpt"), written_by_tf,
+                str(REPO / "tests" / "fixtures" / "old_format" / "tf1" / "bert_model.ckpt"),
+                str(REPO / "tests" / "fixtures" / "old_format" / "classifier_run" / "ckpt-4")]
+    read = 0
+    for prefix in prefixes:
+        reader = tf.train.load_checkpoint(prefix)
+        ours = tensor_bundle.TensorBundle(prefix)
+        shapes = reader.get_variable_to_shape_map()
+        assert {n: tuple(s) for n, s in shapes.items()} == ours.shapes(), prefix
+        for name in shapes:
+            if reader.get_variable_to_dtype_map()[name] == tf.string:
+                continue  # the object graph of a runner checkpoint: TensorFlow's business
+            theirs = reader.get_tensor(name)
+            mine = ours.read(name)
+            assert mine.dtype == np.asarray(theirs).dtype and np.array_equal(mine, theirs), name
+            read += 1
+    assert read > 400
+    # Written here, read by TensorFlow: MiniLM's every weight.
+    tensors = {name: tf.train.load_checkpoint(written_by_tf).get_tensor(name)
+               for name in tf.train.load_checkpoint(written_by_tf).get_variable_to_shape_map()}
+    tensor_bundle.write(str(tmp_path / "ours"), tensors)
+    reader = tf.train.load_checkpoint(str(tmp_path / "ours"))
+    assert set(reader.get_variable_to_shape_map()) == set(tensors)
+    for name, value in tensors.items():
+        assert np.array_equal(reader.get_tensor(name), value), name
+    assert int(reader.get_tensor("global_step")) == 7
+
+
+def test_a_damaged_tf1_checkpoint_is_named_without_tensorflow(tf1_tiny_dir, tmp_path):
+    import shutil
+
+    from modeling.checkpoints import CheckpointError
+    from modeling.tensor_bundle import TensorBundle
+
+    for name in ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"):
+        shutil.copy(tf1_tiny_dir / name, tmp_path / name)
+    data = tmp_path / "bert_model.ckpt.data-00000-of-00001"
+    flipped = bytearray(data.read_bytes())
+    flipped[100] ^= 0xFF
+    data.write_bytes(bytes(flipped))
+    bundle = TensorBundle(str(tmp_path / "bert_model.ckpt"))
+    with pytest.raises(CheckpointError, match=r"data-00000-of-00001: .* does not match its "
+                                              r"checksum: the file is damaged"):
+        for name in bundle.entries:
+            bundle.read(name)
+    data.write_bytes((tf1_tiny_dir / "bert_model.ckpt.data-00000-of-00001").read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match=r"data-00000-of-00001: cannot read .* the file is "
+                                              r"truncated or damaged"):
+        for name in bundle.entries:
+            bundle.read(name)
+    index = tmp_path / "bert_model.ckpt.index"
+    index.write_bytes(index.read_bytes()[:-20])
+    with pytest.raises(CheckpointError, match=r"bert_model.ckpt.index: not a readable TF1 "
+                                              r"checkpoint index"):
+        TensorBundle(str(tmp_path / "bert_model.ckpt"))
