@@ -58,6 +58,20 @@ class Run:
     chief: bool
 
 
+TRAINING_BACKENDS = ("tensorflow", "jax")
+
+
+def check_backend() -> None:
+    """Training, evaluation and prediction run on TensorFlow and JAX (docs/backends.md): on
+    another Keras backend the run is refused before anything is read."""
+    from process import environment
+
+    if environment.backend() not in TRAINING_BACKENDS:
+        raise SettingsError(f"the runners train and predict on the tensorflow and jax backends, "
+                            f"not {environment.backend()} (KERAS_BACKEND); the encoder runs on "
+                            f"{environment.backend()} (docs/backends.md)")
+
+
 def model_files(settings: RunSettings, vocab_required: bool = True):
     """(BertConfig, vocab path) from `bert_config_file` / `vocab_file`, else from the files
     beside `init_checkpoint`."""

@@ -200,6 +200,9 @@ def _finetune(task, settings: FinetuneSettings) -> None:
 # ------------------------------------------------------------------------------------ settings
 def check_settings(settings: FinetuneSettings) -> None:
     """Usage errors of any fine-tuning run, before anything slow happens."""
+    from engine.build import check_backend
+
+    check_backend()
     if not settings.output_dir:
         raise SettingsError("--output_dir is required")
     if not (settings.do_train or settings.do_eval or settings.do_predict or settings.export_dir):

@@ -21,6 +21,11 @@ class Shard:
 
 
 def _open(path: str):
+    """Local files directly; `gs://` and other schemes through TensorFlow's file systems."""
+    from process.atomic_files import is_remote
+
+    if not is_remote(path):
+        return open(path, "rb")
     import tensorflow as tf
 
     return tf.io.gfile.GFile(path, "rb")

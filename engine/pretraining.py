@@ -62,6 +62,9 @@ def _pretrain(task, settings: PretrainSettings) -> None:
     from modeling import checkpoints, convert
     from process.atomic_files import recover_directory, staged_directory
 
+    from engine.build import check_backend
+
+    check_backend()
     if not (settings.do_train or settings.do_eval):
         raise SettingsError("at least one of --do_train or --do_eval must be set")
     if settings.train_batch_size % settings.num_accumulation_steps:

@@ -1,0 +1,296 @@
+"""The runners on JAX, in processes where TensorFlow cannot be imported (as in `make venv-jax`):
+every runner trains, evaluates, predicts and writes the files it writes on TensorFlow; a run
+killed with SIGKILL anywhere resumes to the uninterrupted run's files byte for byte; two host
+devices give one device's losses; what JAX cannot do is refused in one line; and TensorFlow
+exports what JAX trained."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from process.fault_points import KILL_VARIABLE
+from tests.conftest import REPO, read_results, read_tsv, run_script
+from tests.test_faults import assert_same_run, listing
+from tests.test_run_classifier import glue_slice
+from tests.test_run_ner import conll_slice
+
+pytest.importorskip("jax", reason="jax is not installed (make test installs setup.py's jax extra)")
+
+
+@pytest.fixture(scope="module")
+def no_tensorflow(tmp_path_factory):
+    """A folder whose `tensorflow` and `tensorflow_text` packages fail to import, as they do where
+    they are not installed; first on PYTHONPATH, it reaches every child process too."""
+    folder = tmp_path_factory.mktemp("no_tensorflow")
+    for name in ("tensorflow", "tensorflow_text"):
+        (folder / name).mkdir()
+        (folder / name / "__init__.py").write_text(
+            f"raise ModuleNotFoundError(\"No module named '{name}'\", name={name!r})\n")
+    return folder
+
+
+def run_jax(no_tensorflow, script, *flags, env=None, check=True):
+    """`script` (a runner of this checkout, or `-m module`) on JAX without TensorFlow."""
+    command = [sys.executable, *(flags if script == "-m" else [str(REPO / script), *flags])]
+    environment = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(no_tensorflow),
+                   **(env or {})}
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=environment,
+                            timeout=900)
+    if check and result.returncode:
+        raise AssertionError(f"{script} failed on JAX:\n{result.stderr[-4000:]}")
+    return result
+
+
+def test_tensorflow_is_not_importable_there(no_tensorflow):
+    result = run_jax(no_tensorflow, "-m", "-c", "import tensorflow", check=False)
+    assert result.returncode == 1 and "No module named 'tensorflow'" in result.stderr
+
+
+# Checkpoints are the one deliberate difference in what a run writes (docs/backends.md).
+TF_ONLY = {"checkpoint", "best/model.index", "best/model.data-00000-of-00001"}
+
+
+def _without_checkpoints(names):
+    return {n for n in names if n not in TF_ONLY and not n.startswith("model.ckpt-")
+            and n != "best/weights.safetensors"}
+
+
+@pytest.fixture(scope="module")
+def mrpc(shared_data, tmp_path_factory):
+    return glue_slice(shared_data, "MRPC", tmp_path_factory.mktemp("jax") / "MRPC",
+                      {"train": 48, "dev": 24, "test": 8})
+
+
+def classifier(data, checkpoint, out, *extra):
+    return ["run_classifier.py", "--task_name=MRPC", f"--data_dir={data}",
+            f"--init_checkpoint={checkpoint}/bert_model.ckpt", "--max_seq_length=64",
+            "--train_batch_size=8", "--num_train_epochs=2", "--eval_every_steps=3",
+            "--best_metric=eval_loss", "--learning_rate=1e-3", f"--output_dir={out}",
+            "--do_train", "--do_eval", "--do_predict", *extra]
+
+
+@pytest.fixture(scope="module")
+def classifier_runs(mrpc, tiny_checkpoint, no_tensorflow, tmp_path_factory):
+    """The same classifier command on TensorFlow and on JAX (from the TF1 checkpoint, read
+    without TensorFlow)."""
+    root = tmp_path_factory.mktemp("classifier")
+    command = classifier(mrpc, tiny_checkpoint, root / "jax")
+    jax_run = run_jax(no_tensorflow, *command)
+    tf_run = run_script(*classifier(mrpc, tiny_checkpoint, root / "tf"))
+    return {"root": root, "jax": root / "jax", "tf": root / "tf", "log": jax_run.stderr,
+            "tf_log": tf_run.stderr, "command": command}
+
+
+def test_classifier_on_jax_writes_the_files_tensorflow_writes(classifier_runs):
+    jax_out, tf_out = classifier_runs["jax"], classifier_runs["tf"]
+    assert _without_checkpoints(listing(jax_out)) == _without_checkpoints(listing(tf_out))
+    assert {"model.ckpt-12.safetensors", "best/weights.safetensors"} <= listing(jax_out)
+    ours, theirs = read_results(jax_out / "eval_results.txt"), read_results(
+        tf_out / "eval_results.txt")
+    assert set(ours) == set(theirs) and ours["global_step"] == theirs["global_step"] == 12
+    # Four evaluations (steps 3, 6, 9, 12), each recorded once, as on TensorFlow.
+    assert classifier_runs["log"].count("***** Eval results *****") == 4
+    assert classifier_runs["tf_log"].count("***** Eval results *****") == 4
+    assert 0.3 < ours["eval_accuracy"] <= 1.0 and 0.0 < ours["eval_loss"] < 2.0
+    tests = read_tsv(jax_out / "test_results.tsv")
+    assert len(tests) == 8 and all(abs(sum(map(float, row)) - 1) < 1e-5 for row in tests)
+    assert read_tsv(jax_out / "eval_predictions.tsv")[0] == read_tsv(
+        tf_out / "eval_predictions.tsv")[0]
+
+
+def test_a_killed_jax_run_resumes_to_the_uninterrupted_runs_files(classifier_runs, mrpc,
+                                                                   tiny_checkpoint,
+                                                                   no_tensorflow, tmp_path):
+    kills = ["features@1", "train_loop@1", "checkpoint_write@1", "evaluation@1", "best_swap@1",
+             "eval_results@1", "best_swap@2", "evaluation@2", "prediction@1"]
+    command = classifier(mrpc, tiny_checkpoint, tmp_path / "out")
+    for point in kills:
+        killed = run_jax(no_tensorflow, *command, env={KILL_VARIABLE: point}, check=False)
+        assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-2000:])
+    final = run_jax(no_tensorflow, *command)
+    assert "did not finish before the run was stopped" not in final.stderr
+    assert_same_run(classifier_runs["jax"], tmp_path / "out", [
+        "eval_results.txt", "best/eval_results.txt", "best/weights.safetensors",
+        "model.ckpt-12.safetensors", "test_results.tsv", "test_predictions.tsv",
+        "eval_predictions.tsv", "run_config.json"])
+
+
+def test_two_host_devices_give_one_devices_losses(mrpc, tiny_checkpoint, no_tensorflow,
+                                                  tmp_path):
+    """`--distribution_strategy=mirrored` over two CPU devices (XLA's host platform split in
+    two): each batch is split across them, and the losses, dropout included, are one device's."""
+    two = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    one = run_jax(no_tensorflow, *classifier(mrpc, tiny_checkpoint, tmp_path / "one"), env=two)
+    mirrored = run_jax(no_tensorflow, *classifier(mrpc, tiny_checkpoint, tmp_path / "two",
+                                                  "--distribution_strategy=mirrored"), env=two)
+    assert "on 2 replica(s)" in mirrored.stderr and "on 1 replica(s)" in one.stderr
+
+    def losses(log):
+        return [float(line.split("| loss ")[1].split()[0]) for line in log.splitlines()
+                if "| loss " in line]
+
+    assert len(losses(one.stderr)) == 4
+    np.testing.assert_allclose(losses(mirrored.stderr), losses(one.stderr), rtol=1e-5)
+    a, b = read_results(tmp_path / "one" / "eval_results.txt"), read_results(
+        tmp_path / "two" / "eval_results.txt")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert abs(a[key] - b[key]) < 1e-5, key
+
+
+def test_tensorflow_exports_what_jax_trained(classifier_runs, mrpc, tmp_path):
+    """The same command on TensorFlow, without --do_train and with --export_dir, exports the
+    JAX run's best weights (best/weights.safetensors): the SavedModel answers the test pairs'
+    raw text with JAX's probabilities."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the export's tokenizer ops)
+
+    out = classifier_runs["jax"]
+    command = [flag for flag in classifier_runs["command"] if flag != "--do_train"]
+    export = tmp_path / "export"
+    result = run_script(*command, f"--export_dir={export}")
+    assert "restored the best weights" in result.stderr
+    pairs = [(row[3], row[4]) for row in read_tsv(mrpc / "test.tsv")[1:]]
+    served = tf.saved_model.load(str(export)).signatures["serve_text"](
+        text_a=tf.constant([a for a, _ in pairs]), text_b=tf.constant([b for _, b in pairs]))
+    jax_rows = read_tsv(out / "test_predictions.tsv")[1:]
+    assert len(jax_rows) == len(pairs) == 8
+    np.testing.assert_allclose(served["probabilities"].numpy(),
+                               [[float(row[2]), float(row[3])] for row in jax_rows], atol=2e-5)
+    assert [x.decode() for x in served["label"].numpy()] == [row[1] for row in jax_rows]
+
+
+def test_what_jax_cannot_do_is_refused_in_one_line(mrpc, tiny_checkpoint, no_tensorflow,
+                                                   tmp_path):
+    export = run_jax(no_tensorflow, *classifier(mrpc, tiny_checkpoint, tmp_path / "a",
+                                                f"--export_dir={tmp_path / 'export'}"),
+                     check=False)
+    assert export.returncode == 2
+    line = export.stderr.strip().splitlines()[-1]
+    assert line.startswith("run_classifier.py: error: --export_dir writes a TensorFlow "
+                           "SavedModel: not on KERAS_BACKEND=jax")
+    assert "--do_train left out" in line and len(export.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "a").exists() and not (tmp_path / "export").exists()
+    packed = run_jax(no_tensorflow, *classifier(mrpc, tiny_checkpoint, tmp_path / "b",
+                                                "--pack_examples"), check=False)
+    assert packed.returncode == 2 and "--pack_examples runs on TensorFlow only" in packed.stderr
+    torch = run_jax(no_tensorflow, *classifier(mrpc, tiny_checkpoint, tmp_path / "c"),
+                    env={"KERAS_BACKEND": "torch"}, check=False)
+    assert torch.returncode == 2
+    assert torch.stderr.strip().splitlines() == [
+        "run_classifier.py: error: the runners train and predict on the tensorflow and jax "
+        "backends, not torch (KERAS_BACKEND); the encoder runs on torch (docs/backends.md)"]
+
+
+@pytest.fixture(scope="module")
+def pretraining_records(shared_data, tiny_checkpoint, no_tensorflow, tmp_path_factory):
+    path = tmp_path_factory.mktemp("records") / "records.tfrecord"
+    run_jax(no_tensorflow, "-m", "-m", "data_gen.pretraining.create_pretraining_data",
+            f"--input_file={shared_data}/corpus/wikitext-2/valid.txt", f"--output_file={path}",
+            f"--vocab_file={tiny_checkpoint}/vocab.txt", "--max_seq_length=64",
+            "--max_predictions_per_seq=10", "--dupe_factor=1")
+    return path
+
+
+def pretraining(records, checkpoint, out, *extra):
+    return ["run_pretraining.py", f"--input_file={records}", f"--output_dir={out}",
+            f"--bert_config_file={checkpoint}/bert_config.json", "--max_seq_length=64",
+            "--max_predictions_per_seq=10", "--train_batch_size=8", "--learning_rate=1e-3",
+            "--num_train_steps=20", "--num_warmup_steps=3", "--steps_per_loop=5",
+            "--save_checkpoints_steps=10", "--do_train", "--do_eval", "--max_eval_steps=5",
+            f"--vocab_file={checkpoint}/vocab.txt", *extra]
+
+
+def test_pretraining_on_jax_resumes_and_exports_the_originals_checkpoint(
+        pretraining_records, tiny_checkpoint, no_tensorflow, tmp_path):
+    straight = tmp_path / "straight"
+    run_jax(no_tensorflow, *pretraining(pretraining_records, tiny_checkpoint, straight,
+                                        "--dynamic_masking"))
+    results = read_results(straight / "eval_results.txt")
+    assert {"masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
+            "next_sentence_loss", "loss", "global_step"} == set(results)
+    assert results["global_step"] == 20
+    resumed = tmp_path / "resumed"
+    command = pretraining(pretraining_records, tiny_checkpoint, resumed, "--dynamic_masking")
+    for point in ("train_loop@3", "checkpoint_write@1", "tf1_export@1"):
+        killed = run_jax(no_tensorflow, *command, env={KILL_VARIABLE: point}, check=False)
+        assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-2000:])
+    run_jax(no_tensorflow, *command)
+    assert_same_run(straight, resumed, ["eval_results.txt", "model.ckpt-20.safetensors",
+                                        "tf1/bert_model.ckpt.index",
+                                        "tf1/bert_model.ckpt.data-00000-of-00001"])
+    # The export is Google's TF1 format, read by TensorFlow as the original reads it.
+    import tensorflow as tf
+    from safetensors.numpy import load_file
+
+    reader = tf.train.load_checkpoint(str(straight / "tf1" / "bert_model.ckpt"))
+    assert int(reader.get_tensor("global_step")) == 20
+    state = load_file(str(straight / "model.ckpt-20.safetensors"))
+    word = next(v for k, v in state.items() if k.endswith("embeddings/word_embeddings")
+                and k.startswith("model/"))
+    np.testing.assert_array_equal(reader.get_tensor("bert/embeddings/word_embeddings"), word)
+    assert {"bert_config.json", "vocab.txt"} <= set(os.listdir(straight / "tf1"))
+
+
+def test_ner_squad_and_multiple_choice_run_on_jax(shared_data, tiny_checkpoint, no_tensorflow,
+                                                  tmp_path):
+    conll = conll_slice(shared_data, tmp_path / "conll", {"train.txt": 2500, "valid.txt": 700})
+    ner = run_jax(no_tensorflow, "run_ner.py", f"--data_dir={conll}",
+                  f"--output_dir={tmp_path / 'ner'}",
+                  f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}",
+                  "--max_seq_length=32", "--doc_stride=16", "--train_batch_size=16",
+                  "--num_train_epochs=1", "--learning_rate=2e-3", "--do_train", "--do_eval",
+                  "--do_predict", "--predict_file=" + str(conll / "valid.txt"))
+    assert "eval_f1" in read_results(tmp_path / "ner" / "eval_results.txt")
+    predicted = (tmp_path / "ner" / "test_predictions.txt").read_text(encoding="utf-8")
+    words = [line for line in (conll / "valid.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("-DOCSTART-")]
+    assert len([line for line in predicted.splitlines() if line.strip()]) == len(words)
+    del ner
+    squad = json.loads((shared_data / "squad" / "dev-v1.1.json").read_text())
+    small = {"version": "1.1", "data": [{"title": squad["data"][0]["title"],
+                                         "paragraphs": squad["data"][0]["paragraphs"][:4]}]}
+    (tmp_path / "squad.json").write_text(json.dumps(small))
+    run_jax(no_tensorflow, "run_squad.py", f"--train_file={tmp_path / 'squad.json'}",
+            f"--predict_file={tmp_path / 'squad.json'}", f"--output_dir={tmp_path / 'squad'}",
+            f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}", "--max_seq_length=96",
+            "--doc_stride=48", "--train_batch_size=8", "--num_train_epochs=1", "--do_train",
+            "--do_predict")
+    predictions = json.loads((tmp_path / "squad" / "predictions.json").read_text())
+    questions = [qa["id"] for p in small["data"][0]["paragraphs"] for qa in p["qas"]]
+    assert sorted(predictions) == sorted(questions)
+    assert (tmp_path / "squad" / "nbest_predictions.json").is_file()
+    swag = shared_data / "swag_sample" / "val_first91.csv"
+    run_jax(no_tensorflow, "run_multiple_choice.py", "--task_name=swag", f"--train_file={swag}",
+            f"--eval_file={swag}", f"--predict_file={swag}", f"--output_dir={tmp_path / 'mc'}",
+            f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}", "--max_seq_length=48",
+            "--train_batch_size=8", "--num_train_epochs=1", "--do_train", "--do_eval",
+            "--do_predict")
+    assert "eval_accuracy" in read_results(tmp_path / "mc" / "eval_results.txt")
+    assert len(read_tsv(tmp_path / "mc" / "test_results.tsv")) == 91
+
+
+def test_extract_features_on_jax_writes_tensorflows_lines(shared_data, minilm_dir,
+                                                          no_tensorflow, tmp_path):
+    rows = (shared_data / "glue" / "STS-B" / "dev.tsv").read_text(encoding="utf-8").split("\n")
+    (tmp_path / "lines.txt").write_text("\n".join(row.split("\t")[7] for row in rows[1:41]) + "\n")
+    flags = [f"--input_file={tmp_path / 'lines.txt'}", f"--init_checkpoint={minilm_dir}",
+             "--layers=-1,-2", "--max_seq_length=64", "--batch_size=8"]
+    run_jax(no_tensorflow, "extract_features.py", *flags, f"--output_file={tmp_path / 'jax.jsonl'}")
+    run_script("extract_features.py", *flags, f"--output_file={tmp_path / 'tf.jsonl'}")
+    ours = [json.loads(line) for line in (tmp_path / "jax.jsonl").read_text().splitlines()]
+    theirs = [json.loads(line) for line in (tmp_path / "tf.jsonl").read_text().splitlines()]
+    assert len(ours) == len(theirs) == 40
+    worst = 0.0
+    for a, b in zip(ours, theirs):
+        assert a["linex_index"] == b["linex_index"]
+        assert [f["token"] for f in a["features"]] == [f["token"] for f in b["features"]]
+        for fa, fb in zip(a["features"], b["features"]):
+            for la, lb in zip(fa["layers"], fb["layers"]):
+                assert la["index"] == lb["index"]
+                worst = max(worst, np.abs(np.array(la["values"]) - np.array(lb["values"])).max())
+    assert worst <= 2e-5  # values are written with 6 decimals, as the original's
