@@ -168,6 +168,16 @@ class KerasTrainer:
         return result, new_frozen
 
     def _train_step(self, state, batch):
+        """One update: the clipped gradients of `batch`, applied by the optimiser."""
+        trainable, _, optimizer_values = state
+        grads, frozen, sums = self._clipped_gradients(state, batch)
+        trainable, optimizer_values = self.optimizer.stateless_apply(optimizer_values, grads,
+                                                                     trainable)
+        return (trainable, frozen, optimizer_values), sums
+
+    def _clipped_gradients(self, state, batch):
+        """The gradients of one update (micro-batches averaged), clipped as the original clips
+        them; the new values of the non-trainable variables; the metric sums."""
         import jax
         import jax.numpy as jnp
 
@@ -216,9 +226,7 @@ class KerasTrainer:
                 norm = norm / scale
             factor = self._clip_norm / jnp.maximum(norm, self._clip_norm)
             grads = [g * factor.astype(g.dtype) for g in grads]
-        trainable, optimizer_values = self.optimizer.stateless_apply(optimizer_values, grads,
-                                                                     trainable)
-        return (trainable, frozen, optimizer_values), sums
+        return grads, frozen, sums
 
     def _jitted(self, name: str, fn: Callable, **options):
         if name not in self._steps:
@@ -229,21 +237,9 @@ class KerasTrainer:
 
     def gradients(self, batch) -> tuple:
         """The clipped gradients and metrics of one update on `batch`, without applying them
-        (for tests against TensorFlow's)."""
-        captured = {}
-        apply = self.optimizer.stateless_apply
-
-        def capture(optimizer_values, grads, trainable):
-            captured["grads"] = grads
-            return trainable, optimizer_values
-
-        self.optimizer.stateless_apply = capture
-        try:
-            _, sums = self._train_step(self._state(), self.strategy.put(batch))
-        finally:
-            self.optimizer.stateless_apply = apply
-        return [np.asarray(g) for g in captured["grads"]], ratios(
-            {k: np.asarray(v) for k, v in sums.items()})
+        (for comparing backends)."""
+        grads, _, sums = self._clipped_gradients(self._state(), self.strategy.put(batch))
+        return [np.asarray(g) for g in grads], ratios({k: np.asarray(v) for k, v in sums.items()})
 
     # ------------------------------------------------------------------------- bookkeeping
     @property

@@ -11,6 +11,20 @@ from process import environment  # noqa: F401
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session", autouse=True)
+def jax_compilation_cache(tmp_path_factory):
+    """JAX runs of the tests (subprocesses inherit it) keep their compiled steps in a folder of
+    this test session, not in the user's ~/.cache (engine.distribution's default)."""
+    folder = tmp_path_factory.mktemp("jax-compilation-cache")
+    previous = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+    else:
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = previous
+
+
 def data_dir() -> pathlib.Path:
     """The shared real-data folder: $BERT_DATA_DIR, else ../shared/data beside the repository."""
     return pathlib.Path(os.environ.get("BERT_DATA_DIR", REPO.parent / "shared" / "data"))
