@@ -18,6 +18,12 @@ right after it with the cache it filled, as a resumed run, a rerun or a search's
     python bench/backends.py                       # MRPC, 1 epoch, 3 runs per backend
     python bench/backends.py --runs 1 --max_steps 30
 
+`--seed_spread` measures scores instead: the original recipe in full (3 epochs) over `--seeds`
+seeds on each backend, each a `run_search.py --seeds` search (the trials are ordinary runner
+processes, inheriting KERAS_BACKEND), and whether JAX's runs fall within TensorFlow's spread.
+
+    python bench/backends.py --seed_spread --seeds 3
+
 Prints a Markdown table (mean and range over the runs, ratio to TensorFlow) and writes every run
 to bench/results/backends.json and each run's log to bench/results/logs/.
 """
@@ -81,6 +87,54 @@ def phases(log: str) -> dict:
             "first_loop_end_s": stamps[0] if stamps else None}
 
 
+def seed_spread(args, data: pathlib.Path) -> None:
+    """The original recipe over `args.seeds` seeds per backend through run_search.py --seeds."""
+    work = pathlib.Path(tempfile.mkdtemp(prefix="bench-backend-seeds-"))
+    scores = {}
+    for backend in args.backends.split(","):
+        if backend.endswith("-warm"):
+            continue
+        search = work / backend
+        os.environ.update(KERAS_BACKEND=backend, JAX_COMPILATION_CACHE_DIR=str(work / "cache"))
+        command = [python_for(backend), str(REPO / "run_search.py"), "--runner=run_classifier",
+                   f"--search_dir={search}", f"--seeds={args.seeds}", "--prune=false",
+                   f"--random_seed={args.seed}", "--", "--task_name=MRPC",
+                   f"--data_dir={data}", f"--init_checkpoint={minilm_dir()}",
+                   "--max_seq_length=128", "--train_batch_size=32", "--learning_rate=2e-5",
+                   "--num_train_epochs=3"]
+        wall, _ = timed(command, str(RESULTS / "logs" / f"backend-seeds-{backend}.log"))
+        runs = []
+        for trial in sorted((search / "trials").iterdir()):
+            if trial.is_dir() and (trial / "eval_results.txt").is_file():
+                runs.append(read_results(trial / "eval_results.txt"))
+        scores[backend] = {"wall_s": wall, "runs": runs}
+        print(json.dumps({backend: scores[backend]}), flush=True)
+    os.environ["KERAS_BACKEND"] = "tensorflow"
+    os.environ.pop("JAX_COMPILATION_CACHE_DIR")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "backend_seeds.json").write_text(json.dumps({"cpu": cpu_kind(), **scores},
+                                                           indent=1))
+    print(f"\nMRPC dev, the original recipe (lr 2e-5, batch 32, 3 epochs, 128), MiniLM, seeds "
+          f"{args.seed}-{args.seed + args.seeds - 1}; {cpu_kind()}\n")
+    print("| backend | eval_main by seed | mean +- std | accuracy (mean) | F1 (mean) |")
+    print("|---|---|---|---|---|")
+    for backend, record in scores.items():
+        main = [r["eval_main"] for r in record["runs"]]
+        std = statistics.stdev(main) if len(main) > 1 else 0.0
+        print(f"| {backend} | {', '.join(f'{m:.4f}' for m in main)} | "
+              f"{statistics.mean(main):.4f} +- {std:.4f} | "
+              f"{statistics.mean(r['eval_accuracy'] for r in record['runs']):.4f} | "
+              f"{statistics.mean(r['eval_f1'] for r in record['runs']):.4f} |")
+    if "tensorflow" in scores and "jax" in scores:
+        low = min(r["eval_main"] for r in scores["tensorflow"]["runs"])
+        high = max(r["eval_main"] for r in scores["tensorflow"]["runs"])
+        inside = [low <= r["eval_main"] <= high for r in scores["jax"]["runs"]]
+        mean = statistics.mean(r["eval_main"] for r in scores["jax"]["runs"])
+        print(f"\nJAX's runs within TensorFlow's range {low:.4f}-{high:.4f}: {sum(inside)} of "
+              f"{len(inside)}; JAX's mean {'inside' if low <= mean <= high else 'outside'} it")
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", default="tensorflow,jax,jax-warm")
@@ -88,12 +142,17 @@ def main():
     parser.add_argument("--epochs", default="1")
     parser.add_argument("--max_steps", type=int, default=0)
     parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--seed_spread", action="store_true", help="scores over seeds instead")
+    parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--data_dir", default=os.environ.get(
         "BERT_DATA_DIR", str(REPO.parent / "shared" / "data")))
     args = parser.parse_args()
     data = pathlib.Path(args.data_dir) / "glue" / "MRPC"
     if not (data / "train.tsv").is_file():
         raise SystemExit(f"{data}: no MRPC (set --data_dir or BERT_DATA_DIR)")
+    if args.seed_spread:
+        seed_spread(args, data)
+        return
     backends = args.backends.split(",")
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-backends-"))
     runs = []

@@ -13,9 +13,18 @@ in the figure. Sequences/s, and MFU: the model's training FLOPs (3 x the forward
 L x T x (8 H^2 + 4 H I + 4 T H) per sequence, plus the heads) per second over the chip's dense
 bfloat16 peak (H100 SXM and H200: 989 TFLOP/s; H100 PCIe: 756).
 
-On the GPU machine (its image has JAX, PyTorch and transformers, not Keras): carry Keras's wheels
-(keras, namex, optree) as the device tool's README says, then
+On the GPU machine (its image has JAX 0.11, PyTorch, transformers, absl-py, h5py, ml-dtypes and
+rich, not Keras), Keras travels as wheels (keras, and the namex and optree it needs). Here, once:
 
+    echo /.whl/ >> .git/info/exclude
+    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d .whl keras==3.15.1 namex optree
+
+then one call there, carrying `.whl`:
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; \
     KERAS_BACKEND=jax python3 bench/gpu.py --out $OUT/gpu.json
 
 Every measurement runs as its own process (JAX and PyTorch never share the GPU's memory); the

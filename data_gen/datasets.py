@@ -43,33 +43,9 @@ from typing import Callable
 
 import numpy as np
 
+from data_gen.batching import (BUCKET_WINDOW, LENGTH_MULTIPLE,  # noqa: F401 (also named here)
+                               SEQUENCE_FEATURES, Batching, example_lengths, example_row_spans)
 from data_gen.errors import DataError
-
-LENGTH_MULTIPLE = 8  # trimmed batches are this many tokens wide, or a multiple (fewer retraces)
-SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
-BUCKET_WINDOW = 50  # batches sorted by length together (the default of --bucket_by_length)
-
-
-@dataclasses.dataclass(frozen=True)
-class Batching:
-    """How rows become batches: `trim` to the longest row (rounded up to `width_multiple`),
-    `bucket_window` batches of similar lengths (0: off), `pack` several examples per training
-    row (tasks that support it)."""
-
-    trim: bool = True
-    bucket_window: int = 0
-    pack: bool = False
-    # Trimmed widths are multiples of this. 8 bounds the shapes a step meets (XLA compiles each
-    # one; GPUs' fast kernels want multiples of 8); on a CPU without XLA every width runs at the
-    # same speed per token and a new one costs ~0.04 s once, so 1 (the longest row) wastes least.
-    width_multiple: int = LENGTH_MULTIPLE
-
-
-def example_lengths(features: dict) -> np.ndarray:
-    """Real tokens of each row (of its longest choice, for `[rows, choices, length]` masks)."""
-    mask = np.asarray(features["input_mask"])
-    return (mask != 0).sum(-1).reshape(len(mask), -1).max(-1).astype(np.int32)
-
 
 def rounded_width(longest, full, multiple: int = LENGTH_MULTIPLE):
     """The width of a batch whose longest row is `longest`: rounded up to `multiple`, at most
@@ -133,23 +109,10 @@ def _epoch_order(count: int, seed: int):
     return tf.data.Dataset.counter().flat_map(epoch)
 
 
-def _example_row_spans(example_index) -> tuple:
-    """The first row and the number of rows of each example, whose rows must be consecutive
-    (a split's windows are written in document order)."""
-    example_index = np.asarray(example_index)
-    examples = int(example_index.max()) + 1 if len(example_index) else 0
-    if np.any(np.diff(example_index) < 0) or np.any(example_index < 0):
-        raise ValueError("whole_examples needs each example's rows consecutive, in order")
-    counts = np.bincount(example_index, minlength=examples)
-    if np.any(counts == 0):
-        raise ValueError(f"examples without a row: {np.flatnonzero(counts == 0)[:5]}")
-    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64), counts.astype(np.int64)
-
-
 def _whole_example_batches(tensors: dict, spans: tuple, batch_size: int, seed: int,
                            pipelines: int, pipeline: int):
     """Training batches of `batch_size` whole examples (see the module docstring), from each
-    example's first row and number of rows (`_example_row_spans`)."""
+    example's first row and number of rows (`example_row_spans`)."""
     import tensorflow as tf
 
     starts, counts = (tf.constant(value) for value in spans)
@@ -192,7 +155,7 @@ def in_memory_dataset(features: dict, batch_size: int, is_training: bool, seed: 
     tensors = {name: tf.constant(value) for name, value in features.items()}
     spans = None  # with whole_examples: each example's first row and number of rows
     if is_training and whole_examples:
-        spans = _example_row_spans(features["example_index"])
+        spans = example_row_spans(features["example_index"])
     units = count if spans is None else len(spans[1])  # what a training batch counts
     if is_training and units < batch_size * pipelines:
         raise DataError(f"{units} training examples are fewer than one batch of "

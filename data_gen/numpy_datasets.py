@@ -115,8 +115,7 @@ def in_memory_batches(features: dict, batch_size: int, is_training: bool, seed: 
                       transform: Callable | None = None, whole_examples: bool = False,
                       ) -> Batches:
     """`data_gen.datasets.in_memory_dataset` in NumPy (see the module docstring)."""
-    from data_gen.datasets import SEQUENCE_FEATURES, Batching, _example_row_spans, \
-        example_lengths
+    from data_gen.batching import SEQUENCE_FEATURES, Batching, example_lengths, example_row_spans
 
     batching = batching or Batching()
     sequence_features = sequence_features or SEQUENCE_FEATURES
@@ -133,7 +132,7 @@ def in_memory_batches(features: dict, batch_size: int, is_training: bool, seed: 
             batch = trimmed(batch, sequence_features, batching.width_multiple)
         return batch
 
-    spans = _example_row_spans(arrays["example_index"]) if is_training and whole_examples \
+    spans = example_row_spans(arrays["example_index"]) if is_training and whole_examples \
         else None
     units = count if spans is None else len(spans[1])
     if is_training and units < batch_size * pipelines:

@@ -281,7 +281,7 @@ def _per_replica(context, global_batch: int) -> int:
 def batching_of(settings: FinetuneSettings, strategy):
     """The batch shapes the settings ask for; TPUs get full-width rows, one example each. Trimmed
     widths are exact (multiples of 1) on CPUs without XLA, else multiples of 8."""
-    from data_gen.datasets import BUCKET_WINDOW, LENGTH_MULTIPLE, Batching
+    from data_gen.batching import BUCKET_WINDOW, LENGTH_MULTIPLE, Batching
 
     from process import environment
 

@@ -200,9 +200,7 @@ def tf1_source(path: str | os.PathLike) -> TensorSource:
     """A Google TF1 checkpoint, minus Adam slots and `global_step`."""
     prefix = resolve_tf1_prefix(path)
     if not _tensorflow_available():
-        from modeling import tensor_bundle
-
-        return tensor_bundle.tf1_source(prefix)
+        return _bundle_source(prefix)
     import tensorflow as tf
 
     try:
@@ -231,6 +229,25 @@ def keras_numpy(variable) -> np.ndarray:
     import keras
 
     return keras.ops.convert_to_numpy(variable.value)
+
+
+def _bundle_source(prefix: str) -> TensorSource:
+    """A TF1 checkpoint read without TensorFlow (`modeling.tensor_bundle`)."""
+    from modeling.tensor_bundle import TensorBundle, TensorBundleError
+
+    try:
+        bundle = TensorBundle(prefix)
+    except TensorBundleError as e:
+        raise CheckpointError(str(e)) from None
+
+    def read(name: str) -> np.ndarray:
+        try:
+            return bundle.read(name)
+        except TensorBundleError as e:
+            raise CheckpointError(str(e)) from None
+
+    shapes = {n: s for n, s in bundle.shapes().items() if not names.is_ignored_tf1(n)}
+    return TensorSource(f"TF1 checkpoint {prefix}", shapes, read)
 
 
 def _first_line(error: Exception) -> str:
@@ -359,9 +376,13 @@ def training_checkpoint_prefix(path: str | os.PathLike) -> str | None:
     except CheckpointError:
         return None
     if not _tensorflow_available():
-        from modeling.tensor_bundle import TensorBundle
+        from modeling.tensor_bundle import TensorBundle, TensorBundleError
 
-        return prefix if "_CHECKPOINTABLE_OBJECT_GRAPH" in TensorBundle(prefix).entries else None
+        try:
+            entries = TensorBundle(prefix).entries
+        except TensorBundleError as e:
+            raise CheckpointError(str(e)) from None
+        return prefix if "_CHECKPOINTABLE_OBJECT_GRAPH" in entries else None
     import tensorflow as tf
 
     try:
@@ -385,13 +406,13 @@ def checkpoint_step(path: str | os.PathLike) -> int | None:
 
         return variable_files.step_of(variables)
     if not _tensorflow_available():
-        from modeling.tensor_bundle import TensorBundle
+        from modeling.tensor_bundle import TensorBundle, TensorBundleError
 
         try:
             bundle = TensorBundle(resolve_tf1_prefix(path))
             name = next((n for n in STEP_VARIABLES if n in bundle.entries), None)
             return None if name is None else int(bundle.read(name))
-        except CheckpointError:
+        except (CheckpointError, TensorBundleError):
             return None
     import tensorflow as tf
 

@@ -13,7 +13,7 @@ size); the empty key holds the `BundleHeaderProto` (the number of shards). Each 
 are little-endian in `PREFIX.data-SSSSS-of-NNNNN` at its offset, with its masked CRC-32C in the
 entry. Sliced (partitioned) variables and string tensors are named as unreadable here; BERT
 checkpoints have neither. A truncated index or data file, or a tensor whose CRC does not match,
-is a `CheckpointError` naming the file.
+is a `TensorBundleError` naming the file.
 
 `write(prefix, tensors)` writes one shard as TensorFlow's `SaveV2` does (one data block of
 entries sorted by name, restart points every 16 entries, an index block, the footer; every CRC),
@@ -27,6 +27,8 @@ import struct
 
 import numpy as np
 
+from process.errors import UserError
+
 _TABLE_MAGIC = 0xDB4775248B80FB57
 _FOOTER_BYTES = 48
 _TRAILER_BYTES = 5  # a block's compression type and CRC
@@ -37,10 +39,13 @@ _DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16, 
            23: np.uint64}
 
 
-def _error(message: str):
-    from modeling.checkpoints import CheckpointError
+class TensorBundleError(UserError):
+    """A TF1 checkpoint that cannot be read or does not check out; the message names the file.
+    (`modeling.checkpoints` raises it on as its `CheckpointError`.)"""
 
-    return CheckpointError(message)
+
+def _error(message: str) -> TensorBundleError:
+    return TensorBundleError(message)
 
 
 def _varint(data: bytes, at: int) -> tuple:
@@ -195,18 +200,6 @@ class TensorBundle:
                          f"the checkpoint again")
         return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).reshape(
             entry.shape).astype(dtype)
-
-
-def tf1_source(prefix: str):
-    """`modeling.checkpoints.TensorSource` of a TF1 checkpoint, read without TensorFlow."""
-    from modeling import checkpoint_names as names
-    from modeling.checkpoints import TensorSource
-
-    if not os.path.isfile(prefix + ".index"):
-        raise _error(f"{prefix}.index: no such file")
-    bundle = TensorBundle(prefix)
-    shapes = {n: s for n, s in bundle.shapes().items() if not names.is_ignored_tf1(n)}
-    return TensorSource(f"TF1 checkpoint {prefix}", shapes, bundle.read)
 
 
 # ------------------------------------------------------------------------------------ writing

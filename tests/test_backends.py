@@ -224,8 +224,7 @@ def test_tf1_checkpoints_read_and_write_without_tensorflow(tf1_tiny_dir, minilm_
 def test_a_damaged_tf1_checkpoint_is_named_without_tensorflow(tf1_tiny_dir, tmp_path):
     import shutil
 
-    from modeling.checkpoints import CheckpointError
-    from modeling.tensor_bundle import TensorBundle
+    from modeling.tensor_bundle import TensorBundle, TensorBundleError
 
     for name in ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"):
         shutil.copy(tf1_tiny_dir / name, tmp_path / name)
@@ -234,17 +233,17 @@ def test_a_damaged_tf1_checkpoint_is_named_without_tensorflow(tf1_tiny_dir, tmp_
     flipped[100] ^= 0xFF
     data.write_bytes(bytes(flipped))
     bundle = TensorBundle(str(tmp_path / "bert_model.ckpt"))
-    with pytest.raises(CheckpointError, match=r"data-00000-of-00001: .* does not match its "
+    with pytest.raises(TensorBundleError, match=r"data-00000-of-00001: .* does not match its "
                                               r"checksum: the file is damaged"):
         for name in bundle.entries:
             bundle.read(name)
     data.write_bytes((tf1_tiny_dir / "bert_model.ckpt.data-00000-of-00001").read_bytes()[:1000])
-    with pytest.raises(CheckpointError, match=r"data-00000-of-00001: cannot read .* the file is "
+    with pytest.raises(TensorBundleError, match=r"data-00000-of-00001: cannot read .* the file is "
                                               r"truncated or damaged"):
         for name in bundle.entries:
             bundle.read(name)
     index = tmp_path / "bert_model.ckpt.index"
     index.write_bytes(index.read_bytes()[:-20])
-    with pytest.raises(CheckpointError, match=r"bert_model.ckpt.index: not a readable TF1 "
+    with pytest.raises(TensorBundleError, match=r"bert_model.ckpt.index: not a readable TF1 "
                                               r"checkpoint index"):
         TensorBundle(str(tmp_path / "bert_model.ckpt"))

@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from data_gen import records
-from data_gen.datasets import SEQUENCE_FEATURES
+from data_gen.batching import SEQUENCE_FEATURES
 from data_gen.errors import DataError
 from data_gen.packing import pack, truncate_seq_pair
 from tasks.multiple_choice.reader import ChoiceExample

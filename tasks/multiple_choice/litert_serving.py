@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from data_gen.datasets import SEQUENCE_FEATURES
+from data_gen.batching import SEQUENCE_FEATURES
 from data_gen.tokenization import FullTokenizer
 from engine.litert_layout import LiteRTError, vocab_file
 from engine.litert_runtime import INPUT_NAMES, LiteRTModel

@@ -40,7 +40,8 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from data_gen import records
-from data_gen.datasets import Batching, in_memory_dataset
+from data_gen.batching import Batching
+from data_gen.datasets import in_memory_dataset
 from data_gen.errors import DataError
 from data_gen.packing import pack
 from data_gen.windows import max_context_windows, word_aligned_spans
