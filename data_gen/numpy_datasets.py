@@ -6,7 +6,10 @@ seeded permutation every epoch, the last partial batch of the endless stream dro
 `bucket_window` batches sorted by length and their batches shuffled; evaluation and prediction in
 order (sorted by length with bucketing), padded for several input pipelines with copies of row 0
 marked `example_index` -1 and `is_real_example` 0; batches trimmed to their longest row rounded up
-to `width_multiple`; whole examples per batch with `example_slot`. The permutations come from
+to `width_multiple`; whole examples per batch with `example_slot`. Several input pipelines (JAX
+processes) each take a contiguous share of every global batch (tf.data deals rows round-robin):
+the batch the processes assemble is then row for row one process's batch, so their losses, dropout
+included, are one process's (tests/test_jax_runners.py). The permutations come from
 NumPy's generator seeded by (seed, epoch) (and (seed, window) for the bucket shuffles): the same
 rules as TensorFlow's pipeline, not its draws, so the two backends see the examples in different
 orders (docs/backends.md).
@@ -64,17 +67,18 @@ class Batches:
             yield self._make_batch(indices)
 
 
-def _epoch_order(count: int, seed: int, pipelines: int, pipeline: int) -> Iterator[int]:
-    """Row indices, a fresh permutation of 0..count-1 every epoch, endlessly; this pipeline's
-    share (every `pipelines`-th index of the whole stream)."""
-    position = 0
+def _epoch_order(count: int, seed: int) -> Iterator[int]:
+    """Row indices, a fresh permutation of 0..count-1 every epoch, endlessly."""
     epoch = 0
     while True:
-        order = np.random.default_rng([seed, 0, epoch]).permutation(count)
-        first = (pipeline - position) % pipelines
-        yield from order[first::pipelines].tolist()
-        position += count
+        yield from np.random.default_rng([seed, 0, epoch]).permutation(count).tolist()
         epoch += 1
+
+
+def _share(batches: Iterator, size: int, pipeline: int) -> Iterator:
+    """This pipeline's contiguous `size` rows of each global batch."""
+    for batch in batches:
+        yield batch[pipeline * size:(pipeline + 1) * size]
 
 
 def _chunks(stream: Iterator[int], size: int) -> Iterator[np.ndarray]:
@@ -102,10 +106,10 @@ def trimmed(batch: dict, sequence_features, multiple: int) -> dict:
 
 
 def _whole_example_stream(spans: tuple, batch_size: int, seed: int, pipelines: int,
-                          pipeline: int) -> Iterator[np.ndarray]:
+                          pipeline: int) -> Iterator[tuple]:
     starts, counts = spans
-    examples = _epoch_order(len(counts), seed, pipelines, pipeline)
-    for chosen in _chunks(examples, batch_size):
+    examples = _epoch_order(len(counts), seed)
+    for chosen in _share(_chunks(examples, batch_size * pipelines), batch_size, pipeline):
         rows = np.concatenate([np.arange(starts[e], starts[e] + counts[e]) for e in chosen])
         yield rows, np.repeat(np.arange(batch_size, dtype=np.int32), counts[chosen])
 
@@ -150,25 +154,23 @@ def in_memory_batches(features: dict, batch_size: int, is_training: bool, seed: 
         lengths = example_lengths(arrays)
 
         def training_indices():
-            stream = _epoch_order(count, seed, pipelines, pipeline)
-            if window:
-                return _bucketed(stream, lengths, batch_size, window, seed)
-            return _chunks(stream, batch_size)
+            stream, size = _epoch_order(count, seed), batch_size * pipelines
+            batches = (_bucketed(stream, lengths, size, window, seed) if window
+                       else _chunks(stream, size))
+            return _share(batches, batch_size, pipeline)
 
         return Batches(training_indices,
                        lambda rows: finish({name: value[rows] for name, value in arrays.items()}))
-    replicas = input_context.num_replicas_in_sync if input_context else 1
     total = count if pipelines == 1 else -(-count // (batch_size * pipelines)) * (
         batch_size * pipelines)
-    del replicas  # padding is per pipeline here; the trainer pads a batch for its devices
     order = np.arange(total)
     if window:
         order[:count] = np.argsort(example_lengths(arrays), kind="stable")
-    order = order[pipeline::pipelines]
 
     def evaluation_indices():
-        for start in range(0, len(order), batch_size):
-            yield order[start:start + batch_size]
+        size = batch_size * pipelines
+        yield from _share((order[start:start + size] for start in range(0, total, size)),
+                          batch_size, pipeline)
 
     def gather_padded(rows):
         real = rows < count

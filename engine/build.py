@@ -136,9 +136,16 @@ def start_run(settings: RunSettings, config, vocab_file: str | None) -> Run:
     from engine.distribution import get_strategy, set_precision
     from engine.trainer_config import worker_dir
 
-    keras.utils.set_random_seed(settings.random_seed)
-    set_precision(settings.dtype)
-    strategy = get_strategy(settings.distribution_strategy, settings.tpu_address)
+    from process import environment
+
+    if environment.uses_tensorflow():
+        keras.utils.set_random_seed(settings.random_seed)
+        set_precision(settings.dtype)
+        strategy = get_strategy(settings.distribution_strategy, settings.tpu_address)
+    else:  # JAX's processes must find each other before anything of JAX runs
+        strategy = get_strategy(settings.distribution_strategy, settings.tpu_address)
+        keras.utils.set_random_seed(settings.random_seed)
+        set_precision(settings.dtype)
     work_dir = worker_dir(strategy, settings.output_dir)
     return Run(config, vocab_file, strategy, work_dir, chief=work_dir == settings.output_dir)
 

@@ -171,24 +171,29 @@ def _finetune(task, settings: FinetuneSettings) -> None:
     if evals and train is None:
         results = evaluate_and_record(trainer, evaluate, settings.output_dir, step)
         logger.info("evaluation of %s: %s", chosen, format_results(results))
-    if not run.chief:
+    # Several JAX processes predict together (each step is one program over all of them): the
+    # others compute what the chief writes. On TensorFlow the chief predicts alone.
+    if not run.chief and getattr(run.strategy, "num_processes", 1) == 1:
         return
     interrupts.at("while writing the predictions")
     for split in evals:  # what the kept weights predict on the evaluation splits
         last_step, predicted = evaluated.get(split.name, (None, None))
         if train is None or last_step != step:  # else: these weights were just evaluated
             predicted = predictions(split, settings.eval_batch_size)
-        task.write_eval_outputs(split, predicted, settings.output_dir)
-        fault_points.reached("prediction")
+        if run.chief:
+            task.write_eval_outputs(split, predicted, settings.output_dir)
+            fault_points.reached("prediction")
     for split in predicts:
         predicted = predictions(split, settings.predict_batch_size)
+        if not run.chief:
+            continue
         path = task.write_predictions(split, predicted, settings.output_dir)
         logger.info("predictions for %s: %s", split.name, path)
         fault_points.reached("prediction")
         if split.labelled:  # full precision: a threshold found here is pasted back as a flag
             log_results(task.score(split, predicted), logger,
                         f"Scores of the predictions for {split.name}")
-    if settings.export_dir:
+    if settings.export_dir and run.chief:
         from engine import export
 
         interrupts.at(f"while exporting the SavedModel to {settings.export_dir}")
@@ -286,7 +291,8 @@ def batching_of(settings: FinetuneSettings, strategy):
     from process import environment
 
     tpu = _is_tpu(strategy)
-    trim = settings.trim_padding and not tpu
+    # Several JAX processes assemble one global batch from their shares: one width for all.
+    trim = settings.trim_padding and not tpu and getattr(strategy, "num_processes", 1) == 1
     # Off TensorFlow every step is XLA-compiled, once per shape: multiples of 8 bound the shapes.
     exact = environment.uses_tensorflow() and not (settings.jit_compile or tpu
                                                     or _uses_gpu(strategy))

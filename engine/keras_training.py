@@ -112,6 +112,9 @@ class KerasTrainer:
         self.config = config
         self.is_chief = is_chief(strategy)
         self.work_dir = worker_dir(strategy, config.output_dir)
+        # The training checkpoints: the chief writes them, every process reads them on resume
+        # (several machines share --output_dir; their scratch folders hold the rest).
+        self.checkpoint_dir = config.output_dir
         if not optimizer.built:
             optimizer.build(model.trainable_variables)
         self._trainable = list(model.trainable_variables)
@@ -268,19 +271,19 @@ class KerasTrainer:
 
     def _save(self, step: int) -> str:
         """The checkpoint of `step`, through a `_temp` folder (a kill leaves no partial file)."""
-        path = checkpoint_path(self.work_dir, step)
+        path = checkpoint_path(self.checkpoint_dir, step)
         if not self.is_chief:
             return path
-        staging = os.path.join(self.work_dir, f"{CHECKPOINT_NAME}-{step}_temp")
+        staging = os.path.join(self.checkpoint_dir, f"{CHECKPOINT_NAME}-{step}_temp")
         os.makedirs(staging, exist_ok=True)
-        fault_points.reached("checkpoint_write", self.work_dir)
+        fault_points.reached("checkpoint_write", self.checkpoint_dir)
         try:
             variable_files.save(os.path.join(staging, "state" + variable_files.SUFFIX),
                                 self._groups(), step)
             os.replace(os.path.join(staging, "state" + variable_files.SUFFIX), path)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        for _, old in checkpoints_in(self.work_dir)[:-self.config.keep_checkpoint_max]:
+        for _, old in checkpoints_in(self.checkpoint_dir)[:-self.config.keep_checkpoint_max]:
             os.remove(old)
         return path
 
@@ -291,9 +294,9 @@ class KerasTrainer:
     def train(self, dataset_fn: Callable, on_loop_end: Callable | None = None,
               on_resume: Callable | None = None) -> dict:
         """As `engine.training.Trainer.train`: to `num_train_steps` from the newest checkpoint."""
-        for path in remove_partial_checkpoints(self.work_dir):
+        for path in remove_partial_checkpoints(self.checkpoint_dir) if self.is_chief else ():
             logger.info("removed %s, a partial checkpoint left by an interrupted run", path)
-        latest = latest_checkpoint(self.work_dir)
+        latest = latest_checkpoint(self.checkpoint_dir)
         if latest:
             self._restore(latest)
             logger.info("resumed from %s at step %d", latest, self.global_step)
@@ -339,7 +342,7 @@ class KerasTrainer:
                 raise NonFiniteLossError(
                     f"{cfg.output_dir}: the loss is {metrics['loss']} in the {n} steps ending at "
                     f"step {step}; stopped without saving (last good checkpoint: "
-                    f"{latest_checkpoint(self.work_dir) or 'none'}). Lower --learning_rate or "
+                    f"{latest_checkpoint(self.checkpoint_dir) or 'none'}). Lower --learning_rate or "
                     f"check the data, then run again")
             lr = self.current_learning_rate()
             speed = cfg.examples_per_step * n / elapsed if cfg.examples_per_step else 0.0
@@ -394,29 +397,36 @@ class KerasTrainer:
         step = self._jitted("predict", self._predict_step)
         trainable, frozen, _ = self._state()
         chunks, rows = [], None
+        processes = self.strategy.num_processes
         for batch in dataset_fn(self.strategy.input_context()):
             count = len(next(iter(batch.values())))
             if rows is None:
-                devices = self.strategy.num_replicas_in_sync // self.strategy.num_processes
+                devices = self.strategy.num_replicas_in_sync // processes
                 rows = -(-count // devices) * devices
+            if processes > 1 and count != rows:  # every process must give the same rows
+                raise ValueError(f"a prediction batch of {count} rows, not {rows}: several "
+                                 f"processes read equal, full batches")
             padded = {name: np.concatenate([value, np.repeat(value[:1], rows - count, axis=0)])
                       if count < rows else value for name, value in batch.items()}
             outputs = step(trainable, frozen, self.strategy.put(padded))
-            chunks.append({k: _host_rows(v)[:count] for k, v in outputs.items()})
+            # Several processes: every process's rows, gathered (each pipeline's padding rows
+            # carry example_index -1 and are dropped by the caller).
+            chunks.append({k: _host_rows(v) if processes > 1 else np.asarray(v)[:count]
+                           for k, v in outputs.items()})
         if not chunks:
             raise ValueError("prediction dataset is empty")
         return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
 
     def restore_latest(self) -> str | None:
         """Restore model and optimiser from the newest checkpoint in output_dir."""
-        latest = latest_checkpoint(self.work_dir)
+        latest = latest_checkpoint(self.checkpoint_dir)
         if latest:
             self._restore(latest)
         return latest
 
 
 def _host_rows(value) -> np.ndarray:
-    """This process's rows of an output (all of them on one process)."""
+    """Every process's rows of a batch-sharded output, on every process."""
     if getattr(value, "is_fully_addressable", True) is False:
         from jax.experimental import multihost_utils
 

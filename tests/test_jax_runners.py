@@ -298,3 +298,75 @@ def test_extract_features_on_jax_and_pytorch_writes_tensorflows_lines(
                 assert la["index"] == lb["index"]
                 worst = max(worst, np.abs(np.array(la["values"]) - np.array(lb["values"])).max())
     assert worst <= 2e-5  # values are written with 6 decimals, as the original's
+
+
+def test_sigterm_on_jax_is_one_line_and_the_rerun_ends_as_the_uninterrupted_run(
+        classifier_runs, mrpc, tiny_checkpoint, no_tensorflow, tmp_path):
+    from process.fault_points import STOP_VARIABLE
+    from tests.test_faults import wait_until_stopped
+
+    out = tmp_path / "out"
+    command = [sys.executable, *[str(REPO / part) if part.endswith(".py") else part
+                                 for part in classifier(mrpc, tiny_checkpoint, out)]]
+    process = subprocess.Popen(command, cwd=REPO, text=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE,
+                               env={**os.environ, "KERAS_BACKEND": "jax",
+                                    "PYTHONPATH": str(no_tensorflow),
+                                    STOP_VARIABLE: "train_loop@2"})
+    wait_until_stopped(process)
+    os.kill(process.pid, signal.SIGTERM)
+    os.kill(process.pid, signal.SIGCONT)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 143, stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"run_classifier.py: interrupted by SIGTERM at training step 6 of 12; nothing "
+        f"half-written is left; the same command resumes from {out}/model.ckpt-3.safetensors "
+        f"(step 3)")
+    run_jax(no_tensorflow, *classifier(mrpc, tiny_checkpoint, out))
+    assert_same_run(classifier_runs["jax"], out, [
+        "eval_results.txt", "best/eval_results.txt", "best/weights.safetensors",
+        "model.ckpt-12.safetensors", "test_results.tsv", "eval_predictions.tsv"])
+
+
+def test_two_processes_train_as_one_process(mrpc, tiny_checkpoint, no_tensorflow, tmp_path):
+    """`--distribution_strategy=multi_worker_mirrored` on JAX: two processes on loopback, found
+    through TF_CONFIG as on TensorFlow (`jax.distributed`), each reading its share of every
+    batch, train, evaluate and predict as one process at the same global batch; the chief alone
+    writes the outputs, the other its scratch folder."""
+    from tests.test_multi_worker import free_ports
+
+    flags = ["--bucket_by_length=false"]  # several processes read untrimmed, unbucketed rows
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    processes = []
+    for index in range(2):
+        config = json.dumps({"cluster": {"worker": workers},
+                             "task": {"type": "worker", "index": index}})
+        processes.append(subprocess.Popen(
+            [sys.executable, str(REPO / "run_classifier.py"),
+             *classifier(mrpc, tiny_checkpoint, tmp_path / "two", *flags,
+                         "--distribution_strategy=multi_worker_mirrored")[1:]],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(no_tensorflow),
+                 "TF_CONFIG": config}))
+    one = run_jax(no_tensorflow, *classifier(mrpc, tiny_checkpoint, tmp_path / "one", *flags))
+    logs = []
+    for process in processes:
+        _, stderr = process.communicate(timeout=900)
+        assert process.returncode == 0, stderr[-3000:]
+        logs.append(stderr)
+    assert all("on 2 replica(s)" in log for log in logs)
+
+    def losses(log):
+        return [float(line.split("| loss ")[1].split()[0]) for line in log.splitlines()
+                if "| loss " in line]
+
+    assert losses(logs[0]) == losses(logs[1]) == losses(one.stderr) and len(losses(one.stderr)) == 4
+    a, b = read_results(tmp_path / "two" / "eval_results.txt"), read_results(
+        tmp_path / "one" / "eval_results.txt")
+    assert a.keys() == b.keys() and all(abs(a[k] - b[k]) < 1e-6 for k in a)
+    np.testing.assert_allclose(np.loadtxt(tmp_path / "two" / "test_results.tsv"),
+                               np.loadtxt(tmp_path / "one" / "test_results.tsv"), atol=1e-6)
+    assert (tmp_path / "two" / "model.ckpt-12.safetensors").is_file()
+    assert not list((tmp_path / "two" / "worker_1_scratch").glob("model.ckpt-*"))
+    assert not (tmp_path / "two" / "worker_1_scratch" / "eval_results.txt").exists()

@@ -120,3 +120,20 @@ def test_too_few_training_examples_is_named():
 
     with pytest.raises(DataError, match="5 training examples are fewer than one batch of 8"):
         in_memory_batches(_features(count=5), 8, True)
+
+
+@pytest.mark.parametrize("window", [0, 4])
+def test_several_pipelines_each_take_a_contiguous_share_of_one_pipelines_batch(window):
+    """Two JAX processes assemble, row for row, the batch one process reads at the global size,
+    so that their losses are one process's."""
+    features = _features(count=96)
+    batching = Batching(trim=False, bucket_window=window)
+    whole = [b for _, b in zip(range(20), in_memory_batches(features, 8, True, seed=5,
+                                                            batching=batching))]
+    shares = [[b for _, b in zip(range(20), in_memory_batches(
+        features, 4, True, seed=5, input_context=HostInputContext(2, p, 2), batching=batching))]
+        for p in range(2)]
+    for one, first, second in zip(whole, *shares):
+        np.testing.assert_array_equal(
+            np.concatenate([first["example_index"], second["example_index"]]),
+            one["example_index"])
