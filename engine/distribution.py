@@ -156,6 +156,12 @@ class KerasStrategy:
         return placed
 
 
+def processes_of(strategy) -> int:
+    """The processes that run one training step together: several only for JAX's
+    multi-process strategies (TensorFlow's workers each run their own step)."""
+    return strategy.num_processes if isinstance(strategy, KerasStrategy) else 1
+
+
 def _use_compilation_cache(jax) -> None:
     """Keep compiled steps on disk, so that a resumed run, a predict-only run or the next trial
     of a search with the same shapes loads them instead of compiling again (MiniLM's training

@@ -33,7 +33,8 @@ from engine.results import (RESULTS_FILE, format_results, log_results, read_eval
                             write_eval_results)
 from engine.run_config import check_run_config, record_run_config
 from engine.trainer_config import is_boundary
-from process import evaluation_gate, fault_points, interrupts, output_lock
+from engine.distribution import KerasStrategy, processes_of
+from process import environment, evaluation_gate, fault_points, interrupts, output_lock
 from process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ def _finetune(task, settings: FinetuneSettings) -> None:
         logger.info("evaluation of %s: %s", chosen, format_results(results))
     # Several JAX processes predict together (each step is one program over all of them): the
     # others compute what the chief writes. On TensorFlow the chief predicts alone.
-    if not run.chief and getattr(run.strategy, "num_processes", 1) == 1:
+    if not run.chief and processes_of(run.strategy) == 1:
         return
     interrupts.at("while writing the predictions")
     for split in evals:  # what the kept weights predict on the evaluation splits
@@ -216,8 +217,6 @@ def check_settings(settings: FinetuneSettings) -> None:
     if (settings.do_train or not settings.init_checkpoint) and not (
             settings.init_checkpoint or settings.bert_config_file):
         raise SettingsError("--bert_config_file or --init_checkpoint is required")
-    from process import environment
-
     if settings.pack_examples and not environment.uses_tensorflow():
         raise SettingsError(f"--pack_examples runs on TensorFlow only (KERAS_BACKEND="
                             f"{environment.backend()}); leave it out, or run with "
@@ -288,11 +287,9 @@ def batching_of(settings: FinetuneSettings, strategy):
     widths are exact (multiples of 1) on CPUs without XLA, else multiples of 8."""
     from data_gen.batching import BUCKET_WINDOW, LENGTH_MULTIPLE, Batching
 
-    from process import environment
-
     tpu = _is_tpu(strategy)
     # Several JAX processes assemble one global batch from their shares: one width for all.
-    trim = settings.trim_padding and not tpu and getattr(strategy, "num_processes", 1) == 1
+    trim = settings.trim_padding and not tpu and processes_of(strategy) == 1
     # Off TensorFlow every step is XLA-compiled, once per shape: multiples of 8 bound the shapes.
     exact = environment.uses_tensorflow() and not (settings.jit_compile or tpu
                                                     or _uses_gpu(strategy))
@@ -313,7 +310,7 @@ def _uses_gpu(strategy) -> bool:
 
 def _is_tpu(strategy) -> bool:
     """TPUs want one static shape: no trimmed batches there."""
-    if getattr(strategy, "name", None) is not None:  # a Keras (JAX) strategy
+    if isinstance(strategy, KerasStrategy):
         return strategy.name == "tpu"
     import tensorflow as tf
 
@@ -487,8 +484,6 @@ def check_trained_weights(trainer, use_best: bool) -> None:
 
 def _latest_checkpoint(directory: str) -> str | None:
     """The newest training checkpoint in `directory` (TensorFlow's, or the JAX trainer's)."""
-    from process import environment
-
     if environment.uses_tensorflow():
         import tensorflow as tf
 
