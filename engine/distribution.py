@@ -184,7 +184,7 @@ def _initialize_jax_processes() -> None:
             raise SettingsError(
                 "--distribution_strategy=multi_worker_mirrored on JAX needs TF_CONFIG (as on "
                 "TensorFlow) or JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID "
-                "(docs/backends.md#several-machines)")
+                "(docs/backends.md#several-devices-several-machines-tpus)")
         jax.distributed.initialize()
         return
     try:
