@@ -52,9 +52,10 @@ flags.DEFINE_bool("prune", True, "Stop a trial after an epoch whose dev score is
 flags.DEFINE_integer("prune_startup_trials", 4, "Trials that finish before any is pruned.")
 flags.DEFINE_string("metric", None, "The eval_results.txt key to choose by (default: the "
                     "runner's --best_metric, the key its best/ weights are kept by).")
-flags.DEFINE_string("storage", None, "An Optuna storage URL shared by the workers (default: "
-                    "sqlite:///SEARCH_DIR/study.db; postgresql://... or mysql://... for many "
-                    "machines).")
+flags.DEFINE_string("storage", None, "Where the study lives (default: "
+                    "sqlite:///SEARCH_DIR/study.db, the workers of one machine); "
+                    "postgresql://USER:PASSWORD@HOST:PORT/DATABASE for workers on several "
+                    "machines, which then share nothing else (docs/search.md).")
 flags.DEFINE_string("study_name", "search", "The study's name in --storage.")
 flags.DEFINE_bool("do_predict", False, "Predict the runner's prediction split with the chosen "
                   "trial (its files land in the chosen trial's folder).")

@@ -63,10 +63,12 @@ setup(
         "jax": ["jax>=0.7,<1"],
         # PyTorch runs the encoder (KERAS_BACKEND=torch); the tests compare it with TensorFlow's.
         "torch": ["torch>=2.9,<3"],
-        # run_search.py: Optuna keeps the study (SQLite by default, any SQL database for many
+        # run_search.py: Optuna keeps the study (SQLite by default, PostgreSQL for many
         # machines: trials, their scores, pruning, heartbeats); matplotlib draws the expected
         # validation performance plot.
-        "search": ["optuna>=4.5,<6", "matplotlib>=3.8,<4"],
+        # psycopg (binary wheels, no compiler): the PostgreSQL driver of --storage=postgresql://
+        # for workers on several machines (search.storage).
+        "search": ["optuna>=4.5,<6", "matplotlib>=3.8,<4", "psycopg[binary]>=3.2,<4"],
         # The Apache Beam pipeline of create_pretraining_data (Dataflow, Flink, Spark). Beam's
         # TFRecord writer needs a CRC32C implementation; google-crc32c is the maintained one.
         "beam": ["apache-beam>=2.77,<3", "google-crc32c>=1.5,<2"],

@@ -4,10 +4,14 @@ The plan is fixed by the settings: phase 1 runs each configuration (every point 
 `num_trials` samples) with `seeds` seeds; phase 2 runs the configuration of phase 1's best trial
 with `restarts` new seeds. Each (configuration, seed) is a slot, named by its folder under
 `SEARCH_DIR/trials/` (`lr2e-5_bs32_ep3_seed12345`). A worker takes the next slot no trial has
-finished, been pruned on or is running, under a short file lock, so two workers never take one
-slot. A slot whose trial failed (a worker killed, a crash) is taken again: its runner resumes from
-the slot folder's checkpoint, so no finished step is run twice. A worker whose process is gone is
-seen at once on its own machine, and elsewhere when its heartbeat (`heartbeat_s`) stops.
+finished, been pruned on or is running, under the scheduling lock (`search.storage`: a local file
+lock beside a SQLite study, the server's advisory lock with PostgreSQL), so two workers never take
+one slot. A slot whose trial failed (a worker killed, a crash) is taken again: its runner resumes
+from the slot folder's checkpoint where that folder is this worker's, so no finished step is run
+twice; a worker on another machine runs it from the start in its own folder. A worker whose
+process is gone is seen at once on its own machine, and elsewhere when its heartbeat
+(`heartbeat_s`) stops. With a database server the workers share nothing else: each keeps the
+trials it ran in its own `SEARCH_DIR`, and the chosen trial's weights go to `best/` where it ran.
 
 Every trial reports each evaluation's dev score to the study; the pruner (the median rule) may
 stop a configuration's first run (`search.trial_process`). Its further seeds and the restarts
@@ -19,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import logging
 import math
@@ -38,13 +41,13 @@ from process.errors import SettingsError, UserError
 from search import report
 from search.runner_check import flag_value
 from search.space import SearchSpace, config_name, flag_text, flags_of
+from search.storage import (STUDY_FILE, SchedulingLock, connection_error, is_server, normalized,
+                            redacted)
 from search.trial_process import run_trial
 
 logger = logging.getLogger(__name__)
 
 TRIALS_DIR = "trials"
-STUDY_FILE = "study.db"
-LOCK_FILE = ".schedule.lock"
 CHOSEN_FILE = "trial.json"
 WAIT = "wait"  # a slot is running elsewhere; nothing to take yet
 
@@ -97,6 +100,8 @@ class Search:
         self.failed_here = set()  # slots that failed in this process: not taken again by it
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self.study = None
+        self.scheduling = None  # the lock the workers schedule under (search.storage)
+        self.decisions = []  # seconds each scheduling decision took, the lock's wait included
 
     # --------------------------------------------------------------------------------- study
     def definition(self) -> dict:
@@ -116,9 +121,11 @@ class Search:
         # The heartbeat is used through ask-and-tell here, which Optuna calls experimental.
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
-        os.makedirs(self.trials_dir, exist_ok=True)
         s = self.settings
         url = s.storage or f"sqlite:///{os.path.join(self.search_dir, STUDY_FILE)}"
+        normalized(url)  # an unsupported database: refused before anything is written
+        # A server is reached first: nothing is written when it cannot be.
+        self.scheduling = SchedulingLock(url, self.search_dir, s.study_name)
         kwargs = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
         sampler = self.sampler(0)
         pruner = (optuna.pruners.MedianPruner(n_startup_trials=s.prune_startup_trials)
@@ -126,13 +133,16 @@ class Search:
         direction = "minimize" if s.metric and lower_is_better(s.metric) else "maximize"
         with self.lock():  # two workers creating the database's tables at once would collide
             try:
-                storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs,
+                storage = optuna.storages.RDBStorage(normalized(url), engine_kwargs=kwargs,
                                                      heartbeat_interval=s.heartbeat_s,
                                                      grace_period=3 * s.heartbeat_s)
             except (ImportError, ValueError, RuntimeError, OSError) as e:
-                raise SettingsError(f"--storage={url}: {str(e).splitlines()[0]}") from None
+                raise SettingsError(f"--storage={redacted(url)}: {str(e).splitlines()[0]}") \
+                    from None
             except Exception as e:  # sqlalchemy's errors (a host that does not answer, ...)
-                raise SettingsError(f"--storage={url}: {type(e).__name__}: "
+                if is_server(url):
+                    raise connection_error(url, e) from None
+                raise SettingsError(f"--storage={redacted(url)}: {type(e).__name__}: "
                                     f"{str(e).splitlines()[0]}") from None
             self.study = optuna.create_study(storage=storage, study_name=s.study_name,
                                              sampler=sampler, pruner=pruner, direction=direction,
@@ -149,6 +159,7 @@ class Search:
                 raise OtherSearchError(f"{self.search_dir} holds a search with other settings "
                                        f"({'; '.join(changed)}): run it with its own settings, "
                                        f"or use another --search_dir")
+        os.makedirs(self.trials_dir, exist_ok=True)
 
     def sampler(self, sample: int):
         """The sampler that draws sample number `sample`, seeded by the number: any worker draws
@@ -163,14 +174,12 @@ class Search:
 
     @contextlib.contextmanager
     def lock(self):
-        """The scheduling lock: one worker at a time looks at the study and takes a slot."""
-        os.makedirs(self.search_dir, exist_ok=True)
-        with open(os.path.join(self.search_dir, LOCK_FILE), "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        """The scheduling lock: one worker at a time looks at the study and takes a slot
+        (`search.storage.SchedulingLock`: a local file lock, or the database server's)."""
+        start = time.perf_counter()
+        with self.scheduling.held():
+            yield
+        self.decisions.append(time.perf_counter() - start)
 
     # --------------------------------------------------------------------------------- the plan
     def phase_one(self, trials) -> list[Slot]:
@@ -301,7 +310,8 @@ class Search:
             trial.set_user_attr("worker", self.worker)
             self.study._storage.record_heartbeat(trial._trial_id)
             attempts = len(group_attempts(trials).get(slot.name, []))
-            for key, value in {"slot": slot.name, "phase": slot.phase, "config": slot.config,
+            for key, value in {"slot": slot.name, "search_dir": self.search_dir,
+                               "phase": slot.phase, "config": slot.config,
                                "seed": slot.seed, "settings": settings, "attempt": attempts + 1,
                                "sample": int(slot.config[1:]) if slot.config.startswith("t")
                                and not space.is_grid else None}.items():
@@ -427,22 +437,43 @@ class Search:
             if chosen is None:
                 raise SearchError(f"no trial finished; see the logs in {self.trials_dir}")
             self.promote(chosen)
-            logger.info("chosen: trial %s, %s = %.4f; its weights are in %s",
-                        chosen.user_attrs["slot"], metric, chosen.value,
-                        os.path.join(self.search_dir, BEST_DIR))
+            if self.ran_here(chosen):
+                logger.info("chosen: trial %s, %s = %.4f; its weights are in %s",
+                            chosen.user_attrs["slot"], metric, chosen.value,
+                            os.path.join(self.search_dir, BEST_DIR))
             for path in paths:
                 logger.info("wrote %s", path)
-            if self.settings.do_predict or self.settings.export_dir:
+            if self.decisions:
+                logger.info("%d scheduling decisions, %.0f ms each on average (%s)",
+                            len(self.decisions),
+                            1000 * sum(self.decisions) / len(self.decisions),
+                            "the database's lock" if is_server(self.settings.storage)
+                            else "the folder's lock")
+            if (self.settings.do_predict or self.settings.export_dir) and self.ran_here(chosen):
                 self.predict_and_export(chosen)
 
     def metric_name(self, trials) -> str:
         names = {t.user_attrs.get("metric") for t in trials} - {None}
         return self.settings.metric or (names.pop() if len(names) == 1 else "dev score")
 
+    def ran_here(self, trial) -> bool:
+        """Whether `trial`'s folder is this worker's: the same machine and search folder (with a
+        database server, each machine keeps the trials it ran in its own folder)."""
+        host = trial.user_attrs.get("worker", "").rpartition(":")[0]
+        return (host == socket.gethostname()
+                and trial.user_attrs.get("search_dir", self.search_dir) == self.search_dir)
+
     def promote(self, chosen) -> None:
-        """Copy the chosen trial's best/ weights to SEARCH_DIR/best/ (with trial.json)."""
+        """Copy the chosen trial's best/ weights to SEARCH_DIR/best/ (with trial.json), where the
+        trial ran; elsewhere, say where its weights are."""
         target = os.path.join(self.search_dir, BEST_DIR)
         slot = chosen.user_attrs["slot"]
+        if not self.ran_here(chosen):
+            host = chosen.user_attrs.get("worker", "").rpartition(":")[0]
+            logger.info("the chosen trial %s ran on %s, in %s: its worker promotes its weights "
+                        "to best/ there (this worker's folder does not hold them)", slot, host,
+                        chosen.user_attrs.get("search_dir"))
+            return
         current = os.path.join(target, CHOSEN_FILE)
         if os.path.isfile(current):
             with open(current, encoding="utf-8") as f:
