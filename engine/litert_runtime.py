@@ -141,7 +141,14 @@ class LiteRTModel:
             raise LiteRTError(f"{export_dir}: a {description.get('task')} export, not {task[1]}")
         with open(path, "rb") as f:
             flat = f.read()
-        model = cls(flat, description["outputs"], description["max_seq_length"], **kwargs)
+        try:
+            model = cls(flat, description["outputs"], description["max_seq_length"], **kwargs)
+        except (ValueError, RuntimeError) as e:  # a cut or corrupt file: the flatbuffer check
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+            quantization = os.path.basename(path).split(".")[0]
+            raise LiteRTError(f"{path}: not a readable LiteRT file ({first}); make it again with "
+                              f"`python export_litert.py --saved_model={export_dir} "
+                              f"--quantization={quantization}`") from None
         return model, description
 
     def bucket(self, batch: int, length: int) -> _Bucket:

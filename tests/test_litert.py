@@ -186,6 +186,45 @@ def test_an_export_from_before_the_description_is_refused(pair_export, tmp_path)
     assert "export it again with the runner's --export_dir" in result.stderr.splitlines()[-1]
 
 
+def test_a_cut_litert_file_is_one_line_naming_the_command_that_remakes_it(single_export,
+                                                                           tmp_path):
+    """A LiteRT file cut in half (a copy interrupted, a full disk) fails the flatbuffer check:
+    every way in (the runtime's load, batch_predict, the example's --fast) says so in one line
+    naming the file and the export_litert.py command, not with a traceback."""
+    import shutil
+
+    from engine.litert_layout import LiteRTError
+    from tasks.classification.litert_serving import LiteRTClassifier
+
+    export = tmp_path / "serving"
+    shutil.copytree(single_export, export)
+    whole = (export / "litert" / "float32.tflite").read_bytes()
+    for name in ("float32.tflite", "int8.tflite"):
+        (export / "litert" / name).write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(LiteRTError) as refused:
+        LiteRTClassifier.load(str(export), "float32")
+    message = str(refused.value)
+    assert message.startswith(f"{export / 'litert' / 'float32.tflite'}: not a readable LiteRT "
+                              f"file (") and "\n" not in message
+    assert message.endswith(f"make it again with `python export_litert.py --saved_model="
+                            f"{export} --quantization=float32`")
+    texts = tmp_path / "texts.tsv"
+    texts.write_text("Return the square root of x.\n", encoding="utf-8")
+    commands = [
+        [sys.executable, str(REPO / "batch_predict.py"), f"--saved_model={export}",
+         f"--input_file={texts}", "--columns=text_a", f"--output_file={tmp_path / 'o.jsonl'}",
+         "--litert=float32"],
+        [sys.executable, str(REPO / "examples" / "classify_text.py"), "--fast", str(export),
+         "Return the square root of x."],
+    ]
+    for command in commands:
+        result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        last = result.stderr.strip().splitlines()[-1]
+        assert "not a readable LiteRT file" in last and "export_litert.py --saved_model=" in last
+    assert not (tmp_path / "o.jsonl").exists()
+
+
 def test_fast_path_runs_without_tensorflow(single_export):
     code = ("import sys; sys.path.insert(0, %r)\n"
             "from tasks.classification.litert_serving import LiteRTClassifier\n"
