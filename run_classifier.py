@@ -80,17 +80,22 @@ def processor_options() -> dict:
     return {}
 
 
-def main(argv):
-    del argv
+def build_task():
+    """The task the flags describe (also what run_search checks a --metric against, before
+    a trial runs)."""
     from tasks.classification.task import ClassificationTask
 
-    task = ClassificationTask(FLAGS.task_name, FLAGS.data_dir, processor_options(),
+    return ClassificationTask(FLAGS.task_name, FLAGS.data_dir, processor_options(),
                               threshold=FLAGS.threshold, tune_threshold=FLAGS.tune_threshold,
                               doc_stride=FLAGS.doc_stride, window_pooling=FLAGS.window_pooling,
                               max_windows=FLAGS.max_windows_per_document,
                               window_loss=FLAGS.window_loss,
                               init_label_bias=FLAGS.init_label_bias)
-    runner_flags.finetune(task, FLAGS.best_metric)
+
+
+def main(argv):
+    del argv
+    runner_flags.finetune(build_task(), FLAGS.best_metric)
 
 
 def console_main():

@@ -37,13 +37,18 @@ flags.DEFINE_string("best_metric", "eval_accuracy", "Keep the best checkpoint by
                     "eval_results.txt key.")
 
 
-def main(argv):
-    del argv
+def build_task():
+    """The task the flags describe (also what run_search checks a --metric against, before
+    a trial runs)."""
     from tasks.multiple_choice.task import MultipleChoiceTask
 
-    task = MultipleChoiceTask(FLAGS.task_name, FLAGS.data_dir, FLAGS.train_file, FLAGS.eval_file,
+    return MultipleChoiceTask(FLAGS.task_name, FLAGS.data_dir, FLAGS.train_file, FLAGS.eval_file,
                               FLAGS.predict_file, FLAGS.num_choices)
-    runner_flags.finetune(task, FLAGS.best_metric)
+
+
+def main(argv):
+    del argv
+    runner_flags.finetune(build_task(), FLAGS.best_metric)
 
 
 def console_main():

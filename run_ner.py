@@ -46,14 +46,19 @@ flag_ranges.at_least_one("doc_stride", "feature_layers", "lstm_layers")
 flag_ranges.check("lstm_units", 0, why="0: the encoder's hidden_size")
 
 
-def main(argv):
-    del argv
+def build_task():
+    """The task the flags describe (also what run_search checks a --metric against, before
+    a trial runs)."""
     from tasks.ner.task import NerTask
 
-    task = NerTask(FLAGS.data_dir, FLAGS.train_file, FLAGS.eval_file, FLAGS.predict_file,
+    return NerTask(FLAGS.data_dir, FLAGS.train_file, FLAGS.eval_file, FLAGS.predict_file,
                    FLAGS.input_format, FLAGS.label_column, FLAGS.labels, FLAGS.doc_stride,
                    FLAGS.mode, FLAGS.feature_layers, FLAGS.lstm_layers, FLAGS.lstm_units)
-    runner_flags.finetune(task, FLAGS.best_metric)
+
+
+def main(argv):
+    del argv
+    runner_flags.finetune(build_task(), FLAGS.best_metric)
 
 
 def console_main():

@@ -87,7 +87,8 @@ def settings_from_flags(argv: list):
     settings = space.texts_to_check()
     check_command_lines(runner, [given + flags_of(s) + [
         f"--random_seed={FLAGS.random_seed}", "--output_dir=trial", "--do_train", "--do_eval"]
-        for s in settings], [" ".join(flags_of(s)) or "the runner's flags" for s in settings])
+        for s in settings], [" ".join(flags_of(s)) or "the runner's flags" for s in settings],
+        metric, "--metric" if FLAGS.metric else "the runner's --best_metric")
     return SearchSettings(
         search_dir=FLAGS.search_dir, runner=runner, runner_flags=given, space=space,
         seeds=FLAGS.seeds, restarts=FLAGS.restarts, num_trials=FLAGS.num_trials,

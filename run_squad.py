@@ -47,16 +47,21 @@ flag_ranges.at_least_one("doc_stride", "max_query_length", "n_best_size", "max_a
 flag_ranges.check("null_score_diff_threshold")
 
 
-def main(argv):
-    del argv
+def build_task():
+    """The task the flags describe (also what run_search checks a --metric against, before
+    a trial runs)."""
     from tasks.squad.task import SquadTask
 
-    if FLAGS.verbose_logging:
-        logging.getLogger("tasks.squad.postprocess").setLevel(logging.DEBUG)
-    task = SquadTask(FLAGS.train_file, FLAGS.predict_file, FLAGS.version_2_with_negative,
+    return SquadTask(FLAGS.train_file, FLAGS.predict_file, FLAGS.version_2_with_negative,
                      FLAGS.doc_stride, FLAGS.max_query_length, FLAGS.n_best_size,
                      FLAGS.max_answer_length, FLAGS.null_score_diff_threshold)
-    runner_flags.finetune(task, FLAGS.best_metric)
+
+
+def main(argv):
+    del argv
+    if FLAGS.verbose_logging:
+        logging.getLogger("tasks.squad.postprocess").setLevel(logging.DEBUG)
+    runner_flags.finetune(build_task(), FLAGS.best_metric)
 
 
 def console_main():

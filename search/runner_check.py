@@ -29,17 +29,34 @@ SET_BY_SEARCH = ("do_train", "do_eval", "nodo_train", "nodo_eval")
 _PROBE = """
 import importlib, json, sys
 from absl import flags
-importlib.import_module(sys.argv[1])
+runner = importlib.import_module(sys.argv[1])
 FLAGS = flags.FLAGS
+command_lines = json.loads(sys.stdin.read())
 errors = []
-for argv in json.loads(sys.stdin.read()):
+for argv in command_lines:
     FLAGS.unparse_flags()
     try:
         FLAGS([sys.argv[1]] + argv)
         errors.append(None)
     except flags.Error as e:
         errors.append(str(e))
-print(json.dumps({"flags": sorted(FLAGS), "errors": errors}))
+metric = None
+if sys.argv[2:] == ["--check_metric"] and errors and errors[0] is None:
+    # The key best/ is kept by, against the keys the task's evaluation writes.
+    import runner_flags
+    from engine.finetuning import check_best_metric
+    from process.errors import UserError
+    FLAGS.unparse_flags()
+    FLAGS([sys.argv[1]] + command_lines[0])
+    task = None
+    try:
+        checked = runner.build_task()
+        checked.check(runner_flags.finetune_settings(FLAGS.best_metric))
+        task = checked
+        check_best_metric(task, FLAGS.best_metric)
+    except UserError as e:  # the task's own refusal, or the metric's
+        errors[0], metric = (str(e), None) if task is None else (None, str(e))
+print(json.dumps({"flags": sorted(FLAGS), "errors": errors, "metric": metric}))
 """
 
 
@@ -52,18 +69,27 @@ def runner_module(name: str) -> str:
     return module
 
 
-def check_command_lines(runner: str, command_lines: list[list[str]], describe: list[str]) -> None:
+def check_command_lines(runner: str, command_lines: list[list[str]], describe: list[str],
+                        metric: str | None = None, metric_flag: str = "--metric") -> None:
     """Parse each command line (flags only) with `runner`'s flags; a SettingsError naming the
-    first one refused (`describe[i]` says where it came from)."""
-    probe = subprocess.run([sys.executable, "-c", _PROBE, runner], input=json.dumps(command_lines),
-                           capture_output=True, text=True)
+    first one refused (`describe[i]` says where it came from). With `metric` (the search's
+    --metric, given to the runner as --best_metric), also build the runner's task from the first
+    command line, check it as the runner would, and check that its evaluation writes that key
+    (`metric_flag` names where the key came from): a key no trial would write is refused before
+    the study or a trial's folder exists."""
+    probe = subprocess.run([sys.executable, "-c", _PROBE, runner,
+                            *(["--check_metric"] if metric else [])],
+                           input=json.dumps(command_lines), capture_output=True, text=True)
     if probe.returncode != 0:
         raise SettingsError(f"--runner={runner}: its flags could not be loaded: "
                             f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")
-    errors = json.loads(probe.stdout.strip().splitlines()[-1])["errors"]
-    for where, error in zip(describe, errors):
+    answer = json.loads(probe.stdout.strip().splitlines()[-1])
+    for where, error in zip(describe, answer["errors"]):
         if error:
             raise SettingsError(f"{where}: {runner} refuses it: {error}")
+    if answer["metric"]:
+        reason = answer["metric"].partition(": ")[2] or answer["metric"]
+        raise SettingsError(f"{metric_flag}={metric}: {runner} never writes it ({reason})")
 
 
 def flag_value(flags: list, name: str, default: str | None = None) -> str | None:

@@ -215,6 +215,28 @@ def test_a_bad_search_or_flag_is_one_line_and_writes_nothing(tmp_path, flags, ru
     assert not search.exists()
 
 
+@pytest.mark.parametrize("runner, flags, runner_flags, message", [
+    ("run_classifier", ["--metric=eval_f2"], ["--task_name=MRPC", "--data_dir={mrpc}"],
+     "--metric=eval_f2: run_classifier never writes it (evaluation writes eval_acc_and_f1, "
+     "eval_accuracy, eval_f1, eval_loss, eval_main)"),
+    ("run_multiple_choice", [], ["--task_name=swag", "--data_dir={swag}",
+                                 "--best_metric=eval_f1"],
+     "the runner's --best_metric=eval_f1: run_multiple_choice never writes it (evaluation "
+     "writes eval_accuracy, eval_loss)"),
+])
+def test_a_metric_the_runner_never_writes_is_refused_before_anything_is_written(
+        tmp_path, mrpc, shared_data, runner, flags, runner_flags, message):
+    search = tmp_path / "search"
+    command = search_command(search, "--seeds=2", *flags,
+                             runner=[f.format(mrpc=mrpc, swag=shared_data / "swag_sample")
+                                     for f in runner_flags])
+    command[command.index("--runner=run_classifier")] = f"--runner={runner}"
+    result = run(command, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"run_search.py: error: {message}"]
+    assert not search.exists()
+
+
 def test_sigterm_stops_the_search_and_its_trial_in_one_line_and_the_rerun_resumes(
         tmp_path, mrpc, tiny_checkpoint):
     search = tmp_path / "search"
