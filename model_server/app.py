@@ -1,0 +1,399 @@
+"""The model server: one export behind TF Serving's REST API, on KServe's ModelServer.
+
+KServe's REST server (FastAPI on uvicorn) gives the V1 predict route, which is TF Serving's
+(`POST /v1/models/NAME:predict`), the Open Inference Protocol (V2: `/v2/models/NAME/infer`,
+`/v2/health/ready`, and on `--grpc_port` its gRPC twin), liveness at `/` and Prometheus'
+`/metrics`. This module adds what TF Serving's clients and a production deployment need on top
+(docs/serving.md, "The model server"):
+- `GET /v1/models/NAME` and `/metadata` in TF Serving's shapes (`protocol`); readiness only once
+  the model is warm (before: `LOADING`, and 503 with Retry-After on predict);
+- dynamic batching with a bounded queue (`batching`): overload is 503 with Retry-After at once;
+- a request-size limit (413) and one-line 400s for every malformed request;
+- metrics of its own beside KServe's: requests by endpoint and status, latency, batch sizes,
+  queue depth;
+- SIGTERM (or Ctrl-C): readiness drops, no new connection is accepted, every request in flight
+  is answered, and the process exits 0, within `--drain_seconds`;
+- its port bound before anything loads, so a second server on a port is refused in one line.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import signal
+import socket
+import threading
+import time
+import warnings
+
+import numpy as np
+import uvicorn
+from kserve import Model
+from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+
+from model_server import protocol
+from model_server.batching import DynamicBatcher, NotServing, Overloaded
+from process.errors import SettingsError
+
+logger = logging.getLogger(__name__)
+
+RETRY_AFTER_S = "1"
+# A body over the limit is read and dropped up to this size before the 413, so that a client
+# still sending it reads the answer instead of a broken pipe; a larger one is cut off.
+DISCARD_BYTES = 256 << 20
+# KServe answers with FastAPI's ORJSONResponse, which FastAPI now calls deprecated at each use.
+warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound now: a port in use is one line, before the model loads."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        why = ("another process is listening there; stop it or pick another --port"
+               if e.errno == errno.EADDRINUSE else e.strerror)
+        raise SettingsError(f"--port={port}: cannot listen on {host}:{port} ({why})") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+class Metrics:
+    """The server's Prometheus metrics (in the default registry, which `/metrics` exposes)."""
+
+    def __init__(self):
+        from prometheus_client import Counter, Gauge, Histogram
+
+        self.requests = Counter("bert_requests", "HTTP requests answered, by endpoint and "
+                                "status code", ["endpoint", "code"])
+        self.latency = Histogram("bert_request_seconds", "Time from a request's arrival to its "
+                                 "answer", ["endpoint"], buckets=(
+                                     .001, .002, .004, .006, .008, .01, .015, .02, .03, .05,
+                                     .075, .1, .15, .25, .5, 1, 2.5, 5, 10))
+        self.batch_rows = Histogram("bert_batch_rows", "Rows in each batch the model ran",
+                                    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
+        self.queue_rows = Gauge("bert_queue_rows", "Rows waiting for the model")
+        self.in_flight = Gauge("bert_requests_in_flight", "Requests received, not yet answered")
+
+    def observe_batch(self, rows: int, queued: int) -> None:
+        self.batch_rows.observe(rows)
+        self.queue_rows.set(queued)
+
+
+def endpoint_of(path: str) -> str:
+    if path.endswith(":predict"):
+        return "predict"
+    if path.endswith("/infer"):
+        return "infer"
+    if path.endswith("/metadata"):
+        return "metadata"
+    if path.startswith("/v1/models/") or path.startswith("/v2/health") or path == "/":
+        return "status"
+    return "other"
+
+
+class Guard:
+    """The outermost ASGI layer: the request-size limit (413, by Content-Length or while the
+    body arrives) and the request metrics."""
+
+    def __init__(self, app, max_request_bytes: int, metrics: Metrics):
+        self.app, self.limit, self.metrics = app, max_request_bytes, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        endpoint = endpoint_of(scope["path"])
+        start = time.perf_counter()
+        status = [500]
+        started = [False]
+
+        async def send_status(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                started[0] = True
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        try:
+            length = dict(scope["headers"]).get(b"content-length")
+            if length is not None and length.isdigit() and int(length) > self.limit:
+                if int(length) <= DISCARD_BYTES:  # read and drop it, so the client hears 413
+                    while (await receive()).get("more_body"):
+                        pass
+                return await self.too_large(send_status, int(length))
+            received = [0]
+
+            async def counted():
+                message = await receive()
+                if message["type"] == "http.request":
+                    received[0] += len(message.get("body", b""))
+                    if received[0] > self.limit:
+                        raise _TooLarge(received[0])
+                return message
+
+            try:
+                await self.app(scope, counted, send_status)
+            except _TooLarge as e:
+                if not started[0]:
+                    await self.too_large(send_status, e.args[0])
+        finally:
+            self.metrics.in_flight.dec()
+            self.metrics.requests.labels(endpoint, str(status[0])).inc()
+            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - start)
+
+    async def too_large(self, send, size: int):
+        body = protocol_error(f"the request has {size} bytes; this server takes at most "
+                              f"{self.limit} (--max_request_bytes)")
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def protocol_error(message: str) -> bytes:
+    import json
+
+    return json.dumps({"error": message}).encode("utf-8")
+
+
+class BertModel(Model):
+    """The export's runtime behind the dynamic batcher: V1 (TF Serving) and V2 requests."""
+
+    def __init__(self, name: str, runtime, batcher: DynamicBatcher):
+        super().__init__(name)
+        self.runtime, self.batcher = runtime, batcher
+        self.example_outputs = None
+        self.ready = False
+
+    def load(self) -> bool:  # KServe calls it at registration; warm-up runs in a thread
+        return self.ready
+
+    async def predict(self, payload, headers=None):
+        if not self.ready:
+            raise NotServing(f"model {self.name} is warming up")
+        if isinstance(payload, InferRequest):
+            return await self.infer_v2(payload)
+        try:
+            if isinstance(payload, (bytes, bytearray)):  # a Content-Type other than JSON
+                payload = protocol.parse_json(bytes(payload))
+            rows, columnar = protocol.parse_predict(payload, self.runtime.inputs,
+                                                    self.runtime.takes_list)
+        except protocol.RequestError as e:
+            raise _bad_request(str(e)) from None
+        if not rows:
+            return {"outputs": {}} if columnar else {"predictions": []}
+        outputs = await self.batcher.predict(rows)
+        return protocol.predict_response(outputs, columnar)
+
+    async def infer_v2(self, request):
+        tensors = {}
+        for tensor in request.inputs:
+            if tensor.name not in self.runtime.inputs:
+                raise _bad_request(f"unknown input {tensor.name} (the model takes "
+                                   f"{', '.join(self.runtime.inputs)})")
+            if tensor.datatype != "BYTES":
+                raise _bad_request(f"input {tensor.name}: datatype {tensor.datatype}; "
+                                   f"texts are BYTES")
+            tensors[tensor.name] = tensor.as_numpy()
+        missing = [name for name in self.runtime.inputs if name not in tensors]
+        if missing:
+            raise _bad_request(f"no input {', '.join(missing)} (the model takes "
+                               f"{', '.join(self.runtime.inputs)})")
+        try:
+            rows = [dict(zip(tensors, values)) for values in zip(*[
+                [_decoded(value, name) for value in array]
+                for name, array in tensors.items()])]
+        except UnicodeDecodeError as e:
+            raise _bad_request(f"an input is not UTF-8 text ({e.reason})") from None
+        outputs = await self.batcher.predict(rows) if rows else {}
+        infer_outputs = []
+        for name in sorted(outputs):
+            value = np.asarray(protocol.jsonable(outputs[name]), dtype=object)
+            kind = np.asarray(outputs[name]).dtype.kind
+            datatype = {"f": "FP32", "i": "INT32", "u": "INT32", "b": "BOOL"}.get(
+                kind, "BYTES")
+            data = value.ravel().tolist()
+            infer_outputs.append(InferOutput(name, list(value.shape), datatype, data))
+        return InferResponse(response_id=request.id or "", model_name=self.name,
+                             infer_outputs=infer_outputs)
+
+
+
+def _decoded(value, name: str):
+    if isinstance(value, np.ndarray):  # a list per row (choices)
+        return [_decoded(v, name) for v in value]
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _bad_request(message: str):
+    from kserve.errors import InvalidInput
+
+    return InvalidInput(message)
+
+
+class ServerSettings:
+    def __init__(self, export_dir: str, model_name: str, host: str = "0.0.0.0",
+                 port: int = 8501, grpc_port: int = 0, runtime: str | None = None,
+                 max_batch_size: int = 32, batch_timeout_micros: int = 0,
+                 max_enqueued_batches: int = 16, num_batch_threads: int = 1,
+                 max_request_bytes: int = 8 << 20, drain_seconds: float = 30.0):
+        self.__dict__.update(locals())
+        del self.__dict__["self"]
+
+
+def serve(settings: ServerSettings, runtime=None) -> None:
+    """Listen, load, warm up, serve until SIGTERM or Ctrl-C, drain, return. `runtime`: what
+    answers (default: `runtimes.load` of the export), anything with `inputs`, `takes_list`,
+    `name`, `warm_up()` and a call on rows."""
+    sock = bind(settings.host, settings.port)
+    if runtime is None:
+        from model_server import runtimes
+
+        runtime = runtimes.load(settings.export_dir, settings.runtime)
+    logger.info("serving %s as %s: %s (%s), inputs %s", settings.export_dir,
+                settings.model_name, runtime.name, "LiteRT" if runtime.name != "savedmodel"
+                else "SavedModel serve_text", ", ".join(runtime.inputs))
+    metrics = Metrics()
+    batcher = DynamicBatcher(runtime, settings.max_batch_size, settings.batch_timeout_micros,
+                             settings.max_enqueued_batches, settings.num_batch_threads,
+                             observe=metrics.observe_batch)
+    model = BertModel(settings.model_name, runtime, batcher)
+    app, grpc_server, server_of = _kserve_app(model, settings, metrics)
+
+    def warm_up():
+        start = time.perf_counter()
+        try:
+            model.example_outputs = runtime.warm_up()
+        except Exception:  # noqa: BLE001 - logged; the server stays unready
+            logger.exception("warm-up failed; the model stays unready")
+            return
+        batcher.start_accepting()
+        model.ready = True
+        logger.info("warm in %.1f s: ready on http://%s:%d/v1/models/%s", time.perf_counter()
+                    - start, settings.host, sock.getsockname()[1], settings.model_name)
+
+    server = server_of(app, sock, on_exit=lambda: setattr(model, "ready", False))
+    threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
+
+    async def main():
+        grpc = asyncio.ensure_future(grpc_server.start(4)) if grpc_server else None
+        await server.serve(sockets=[sock])
+        if grpc is not None:
+            await grpc_server.stop(signal.SIGTERM)
+            await asyncio.gather(grpc, return_exceptions=True)
+
+    asyncio.run(main())
+    drained = batcher.stop(settings.drain_seconds)
+    logger.info("stopped%s", "" if drained else " (rows still running at the drain timeout)")
+
+
+def _kserve_app(model, settings: ServerSettings, metrics: Metrics):
+    import kserve.model_server
+    from fastapi.responses import JSONResponse
+    from kserve.errors import InvalidInput, ModelNotReady
+    from kserve.model_repository import ModelRepository
+    from kserve.protocol.dataplane import DataPlane
+    from kserve.protocol.model_repository_extension import ModelRepositoryExtension
+    from kserve.protocol.rest.server import RESTServer
+
+    repository = ModelRepository()
+    repository.update(model, model.name)
+    dataplane = DataPlane(model_registry=repository)
+    extension = ModelRepositoryExtension(model_registry=repository)
+    app = kserve.model_server.app
+
+    # TF Serving's status and metadata, registered before KServe's routes of the same paths.
+    async def status(model_name: str):
+        if model_name != model.name:
+            return JSONResponse({"error": f"no model {model_name} (this server serves "
+                                 f"{model.name})"}, status_code=404)
+        return protocol.status_response("AVAILABLE" if model.ready else "LOADING")
+
+    async def metadata(model_name: str):
+        if model_name != model.name:
+            return JSONResponse({"error": f"no model {model_name} (this server serves "
+                                 f"{model.name})"}, status_code=404)
+        if model.example_outputs is None:
+            return JSONResponse({"error": f"model {model.name} is warming up"},
+                                status_code=503, headers={"Retry-After": RETRY_AFTER_S})
+        return protocol.metadata_response(model.name, model.runtime.inputs,
+                                          model.runtime.takes_list, model.example_outputs)
+
+    app.add_api_route("/v1/models/{model_name}", status, methods=["GET"])
+    app.add_api_route("/v1/models/{model_name}/metadata", metadata, methods=["GET"])
+    class Rest(RESTServer):
+        def _add_middlewares(self, app):
+            """None of KServe's: its timing middleware logs two lines per request; `Guard`
+            counts and times requests for /metrics."""
+
+    rest = Rest("kserve.model_server:app", dataplane, extension, settings.port,
+                grace_period=int(settings.drain_seconds))
+    rest.create_application()
+
+    async def bad_request(_, exc):
+        message = str(exc).replace("Unrecognized request format: ", "the body is not JSON: ")
+        logger.info("400: %s", message)
+        return JSONResponse({"error": message}, status_code=400)
+
+    async def unavailable(_, exc):
+        message = (f"model {exc.model_name} is not ready (warming up or stopping)"
+                   if isinstance(exc, ModelNotReady) else str(exc))
+        return JSONResponse({"error": message}, status_code=503,
+                            headers={"Retry-After": RETRY_AFTER_S})
+
+    app.add_exception_handler(InvalidInput, bad_request)
+    for kind in (Overloaded, NotServing, ModelNotReady):
+        app.add_exception_handler(kind, unavailable)
+    guarded = Guard(app, settings.max_request_bytes, metrics)
+
+    grpc_server = None
+    if settings.grpc_port:
+        from kserve.protocol.grpc.server import GRPCServer
+
+        grpc_server = GRPCServer(settings.grpc_port, dataplane, extension, kwargs={},
+                                 grace_period=int(settings.drain_seconds))
+
+    def server_of(app, sock, on_exit):
+        config = uvicorn.Config(app, log_config=None, timeout_graceful_shutdown=max(
+            1, int(settings.drain_seconds)), timeout_keep_alive=65, access_log=False)
+        return _DrainingServer(config, on_exit)
+
+    return guarded, grpc_server, server_of
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn's server, with SIGTERM and SIGINT marking the model unready first, and without
+    re-raising the signal after the graceful shutdown (so that a drained server exits 0)."""
+
+    def __init__(self, config, on_exit):
+        super().__init__(config)
+        self.on_exit = on_exit
+
+    def handle_exit(self, sig, frame) -> None:
+        if not self.should_exit:
+            logger.info("%s: draining (no new connections; answering what is in flight)",
+                        signal.Signals(sig).name)
+        self.on_exit()
+        super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)

@@ -1,0 +1,152 @@
+"""Dynamic batching: the rows of requests that arrive together run as one call of the model.
+
+Why: one MiniLM call on 8 rows costs far less than 8 calls on one, and concurrent clients send
+rows one or a few at a time. The knobs are TF Serving's batching parameters, under their names:
+a batch closes when it holds `max_batch_size` rows or `batch_timeout_micros` after its first row
+arrived, whichever comes first; the model's runtime then sorts the batch's rows by length and runs
+them in groups of similar length (`engine.litert_runtime`). A request larger than
+`max_batch_size` runs alone, whole.
+
+The queue is bounded: `max_enqueued_batches` batches of `max_batch_size` rows. A request that
+would overflow it is refused at once (`Overloaded`, answered 503 with Retry-After), never left
+to time out; so is one that comes before warm-up or while the server stops (`NotServing`). The
+model runs on `num_batch_threads` threads of its own (one by default: the LiteRT interpreter uses
+every core within a call), so the event loop that reads requests never waits on it.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+
+logger = logging.getLogger(__name__)
+
+
+class Overloaded(RuntimeError):
+    """The queue is full: try again shortly (503, Retry-After)."""
+
+
+class NotServing(RuntimeError):
+    """Not warmed up yet, or stopping (503, Retry-After)."""
+
+
+class _Request:
+    __slots__ = ("rows", "future", "loop", "arrived")
+
+    def __init__(self, rows: list, future, loop):
+        self.rows, self.future, self.loop = rows, future, loop
+        self.arrived = time.monotonic()
+
+
+class DynamicBatcher:
+    """`await batcher.predict(rows)` -> the model's outputs for those rows (name -> array).
+
+    `model(rows)` runs a list of rows and returns `{name: array or list over the rows}`;
+    `observe(rows_in_batch, queued_rows)` is called once per batch (for the metrics)."""
+
+    def __init__(self, model, max_batch_size: int = 32, batch_timeout_micros: int = 2000,
+                 max_enqueued_batches: int = 16, num_batch_threads: int = 1, observe=None):
+        self.model = model
+        self.max_batch_size = max_batch_size
+        self.timeout_s = batch_timeout_micros / 1e6
+        self.capacity = max_batch_size * max_enqueued_batches
+        self.observe = observe or (lambda rows, queued: None)
+        self.queue = collections.deque()
+        self.queued_rows = 0
+        self.running = 0
+        self.accepting = False
+        self.stopping = False
+        self.condition = threading.Condition()
+        self.threads = [threading.Thread(target=self._work, name=f"batch-{i}", daemon=True)
+                        for i in range(num_batch_threads)]
+        for thread in self.threads:
+            thread.start()
+
+    def start_accepting(self) -> None:
+        with self.condition:
+            self.accepting = True
+
+    async def predict(self, rows: list) -> dict:
+        loop = asyncio.get_running_loop()
+        request = _Request(rows, loop.create_future(), loop)
+        with self.condition:
+            if not self.accepting:
+                raise NotServing("the model is not serving (warming up or stopping)")
+            if self.queued_rows and self.queued_rows + len(rows) > self.capacity:
+                raise Overloaded(f"{self.queued_rows} rows are waiting (the queue holds "
+                                 f"{self.capacity}); try again shortly")
+            self.queue.append(request)
+            self.queued_rows += len(rows)
+            self.condition.notify()
+        return await request.future
+
+    def depth(self) -> int:
+        """Rows waiting for the model."""
+        return self.queued_rows
+
+    def stop(self, timeout_s: float) -> bool:
+        """Refuse new rows, finish the queued and running ones; whether all ended in time."""
+        with self.condition:
+            self.accepting = False
+            self.stopping = True
+            self.condition.notify_all()
+        deadline = time.monotonic() + timeout_s
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self.threads)
+
+    # ------------------------------------------------------------------ the model's threads
+    def _take_batch(self) -> list | None:
+        with self.condition:
+            while not self.queue:
+                if self.stopping:
+                    return None
+                self.condition.wait()
+            first = self.queue[0]
+            # Wait for more rows until the batch is full or its first row has waited enough.
+            while (self.queued_rows < self.max_batch_size and not self.stopping
+                   and time.monotonic() < first.arrived + self.timeout_s):
+                self.condition.wait(first.arrived + self.timeout_s - time.monotonic())
+            batch, rows = [], 0
+            while self.queue and (not batch or rows + len(self.queue[0].rows)
+                                  <= self.max_batch_size):
+                request = self.queue.popleft()
+                batch.append(request)
+                rows += len(request.rows)
+            self.queued_rows -= rows
+            self.running += 1
+            self.observe(rows, self.queued_rows)
+            return batch
+
+    def _work(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if batch is None:
+                return
+            try:
+                rows = [row for request in batch for row in request.rows]
+                outputs = self.model(rows)
+                start = 0
+                for request in batch:
+                    end = start + len(request.rows)
+                    part = {name: value[start:end] for name, value in outputs.items()}
+                    request.loop.call_soon_threadsafe(_resolve, request.future, part, None)
+                    start = end
+            except Exception as e:  # noqa: BLE001 - answered as the request's error
+                logger.exception("the model failed on a batch of %d requests", len(batch))
+                for request in batch:
+                    request.loop.call_soon_threadsafe(_resolve, request.future, None, e)
+            finally:
+                with self.condition:
+                    self.running -= 1
+
+
+def _resolve(future, result, error) -> None:
+    if future.done():  # the client went away
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

@@ -1,0 +1,178 @@
+"""TF Serving's REST API in JSON: a predict request's texts as rows, and the answers, status and
+metadata in TF Serving's own shapes, so that a client written for TF Serving works unchanged.
+
+A predict body is either the row format, `{"instances": [...]}` (each instance an object keyed by
+the signature's inputs, or a bare text where the signature has one input), or the columnar
+format, `{"inputs": {...}}` (each input a list over the batch, or a bare list where there is one
+input). A text is a JSON string, or `{"b64": "..."}` holding its UTF-8 bytes, as TF Serving
+takes binary strings; an input of a list per row (multiple choice's `choices`) takes a list of
+texts. The answer mirrors the request: `{"predictions": [{output: value, ...}, ...]}` for rows,
+`{"outputs": {output: [...]}}` for columns. Every mistake is `RequestError`: one line saying which
+instance or input is wrong and what is expected, answered as TF Serving answers it, 400 with
+`{"error": "..."}`.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+
+import numpy as np
+
+SIGNATURES = ("serving_default", "serve_text")  # the raw-text signature, under both names
+
+
+class RequestError(ValueError):
+    """A request the server cannot answer as given (HTTP 400), in one line."""
+
+
+def _text(value, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
+        try:
+            return base64.b64decode(value["b64"], validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            raise RequestError(f"{where}: \"b64\" must hold base64 of UTF-8 text") from None
+    raise RequestError(f"{where} must be text (a JSON string), not {_short(value)}")
+
+
+def _texts(value, where: str) -> list:
+    if not isinstance(value, list):
+        raise RequestError(f"{where} must be a list of texts, not {_short(value)}")
+    return [_text(item, f"{where}[{i}]") for i, item in enumerate(value)]
+
+
+def _short(value) -> str:
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def parse_json(body: bytes):
+    """A request body as JSON, whatever its Content-Type says (TF Serving reads any)."""
+    import json
+
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RequestError(f"the body is not UTF-8 (byte {e.start}: {e.reason}); send "
+                           f"texts as JSON strings, or their bytes as {{\"b64\": ...}}") from None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise RequestError(f"the body is not JSON ({e})") from None
+
+
+def parse_predict(body, inputs: list, takes_list: dict) -> tuple:
+    """`(rows, columnar)`: the request's rows, each `{input: text or list of texts}`, and
+    whether it came in the columnar format. `inputs`: the signature's input names."""
+    if not isinstance(body, dict):
+        raise RequestError(f"the body must be a JSON object with \"instances\" or \"inputs\", "
+                           f"not {_short(body)}")
+    signature = body.get("signature_name", SIGNATURES[0])
+    if signature not in SIGNATURES:
+        raise RequestError(f"signature_name {_short(signature)}: this model serves "
+                           f"{' or '.join(SIGNATURES)}")
+    if ("instances" in body) == ("inputs" in body):
+        raise RequestError("the body needs one of \"instances\" (rows) or \"inputs\" (columns)")
+    read = {name: (_texts if takes_list[name] else _text) for name in inputs}
+    if "instances" in body:
+        instances = body["instances"]
+        if not isinstance(instances, list):
+            raise RequestError(f"\"instances\" must be a list, not {_short(instances)}")
+        rows = []
+        for i, instance in enumerate(instances):
+            if len(inputs) == 1 and (not isinstance(instance, dict) or set(instance) == {"b64"}):
+                instance = {inputs[0]: instance}
+            if not isinstance(instance, dict):
+                raise RequestError(f"instances[{i}] must be an object with "
+                                   f"{', '.join(inputs)}, not {_short(instance)}")
+            rows.append(_row(instance, inputs, read, f"instances[{i}]"))
+        return rows, False
+    columns = body["inputs"]
+    if len(inputs) == 1 and (not isinstance(columns, dict) or set(columns) == {"b64"}):
+        columns = {inputs[0]: columns}
+    if not isinstance(columns, dict):
+        raise RequestError(f"\"inputs\" must be an object with {', '.join(inputs)}, not "
+                           f"{_short(columns)}")
+    _check_names(columns, inputs, "\"inputs\"")
+    lengths = set()
+    for name in inputs:
+        if not isinstance(columns[name], list):
+            if takes_list[name]:
+                raise RequestError(f"inputs.{name} must be a list (one list of texts per row)")
+            columns[name] = [columns[name]]  # one row given as a bare value
+        lengths.add(len(columns[name]))
+    if len(lengths) > 1:
+        raise RequestError(f"the inputs have different numbers of rows: " + ", ".join(
+            f"{name} {len(columns[name])}" for name in inputs))
+    count = lengths.pop()
+    rows = [_row({name: columns[name][i] for name in inputs}, inputs, read,
+                 f"inputs[{i}]") for i in range(count)]
+    return rows, True
+
+
+def _check_names(given: dict, inputs: list, where: str) -> None:
+    missing = [name for name in inputs if name not in given]
+    unknown = sorted(set(given) - set(inputs))
+    if missing or unknown:
+        wrong = (f"no {', '.join(missing)}" if missing else
+                 f"unknown input {', '.join(unknown)}")
+        raise RequestError(f"{where}: {wrong} (the signature takes {', '.join(inputs)})")
+
+
+def _row(instance: dict, inputs: list, read: dict, where: str) -> dict:
+    _check_names(instance, inputs, where)
+    return {name: read[name](instance[name], f"{where}.{name}") for name in inputs}
+
+
+def jsonable(value):
+    """One output value as JSON: numbers as they are, strings decoded."""
+    value = np.asarray(value)
+    if value.dtype.kind in "SO":
+        return np.vectorize(lambda b: b.decode("utf-8") if isinstance(b, bytes) else b,
+                            otypes=[object])(value).tolist()
+    return value.tolist()
+
+
+def predict_response(outputs: dict, columnar: bool) -> dict:
+    """TF Serving's answer to a request: `outputs` (name -> array over the request's rows)."""
+    names = sorted(outputs)
+    if columnar:
+        return {"outputs": {name: jsonable(outputs[name]) for name in names}}
+    columns = {name: jsonable(outputs[name]) for name in names}
+    count = len(columns[names[0]]) if names else 0
+    return {"predictions": [{name: columns[name][i] for name in names} for i in range(count)]}
+
+
+def status_response(state: str, version: str = "1") -> dict:
+    """`GET /v1/models/NAME`: TF Serving's `model_version_status` (`AVAILABLE` once warm)."""
+    return {"model_version_status": [{"version": version, "state": state, "status": {
+        "error_code": "OK", "error_message": ""}}]}
+
+
+_DTYPES = {"f": "DT_FLOAT", "i": "DT_INT32", "u": "DT_INT32", "b": "DT_BOOL", "S": "DT_STRING",
+           "O": "DT_STRING", "U": "DT_STRING"}
+
+
+def tensor_info(name: str, example) -> dict:
+    """A signature entry as TF Serving's metadata writes it, from one row's example output."""
+    value = np.asarray(example)
+    dims = [{"size": "-1", "name": ""}] + [{"size": str(n), "name": ""} for n in value.shape]
+    return {"dtype": _DTYPES.get(value.dtype.kind, "DT_INVALID"),
+            "tensor_shape": {"dim": dims, "unknown_rank": False}, "name": name}
+
+
+def metadata_response(model_name: str, inputs: list, takes_list: dict, example_outputs: dict,
+                      version: str = "1") -> dict:
+    """`GET /v1/models/NAME/metadata`: the text signature's inputs and outputs, under both of its
+    names. `example_outputs`: one row's outputs (their dtypes and per-row shapes)."""
+    signature = {
+        "inputs": {name: tensor_info(name, [""] if takes_list[name] else "")
+                   for name in inputs},
+        "outputs": {name: tensor_info(name, value) for name, value in example_outputs.items()},
+        "method_name": "tensorflow/serving/predict"}
+    return {"model_spec": {"name": model_name, "signature_name": "", "version": version},
+            "metadata": {"signature_def": {"signature_def": {
+                name: signature for name in SIGNATURES}}}}

@@ -1,0 +1,82 @@
+"""Serve any runner's export over HTTP with TF Serving's REST API (console script `bert-serve`).
+
+    python serve.py --export_dir=out/demo/finetune/serving --model_name=mrpc --port=8501
+    curl -d '{"instances": [{"text_a": "He said so.", "text_b": "So he said."}]}' \
+        localhost:8501/v1/models/mrpc:predict
+
+Any `--export_dir` of the runners (sentence classifier, multi-label, NER, SQuAD, multiple choice,
+embeddings) answers raw texts with the outputs of its `serve_text`, from its LiteRT int8 file by
+default (`--runtime=float32` for the float32 file, `--runtime=savedmodel` for the SavedModel
+itself, which needs TensorFlow). Requests that arrive together run as one batch
+(`--max_batch_size`, `--batch_timeout_micros`, TF Serving's names); a full queue is 503 with
+Retry-After at once. SIGTERM or Ctrl-C drains: what is in flight is answered, then exit 0.
+docs/serving.md, "The model server", says what each endpoint answers.
+"""
+from __future__ import annotations
+
+import os
+
+from absl import flags
+
+import runner_flags
+from process import flag_ranges
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("export_dir", None, "A SavedModel folder a runner's --export_dir wrote.")
+flags.DEFINE_string("model_name", None, "The NAME in /v1/models/NAME (default: the export "
+                    "folder's name).")
+flags.DEFINE_string("host", "0.0.0.0", "The address to listen on (127.0.0.1: this machine only).")
+flags.DEFINE_integer("port", 8501, "The HTTP port (TF Serving's REST port is 8501).")
+flags.DEFINE_integer("grpc_port", 0, "Also serve the Open Inference Protocol's gRPC on this "
+                     "port (0: no gRPC).")
+flags.DEFINE_enum("runtime", None, ["int8", "float32", "savedmodel"],
+                  "What answers: the export's LiteRT int8 or float32 file, or its SavedModel's "
+                  "serve_text (default: int8 where the export has it, else float32, else the "
+                  "SavedModel).")
+flags.DEFINE_integer("max_batch_size", 32, "Rows run together at most (a larger request runs "
+                     "alone).")
+flags.DEFINE_integer("batch_timeout_micros", 0, "How long a batch waits for more rows after its "
+                     "first (0: it takes what has arrived while the model was busy).")
+flags.DEFINE_integer("max_enqueued_batches", 16, "The queue holds this many batches of "
+                     "--max_batch_size rows; a request beyond it is answered 503 at once.")
+flags.DEFINE_integer("num_batch_threads", 1, "Threads running the model (each LiteRT call "
+                     "already uses every core).")
+flags.DEFINE_integer("max_request_bytes", 8 << 20, "Larger requests are answered 413.")
+flags.DEFINE_float("drain_seconds", 30.0, "On SIGTERM, how long in-flight requests may take "
+                   "before the server exits anyway.")
+flag_ranges.at_least_one("max_batch_size", "max_enqueued_batches", "num_batch_threads",
+                         "max_request_bytes")
+flag_ranges.check("port", 0, 65535)
+flag_ranges.check("grpc_port", 0, 65535)
+flag_ranges.check("batch_timeout_micros", 0, why="0: no wait")
+
+
+def main(argv):
+    del argv
+    from process.errors import SettingsError
+
+    runner_flags.setup_logging()
+    if not FLAGS.export_dir:
+        raise SettingsError("--export_dir is required: the folder a runner's --export_dir wrote")
+    try:
+        from model_server.app import ServerSettings, serve
+    except ImportError as e:
+        raise SettingsError(f"serve.py needs the serve extra ({e}): pip install "
+                            f"'bert-tf2[serve]'") from None
+    name = FLAGS.model_name or os.path.basename(os.path.normpath(FLAGS.export_dir))
+    serve(ServerSettings(
+        export_dir=FLAGS.export_dir, model_name=name, host=FLAGS.host, port=FLAGS.port,
+        grpc_port=FLAGS.grpc_port, runtime=FLAGS.runtime, max_batch_size=FLAGS.max_batch_size,
+        batch_timeout_micros=FLAGS.batch_timeout_micros,
+        max_enqueued_batches=FLAGS.max_enqueued_batches,
+        num_batch_threads=FLAGS.num_batch_threads, max_request_bytes=FLAGS.max_request_bytes,
+        drain_seconds=FLAGS.drain_seconds))
+
+
+def console_main():
+    runner_flags.main(main)
+
+
+if __name__ == "__main__":
+    console_main()

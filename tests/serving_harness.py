@@ -1,0 +1,49 @@
+"""`serve.py`'s server on an export's real runtime, made slow or held on purpose, for the tests
+of what a server does under load and at its edges (tests/test_model_server.py):
+
+    python tests/serving_harness.py EXPORT_DIR PORT [--delay_s=S] [--gate=FILE] [serve flags]
+
+`--delay_s`: each batch takes S seconds more (requests stay in flight long enough to be seen);
+`--gate`: warm-up waits until FILE exists (the server is seen live but not ready)."""
+import logging
+import os
+import pathlib
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from model_server import runtimes  # noqa: E402
+from model_server.app import ServerSettings, serve  # noqa: E402
+
+
+class Held:
+    def __init__(self, runtime, delay_s: float, gate: str | None):
+        self.runtime, self.delay_s, self.gate = runtime, delay_s, gate
+        self.inputs, self.takes_list, self.name = runtime.inputs, runtime.takes_list, runtime.name
+
+    def warm_up(self):
+        while self.gate and not os.path.exists(self.gate):
+            time.sleep(0.02)
+        return self.runtime.warm_up()
+
+    def __call__(self, rows):
+        time.sleep(self.delay_s)
+        return self.runtime(rows)
+
+
+def main():
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    export_dir, port, *rest = sys.argv[1:]
+    options = dict(arg.lstrip("-").split("=", 1) for arg in rest)
+    delay_s, gate = float(options.pop("delay_s", 0)), options.pop("gate", None)
+    defaults = ServerSettings(export_dir, "m")
+    settings = ServerSettings(export_dir, "m", host="127.0.0.1", port=int(port), **{
+        key: value if key == "runtime" else type(getattr(defaults, key))(value)
+        for key, value in options.items()})
+    runtime = runtimes.load(export_dir, settings.runtime)
+    serve(settings, Held(runtime, delay_s, gate))
+
+
+if __name__ == "__main__":
+    main()

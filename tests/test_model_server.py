@@ -1,0 +1,298 @@
+"""serve.py through real HTTP on loopback: TF Serving's REST API answering as the export's
+serve_text (rows, columns, V2), its status and metadata, one-line 400s, 413, readiness only after
+warm-up, 503 with Retry-After at once under overload, Prometheus metrics, a SIGTERM that drains
+every request in flight and exits 0, and a busy port refused in one line."""
+import base64
+import concurrent.futures
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO
+from tests.test_litert import pair_export, served  # noqa: F401  (the module's fixture)
+
+pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed: pip install "
+                    "'bert-tf2[serve]'")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def call(url, body=None, method=None, headers=None, timeout=60):
+    """`(status, headers, JSON or text)`; `body`: an object (sent as JSON) or bytes."""
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    request = urllib.request.Request(url, data, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, answer_headers, text = response.status, response.headers, response.read()
+    except urllib.error.HTTPError as e:
+        status, answer_headers, text = e.code, e.headers, e.read()
+    try:
+        return status, answer_headers, json.loads(text)
+    except ValueError:
+        return status, answer_headers, text.decode()
+
+
+@contextlib.contextmanager
+def server(export, *flags, harness=False, wait=True):
+    """serve.py (or the harness around the same server) on a free loopback port."""
+    port = free_port()
+    if harness:
+        command = [sys.executable, str(REPO / "tests" / "serving_harness.py"), str(export),
+                   str(port), *flags]
+    else:
+        command = [sys.executable, str(REPO / "serve.py"), f"--export_dir={export}",
+                   "--model_name=m", "--host=127.0.0.1", f"--port={port}", *flags]
+    log = tempfile.TemporaryFile("w+")  # not a pipe: a full pipe would stop the server
+    proc = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc.log = lambda: (log.seek(0), log.read())[1]
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while wait:
+            assert proc.poll() is None, proc.log()[-3000:]
+            with contextlib.suppress(OSError):
+                if call(base + "/v1/models/m")[2]["model_version_status"][0]["state"] == \
+                        "AVAILABLE":
+                    break
+            assert time.time() < deadline, "the server did not become ready in 120 s"
+            time.sleep(0.05)
+        yield base, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()
+
+
+def pairs(data, count):
+    import csv
+
+    with open(data / "dev.tsv", encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:count + 1]
+    return [row[3] for row in rows], [row[4] for row in rows]
+
+
+@pytest.mark.parametrize("runtime, atol", [("float32", 2e-5), ("savedmodel", 1e-6)])
+def test_predict_answers_as_serve_text_in_rows_columns_and_v2(pair_export, runtime, atol):
+    export, data = pair_export
+    text_a, text_b = pairs(data, 24)
+    text_b[3] = ""  # a pair with an empty second text is a single-text example
+    expected = served(export, text_a=text_a, text_b=text_b)
+    with server(export, f"--runtime={runtime}") as (base, _):
+        status, _, rows = call(base + "/v1/models/m:predict", {"instances": [
+            {"text_a": a, "text_b": b} for a, b in zip(text_a, text_b)]})
+        assert status == 200 and len(rows["predictions"]) == 24
+        status, _, columns = call(base + "/v1/models/m:predict", {
+            "signature_name": "serve_text", "inputs": {"text_a": text_a, "text_b": text_b}})
+        assert status == 200
+        for name in ("logits", "probabilities", "label_id", "label"):
+            by_rows = [p[name] for p in rows["predictions"]]
+            assert by_rows == columns["outputs"][name]
+            if name in ("label", "label_id"):
+                assert by_rows == [v.decode() if isinstance(v, bytes) else v
+                                   for v in expected[name].tolist()]
+            else:
+                np.testing.assert_allclose(by_rows, expected[name], atol=atol)
+        status, _, v2 = call(base + "/v2/models/m/infer", {"inputs": [
+            {"name": "text_a", "shape": [2], "datatype": "BYTES", "data": text_a[:2]},
+            {"name": "text_b", "shape": [2], "datatype": "BYTES", "data": text_b[:2]}]},
+            headers={"Content-Type": "application/json"})
+        assert status == 200
+        outputs = {o["name"]: o for o in v2["outputs"]}
+        assert outputs["label"]["data"] == columns["outputs"]["label"][:2]
+        assert outputs["probabilities"]["shape"] == [2, 2]
+        status, _, meta = call(base + "/v1/models/m/metadata")
+        signature = meta["metadata"]["signature_def"]["signature_def"]["serving_default"]
+        assert status == 200 and sorted(signature["inputs"]) == ["text_a", "text_b"]
+        assert sorted(signature["outputs"]) == ["label", "label_id", "logits", "probabilities"]
+        assert signature["outputs"]["label"]["dtype"] == "DT_STRING"
+        assert call(base + "/v1/models/m")[2] == {"model_version_status": [{
+            "version": "1", "state": "AVAILABLE",
+            "status": {"error_code": "OK", "error_message": ""}}]}
+
+
+def test_every_bad_request_is_one_line_and_a_2mb_text_costs_no_more_memory(pair_export):
+    export, _ = pair_export
+    with server(export, "--runtime=float32", "--max_request_bytes=3000000") as (base, proc):
+        predict = base + "/v1/models/m:predict"
+        too_large = b'{"instances": [{"text_a": "' + b"x" * 3_000_000 + b'"}]}'
+        cases = [  # (body, status, the error's words, whether it is JSON's own error)
+            (b'{"instances": [', 400, "the body is not JSON (", True),
+            (b'{"instances": ["\xff"]}', 400, "the body is not UTF-8 (byte 16: invalid start "
+             "byte)", True),
+            ({"instances": [{"text_a": "x"}]}, 400, "instances[0]: no text_b (the signature "
+             "takes text_a, text_b)", False),
+            ({"instances": [{"text_a": "x", "text_b": 7}]}, 400,
+             "instances[0].text_b must be text (a JSON string), not 7", False),
+            ({"inputs": {"text_a": ["x"], "text_b": "y", "text_c": []}}, 400,
+             "\"inputs\": unknown input text_c", False),
+            ({"instances": [], "inputs": {}}, 400, "the body needs one of", False),
+            (too_large, 413, f"the request has {len(too_large)} bytes; this server takes at "
+             f"most 3000000 (--max_request_bytes)", False),
+        ]
+        for body, code, message, parse_error in cases:
+            # Without a JSON Content-Type the server parses the body; with one, KServe does.
+            for headers in ({}, {"Content-Type": "application/json"}):
+                status, _, answer = call(predict, body, headers=headers)
+                assert status == code and list(answer) == ["error"], (body[:40], answer)
+                assert "\n" not in answer["error"]
+                if parse_error and headers:
+                    assert answer["error"].startswith("the body is not JSON: "), answer
+                else:
+                    assert message in answer["error"], answer
+        assert call(base + "/v1/models/other:predict", {"instances": []})[0] == 404
+        assert call(base + "/v1/models/other")[0] == 404
+
+        def peak_mb():
+            with open(f"/proc/{proc.pid}/status") as f:
+                return int(next(line for line in f if line.startswith("VmHWM")).split()[1]) / 1024
+
+        short = {"instances": [{"text_a": "A short text.", "text_b": "Another one."}] * 8}
+        for _ in range(20):
+            assert call(predict, short)[0] == 200
+        before = peak_mb()
+        words = "The quick brown fox jumps over the lazy dog. " * 44_000  # about 2 MB
+        status, _, answer = call(predict, {"instances": [{"text_a": words, "text_b": "x"}]})
+        assert status == 200 and len(answer["predictions"]) == 1
+        grown = peak_mb() - before
+        assert grown < 64, f"a 2 MB text raised the peak memory by {grown:.0f} MB"
+        assert call(predict, short)[0] == 200  # still serving
+
+
+def test_ready_only_after_warm_up_and_metrics_count_what_was_served(pair_export, tmp_path):
+    export, data = pair_export
+    gate = tmp_path / "warm"
+    with server(export, "--runtime=float32", f"--gate={gate}", harness=True,
+                wait=False) as (base, proc):
+        deadline = time.time() + 60
+        while True:  # live (the process answers) but not ready
+            with contextlib.suppress(OSError):
+                if call(base + "/")[0] == 200:
+                    break
+            assert time.time() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        assert call(base + "/v1/models/m")[2]["model_version_status"][0]["state"] == "LOADING"
+        status, headers, answer = call(base + "/v1/models/m:predict",
+                                       {"instances": [{"text_a": "x", "text_b": "y"}]})
+        assert status == 503 and headers["Retry-After"] == "1"
+        assert answer == {"error": "model m is not ready (warming up or stopping)"}
+        assert call(base + "/v2/models/m/ready")[0] == 503
+        gate.touch()
+        while call(base + "/v1/models/m")[2]["model_version_status"][0]["state"] != "AVAILABLE":
+            assert time.time() < deadline
+            time.sleep(0.05)
+        assert call(base + "/v2/models/m/ready")[0] == 200
+        text_a, text_b = pairs(data, 6)
+        for i in range(6):
+            status, _, _ = call(base + "/v1/models/m:predict", {"instances": [
+                {"text_a": text_a[i], "text_b": text_b[i]}] * (i + 1)})
+            assert status == 200
+        status, _, metrics = call(base + "/metrics")
+        lines = dict(line.rsplit(" ", 1) for line in metrics.splitlines()
+                     if line and not line.startswith("#"))
+        assert float(lines['bert_requests_total{code="200",endpoint="predict"}']) == 6
+        assert float(lines['bert_requests_total{code="503",endpoint="predict"}']) == 1
+        assert float(lines['bert_request_seconds_count{endpoint="predict"}']) == 7
+        assert float(lines["bert_batch_rows_count"]) == 6  # one at a time: one batch each
+        assert float(lines["bert_batch_rows_sum"]) == 21
+        assert float(lines["bert_queue_rows"]) == 0
+        assert "bert_requests_in_flight" in lines
+
+
+def test_overload_is_503_with_retry_after_at_once_never_a_timeout(pair_export):
+    export, data = pair_export
+    text_a, text_b = pairs(data, 16)
+    body = {"instances": [{"text_a": a, "text_b": b} for a, b in zip(text_a, text_b)]}
+    with server(export, "--runtime=float32", "--delay_s=0.2", "--max_batch_size=16",
+                "--max_enqueued_batches=2", harness=True) as (base, _):
+        def client(_):
+            start = time.perf_counter()
+            status, headers, answer = call(base + "/v1/models/m:predict", body, timeout=30)
+            return status, headers.get("Retry-After"), answer, time.perf_counter() - start
+
+        with concurrent.futures.ThreadPoolExecutor(24) as pool:
+            answers = list(pool.map(client, range(24)))
+    statuses = sorted(status for status, *_ in answers)
+    assert set(statuses) == {200, 503} and statuses.count(200) >= 3, statuses
+    for status, retry_after, answer, seconds in answers:
+        if status == 503:
+            assert retry_after == "1" and "try again shortly" in answer["error"]
+            assert seconds < 1.0, f"a refusal took {seconds:.2f} s"
+        else:
+            assert len(answer["predictions"]) == 16
+
+
+def test_sigterm_answers_everything_in_flight_refuses_new_connections_and_exits_0(pair_export):
+    export, data = pair_export
+    text_a, text_b = pairs(data, 4)
+    body = {"instances": [{"text_a": a, "text_b": b} for a, b in zip(text_a, text_b)]}
+    with server(export, "--runtime=float32", "--delay_s=0.25", "--max_batch_size=4",
+                harness=True) as (base, proc):
+        port = int(base.rsplit(":", 1)[1])
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(call, base + "/v1/models/m:predict", body) for _ in range(8)]
+            time.sleep(0.4)  # every request sent; one or two batches done
+            proc.send_signal(signal.SIGTERM)
+            sent = time.perf_counter()
+            time.sleep(0.3)
+            with pytest.raises(ConnectionRefusedError), socket.create_connection(
+                    ("127.0.0.1", port), timeout=5):
+                pass
+            answers = [future.result() for future in futures]
+            answered_after = time.perf_counter() - sent
+        assert proc.wait(30) == 0
+        assert [status for status, *_ in answers] == [200] * 8
+        assert all(len(answer["predictions"]) == 4 for *_, answer in answers)
+        assert answered_after > 0.5  # batches of 0.25 s each were still running at SIGTERM
+        assert "SIGTERM: draining" in proc.log()
+
+
+def test_a_second_server_on_the_port_and_a_cut_litert_file_are_one_line(pair_export, tmp_path):
+    import shutil
+
+    export, _ = pair_export
+    with server(export, "--runtime=float32") as (base, _):
+        port = base.rsplit(":", 1)[1]
+        second = subprocess.run([sys.executable, str(REPO / "serve.py"),
+                                 f"--export_dir={export}", "--host=127.0.0.1",
+                                 f"--port={port}"], capture_output=True, text=True, cwd=REPO,
+                                timeout=120)
+        assert second.returncode != 0 and "Traceback" not in second.stderr
+        assert second.stderr.strip().splitlines()[-1] == (
+            f"serve.py: error: --port={port}: cannot listen on 127.0.0.1:{port} (another "
+            f"process is listening there; stop it or pick another --port)")
+        assert call(base + "/v1/models/m")[0] == 200  # the first one is untouched
+    cut = tmp_path / "serving"
+    shutil.copytree(export, cut)
+    flat = (cut / "litert" / "float32.tflite").read_bytes()
+    (cut / "litert" / "float32.tflite").write_bytes(flat[:len(flat) // 2])
+    result = subprocess.run([sys.executable, str(REPO / "serve.py"), f"--export_dir={cut}",
+                             "--host=127.0.0.1", f"--port={free_port()}"],
+                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "float32.tflite: not a readable LiteRT file" in last and "export_litert.py" in last
+    # b64 texts, as TF Serving's clients send binary strings
+    with server(export, "--runtime=float32") as (base, _):
+        encoded = {k: {"b64": base64.b64encode(v.encode()).decode()}
+                   for k, v in (("text_a", "Ünïcode text."), ("text_b", "Plain."))}
+        plain = {"text_a": "Ünïcode text.", "text_b": "Plain."}
+        assert call(base + "/v1/models/m:predict", {"instances": [encoded]})[2] == \
+            call(base + "/v1/models/m:predict", {"instances": [plain]})[2]
