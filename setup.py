@@ -27,10 +27,10 @@ setup(
     # process (errors, atomic files, locks: the ground floor), modeling (the math), data_gen
     # (text to tensors), engine (training and drivers), tasks.
     packages=find_packages(include=["process", "modeling", "data_gen", "data_gen.*", "engine",
-                                    "tasks", "tasks.*", "search"]),
+                                    "tasks", "tasks.*", "search", "model_server"]),
     # runner_flags: the flags every runner shares. Runners are the only modules that define or
     # read flags, so it sits beside them.
-    py_modules=RUNNERS + ["runner_flags", "create_pretraining_data"],
+    py_modules=RUNNERS + ["runner_flags", "create_pretraining_data", "serve"],
     install_requires=([] if WITHOUT_TENSORFLOW else TENSORFLOW) + [
         "keras>=3.10,<4",
         "absl-py>=2.1,<3",
@@ -72,6 +72,12 @@ setup(
         # The Apache Beam pipeline of create_pretraining_data (Dataflow, Flink, Spark). Beam's
         # TFRecord writer needs a CRC32C implementation; google-crc32c is the maintained one.
         "beam": ["apache-beam>=2.77,<3", "google-crc32c>=1.5,<2"],
+        # serve.py: KServe's ModelServer gives TF Serving's predict route (its V1 protocol), the
+        # Open Inference Protocol over REST and gRPC, liveness and /metrics, on FastAPI and
+        # uvicorn; model_server/ adds TF Serving's status and metadata, dynamic batching, the
+        # bounded queue and the drain. KServe's REST internals it builds on are pinned to the
+        # minor release it was tested with (docs/serving.md, "Why KServe").
+        "serve": ["kserve>=0.21,<0.22", "uvicorn>=0.30,<1", "prometheus-client>=0.20,<1"],
     },
     entry_points={
         "console_scripts": [f"{name}={name}:console_main" for name in RUNNERS]
@@ -80,6 +86,7 @@ setup(
            "bert-pretraining-data-beam=data_gen.pretraining.beam_pipeline:console_main",
            "bert-extract-features-beam=tasks.feature_extraction.beam_pipeline:console_main",
            "bert-learn-vocab=data_gen.learn_vocab:console_main",
-           "bert-extend-vocab=data_gen.extend_vocab:console_main"],
+           "bert-extend-vocab=data_gen.extend_vocab:console_main",
+           "bert-serve=serve:console_main"],
     },
 )

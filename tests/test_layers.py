@@ -8,6 +8,8 @@ Layers, from the ground up (docs/architecture.md):
   4 engine     the training loop and the drivers
   5 tasks      one folder per task
   5 search     searches over fine-tuning runs (beside the tasks: it knows none of them)
+  5 model_server  serve.py's HTTP server (beside the tasks: it reaches them only through
+                  tasks/litert_runtimes.py, the one map of tasks to their fast paths)
   6 runners    run_*.py and runner_flags.py
 A module may import its own layer and the ones below it, never one above.
 """
@@ -18,7 +20,8 @@ import sys
 
 from tests.conftest import REPO
 
-LAYERS = {"process": 1, "modeling": 2, "data_gen": 3, "engine": 4, "tasks": 5, "search": 5}
+LAYERS = {"process": 1, "modeling": 2, "data_gen": 3, "engine": 4, "tasks": 5, "search": 5,
+          "model_server": 5}
 RUNNER_LAYER = 6
 # Command-line front doors besides the runners: they define and read their own flags.
 FRONT_DOORS = {"modeling/convert.py", "data_gen/learn_vocab.py", "data_gen/extend_vocab.py",

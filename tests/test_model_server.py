@@ -296,3 +296,41 @@ def test_a_second_server_on_the_port_and_a_cut_litert_file_are_one_line(pair_exp
         plain = {"text_a": "Ünïcode text.", "text_b": "Plain."}
         assert call(base + "/v1/models/m:predict", {"instances": [encoded]})[2] == \
             call(base + "/v1/models/m:predict", {"instances": [plain]})[2]
+
+
+def test_multiple_choice_and_embedding_exports_answer_as_serve_text(shared_data, minilm_dir,
+                                                                    tmp_path):
+    """Any export is served: multiple choice (a list of choices per row, ragged) and an
+    embedder (one input: bare texts in rows and columns), float32 against serve_text."""
+    from modeling.models import BertMultipleChoice
+    from tasks.feature_extraction.serving import EmbeddingServing
+    from tasks.multiple_choice.reader import read_examples
+    from tasks.multiple_choice.serving import MultipleChoiceServing
+    from tests.test_litert import random_export
+
+    choosing = random_export(lambda encoder, vocab: MultipleChoiceServing(
+        BertMultipleChoice(encoder, 4), vocab, True, 48, 4), minilm_dir, tmp_path / "choose")
+    examples = read_examples(str(shared_data / "swag_sample" / "val_first91.csv"), "swag")[:12]
+    instances = [{"context": e.context, "question": e.question,
+                  "choices": list(e.choices)[:2 + i % 3]} for i, e in enumerate(examples)]
+    expected = served(choosing, context=[i["context"] for i in instances],
+                      question=[i["question"] for i in instances],
+                      choices=[i["choices"] + [""] * (4 - len(i["choices"]))
+                               for i in instances])
+    with server(choosing, "--runtime=float32") as (base, _):
+        status, _, answer = call(base + "/v1/models/m:predict", {"instances": instances})
+    assert status == 200
+    np.testing.assert_allclose([p["probabilities"] for p in answer["predictions"]],
+                               expected["probabilities"], atol=2e-5)
+    assert [p["choice"] for p in answer["predictions"]] == expected["choice"].tolist()
+
+    embedding = random_export(lambda encoder, vocab: EmbeddingServing(
+        encoder, vocab, True, 32, "mean", True), minilm_dir, tmp_path / "embed")
+    texts = ["Return the square root of x.", "", "Ünïcödé 中文 🙂", "x " * 100]
+    expected = served(embedding, text_a=texts)["embedding"]
+    with server(embedding, "--runtime=float32") as (base, _):
+        rows = call(base + "/v1/models/m:predict", {"instances": texts})[2]
+        columns = call(base + "/v1/models/m:predict", {"inputs": texts})[2]
+    np.testing.assert_allclose([p["embedding"] for p in rows["predictions"]], expected,
+                               atol=2e-5)
+    assert columns["outputs"]["embedding"] == [p["embedding"] for p in rows["predictions"]]

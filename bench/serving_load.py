@@ -1,0 +1,263 @@
+"""`serve.py` under concurrent load on loopback, against ONNX Runtime int8 (optimum) behind the same
+server framework and batching settings; and the fast path's offline batch-32 throughput that the
+server should come close to.
+
+    python bench/serving_load.py [--work_dir /tmp/bench-serving] [--clients 1,4,16,64]
+
+1. The model: `bench/serving.py`'s MiniLM fine-tuned on MRPC (made once in --work_dir, reused),
+   its export (LiteRT int8) and its Hugging Face copy for the peer.
+2. Sides, each a server process on loopback, answering TF Serving's predict requests:
+   - `ours`: `serve.py --export_dir=... --runtime=int8` (our tokenizer, our LiteRT int8 file);
+   - `ort-int8`: `bench/_serving_load_peer.py`, optimum's dynamic int8 ONNX file on ONNX Runtime
+     with transformers' Rust tokenizer, behind the same `model_server` (KServe, the same dynamic
+     batcher), in `bench/.venv-serving-load` (made on first use; never a project dependency).
+   Both use `--max_batch_size` and `--batch_timeout_micros` as given.
+3. Load: a bounded generator in this process (asyncio, one keep-alive HTTP/1.1 connection per
+   client). At each concurrency of --clients, every client sends one request at a time (one MRPC
+   sentence, `{"text_a": s, "text_b": ""}`, or one MRPC pair), the next as soon as the last is
+   answered, until --requests are answered or --seconds pass. Texts come from MRPC's train file,
+   each text once per side and level. Throughput: answered requests over the level's wall time;
+   p50/p99 over its requests. Every answer is checked (200, a label); a refusal or a failure is
+   counted, not retried.
+4. Offline: the fast path in this process (`LiteRTClassifier`, int8, warmed), batches of 32 of
+   the same texts: the ceiling a server's batching aims at.
+
+Prints a Markdown table and writes bench/results/serving_load.json. The generator shares the
+machine's cores with the server, as a client on the same host would.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import pathlib
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from backends import cpu_kind  # noqa: E402
+from finetune_vs_pytorch import peer_python  # noqa: E402
+from serving import PEER_PACKAGES, finetune, hugging_face_copy, read_tsv  # noqa: E402
+
+RESULTS = REPO / "bench" / "results"
+PEER_VENV = REPO / "bench" / ".venv-serving-load"
+LOAD_PEER_PACKAGES = [*PEER_PACKAGES, "kserve==0.21.0"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------------ the client
+class Connection:
+    """One keep-alive HTTP/1.1 connection sending TF Serving predict requests."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.reader = self.writer = None
+
+    async def post(self, path: str, body: bytes) -> tuple:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.writer.write(f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+                          f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                          + body)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:]
+                                                        if line)}
+        payload = await self.reader.readexactly(int(headers.get("content-length", 0)))
+        if headers.get("connection") == "close":
+            self.writer.close()
+            self.writer = None
+        return status, payload
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+
+
+async def load(port: int, bodies: list, clients: int, seconds: float) -> dict:
+    """`clients` connections sending `bodies` one request at a time each, until all are answered
+    or `seconds` pass."""
+    queue = list(reversed(bodies))
+    latencies, failures = [], {}
+    deadline = time.perf_counter() + seconds
+
+    async def client():
+        connection = Connection(port)
+        try:
+            while queue and time.perf_counter() < deadline:
+                body = queue.pop()
+                start = time.perf_counter()
+                status, payload = await connection.post("/v1/models/m:predict", body)
+                if status == 200 and b'"label"' in payload:
+                    latencies.append(time.perf_counter() - start)
+                else:
+                    failures[status] = failures.get(status, 0) + 1
+        finally:
+            connection.close()
+
+    start = time.perf_counter()
+    await asyncio.gather(*[client() for _ in range(clients)])
+    wall = time.perf_counter() - start
+    ms = np.asarray(latencies) * 1e3
+    return {"clients": clients, "answered": len(latencies), "failures": failures,
+            "wall_s": wall, "per_s": len(latencies) / wall,
+            "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
+
+
+# ------------------------------------------------------------------------------------ servers
+@contextlib.contextmanager
+def server(command: list, port: int, log_path: pathlib.Path, measured: dict,
+           ready_path: str = "/v1/models/m", ready_word: bytes = b"AVAILABLE"):
+    """The server process, ready (`ready_word` in the answer to GET `ready_path`); on leaving,
+    the peak memory of it and its child processes goes into `measured`."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        try:
+            deadline = time.time() + 900
+            while True:
+                if proc.poll() is not None:
+                    raise SystemExit(f"the server died: {log_path.read_text()[-3000:]}")
+                with contextlib.suppress(OSError, ValueError, KeyError):
+                    with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                        s.sendall(f"GET {ready_path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                        if ready_word in s.recv(4096):
+                            break
+                if time.time() > deadline:
+                    raise SystemExit(f"the server was not ready in 900 s: {log_path}")
+                time.sleep(0.2)
+            yield proc
+        finally:
+            measured["peak_rss_mb"] = sum(peak_rss_mb(pid) for pid in process_tree(proc.pid))
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+
+
+def process_tree(pid: int) -> list:
+    """`pid` and its descendants (a server's worker processes)."""
+    children = {}
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, stack = [], [pid]
+    while stack:
+        tree.append(stack.pop())
+        stack.extend(children.get(tree[-1], []))
+    return tree
+
+
+def peak_rss_mb(pid: int) -> float:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def bodies_of(texts: list) -> list:
+    return [json.dumps({"instances": [{"text_a": a, "text_b": b}]}).encode() for a, b in texts]
+
+
+def offline_batch32(export: pathlib.Path, texts: list) -> float:
+    from tasks.classification.litert_serving import LiteRTClassifier
+
+    fast = LiteRTClassifier.load(str(export), "int8")
+    fast.warm_up((1, 2, 4, 8))
+    fast([a for a, _ in texts[:64]], [b for _, b in texts[:64]])
+    start = time.perf_counter()
+    for i in range(0, len(texts), 32):
+        part = texts[i:i + 32]
+        fast([a for a, _ in part], [b for _, b in part])
+    return len(texts) / (time.perf_counter() - start)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work_dir", default="/tmp/bench-serving")
+    parser.add_argument("--shared", default=str(REPO.parent / "shared" / "data"))
+    parser.add_argument("--sides", default="ours,ort-int8")
+    parser.add_argument("--clients", default="1,4,16,64")
+    parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--max_batch_size", type=int, default=32)
+    parser.add_argument("--batch_timeout_micros", type=int, default=0)
+    parser.add_argument("--json_out", default=str(RESULTS / "serving_load.json"))
+    args = parser.parse_args()
+    work = pathlib.Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    shared = pathlib.Path(args.shared)
+    export = finetune("mrpc", shared / "glue" / "MRPC", work,
+                      ["--task_name=MRPC", "--num_train_epochs=3", "--max_seq_length=128"])
+    hf_dir = hugging_face_copy(export.parent, 2)
+    rows = read_tsv(shared / "glue" / "MRPC" / "train.tsv")[1:]
+    kinds = {"sentences": [(r[3], "") for r in rows] + [(r[4], "") for r in rows],
+             "pairs": [(r[3], r[4]) for r in rows]}
+    levels = [int(c) for c in args.clients.split(",")]
+    batching = [f"--max_batch_size={args.max_batch_size}",
+                f"--batch_timeout_micros={args.batch_timeout_micros}"]
+    offline = {kind: offline_batch32(export, texts[:1024]) for kind, texts in kinds.items()}
+    print(f"offline batch 32 (LiteRT int8, in process): {offline['sentences']:.0f} sentences/s, "
+          f"{offline['pairs']:.0f} pairs/s", flush=True)
+    results = {"cpu": cpu_kind(), "machine": platform.machine(), "offline_batch32": offline,
+               "settings": batching, "sides": {}}
+    for side in args.sides.split(","):
+        port = free_port()
+        if side == "ours":
+            command = [sys.executable, str(REPO / "serve.py"), f"--export_dir={export}",
+                       "--model_name=m", "--host=127.0.0.1", f"--port={port}",
+                       "--runtime=int8", *batching]
+        else:
+            command = [peer_python(PEER_VENV, LOAD_PEER_PACKAGES),
+                       str(REPO / "bench" / "_serving_load_peer.py"), f"--hf_dir={hf_dir}",
+                       f"--work_dir={work / 'peer'}", f"--port={port}", *batching]
+        print(f"{side}: {' '.join(command[-6:])}", flush=True)
+        side_results = {}
+        with server(command, port, work / f"load-{side}.log", side_results):
+            asyncio.run(load(port, bodies_of(kinds["pairs"][-64:]), 4, 60))  # warm-up, untimed
+            for kind, texts in kinds.items():
+                offset = 0
+                for clients in levels:
+                    part = texts[offset:offset + args.requests]
+                    offset += args.requests
+                    result = asyncio.run(load(port, bodies_of(part), clients, args.seconds))
+                    side_results.setdefault(kind, []).append(result)
+                    print(f"  {kind:9} {clients:3} clients: {result['per_s']:7.1f}/s  p50 "
+                          f"{result['p50_ms']:6.1f} ms  p99 {result['p99_ms']:6.1f} ms  "
+                          f"failures {result['failures'] or 0}", flush=True)
+        results["sides"][side] = side_results
+    RESULTS.mkdir(exist_ok=True)
+    with open(args.json_out, "w") as f:
+        json.dump(results, f, indent=1)
+    print(f"\nMRPC on loopback, {results['cpu']}; requests of one text (pair) each; "
+          f"{' '.join(batching)}\n")
+    print("| side | texts | clients | requests/s | p50 ms | p99 ms |")
+    print("|---|---|---|---|---|---|")
+    for side, side_results in results["sides"].items():
+        for kind in kinds:
+            for r in side_results[kind]:
+                print(f"| {side} | {kind} | {r['clients']} | {r['per_s']:.0f} | "
+                      f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} |")
+    print("\npeak memory (MB): " + ", ".join(f"{side} {r['peak_rss_mb']:.0f}"
+                                             for side, r in results["sides"].items()))
+    print(f"offline batch 32: {offline['sentences']:.0f} sentences/s, {offline['pairs']:.0f} "
+          f"pairs/s")
+
+
+if __name__ == "__main__":
+    main()
