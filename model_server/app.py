@@ -48,7 +48,10 @@ warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
 
 def bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound now: a port in use is one line, before the model loads."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    # IPPROTO_TCP by name: asyncio sets TCP_NODELAY on the accepted connections only then;
+    # without it, Nagle's algorithm held each answer on a keep-alive connection 40 ms.
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
+                         socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

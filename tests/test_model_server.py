@@ -334,3 +334,16 @@ def test_multiple_choice_and_embedding_exports_answer_as_serve_text(shared_data,
     np.testing.assert_allclose([p["embedding"] for p in rows["predictions"]], expected,
                                atol=2e-5)
     assert columns["outputs"]["embedding"] == [p["embedding"] for p in rows["predictions"]]
+
+
+def test_the_listening_socket_is_tcp_by_name():
+    """asyncio sets TCP_NODELAY on accepted connections only for a socket made with
+    IPPROTO_TCP; without it, Nagle's algorithm held every answer on a keep-alive connection
+    40 ms (measured: 44 ms against 3.5 ms per request with requests.Session)."""
+    from model_server.app import bind
+
+    sock = bind("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP and sock.type == socket.SOCK_STREAM
+    finally:
+        sock.close()
