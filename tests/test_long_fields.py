@@ -54,6 +54,24 @@ def test_tokenize_prefix_is_the_first_pieces_of_tokenize(tokenizer, book, shared
             assert tokenizer.tokenize_prefix(text, k) == full[:max(k, 0)], (text[:30], k)
 
 
+def test_text_head_holds_the_first_tokens_of_the_text(tokenizer, book, shared_data):
+    """`tokenize(text_head(t, k))[:k] == tokenize(t)[:k]` for every k tried, cut after a whole
+    chunk (the serving runtimes tokenise only the head of a long text)."""
+    rng = random.Random(11)
+    texts = [book[:20000], "Ça coûte 10 €: naïve résumé, 東京タワー and Straße.  " * 40,
+             (shared_data / "corpus" / "wikitext-2" / "valid.txt").read_text(
+                 encoding="utf-8")[:30000], "", "   ", "x" * 500 + " tail"]
+    for text in texts:
+        full = tokenizer.tokenize(text)
+        for k in [0, 1, 2, 126, 127, 128, len(full) - 1, len(full), len(full) + 5,
+                  *rng.sample(range(1, len(full) + 2), min(20, len(full) + 1))]:
+            head = tokenizer.text_head(text, k)
+            assert text.startswith(head) and tokenizer.tokenize(head)[:k] == full[:max(k, 0)]
+            if 0 < k < len(full):
+                assert len(tokenizer.tokenize(head)) < k + 60  # a head, not the whole text
+    assert len(tokenizer.text_head(book, 126)) < 1000 < len(book)
+
+
 def test_tokenize_prefix_reads_only_what_it_keeps(tokenizer, book):
     """Peak memory of the first 126 pieces of an 860 K-character book: a few kilobytes, where
     tokenizing the whole book holds about 200,000 pieces (many megabytes)."""

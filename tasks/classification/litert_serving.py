@@ -59,7 +59,10 @@ class LiteRTClassifier:
         """The encoder's int32 inputs `[batch, longest row]`, as fine-tuning packed the texts."""
         if text_b is not None and len(text_b) != len(text_a):
             raise LiteRTError(f"{len(text_a)} text_a but {len(text_b)} text_b")
-        lines = list(text_a) + (list(text_b) if text_b is not None else [])
+        # Only the first max_seq_length tokens of each text can be kept (a pair is trimmed from
+        # its longer text's end), so a long text is tokenised from its head alone.
+        lines = self.tokenizer.text_heads(
+            list(text_a) + (list(text_b) if text_b is not None else []), self.max_seq_length)
         ids, counts = self.tokenizer.tokenize_lines_to_ids(lines)
         pieces = np.split(ids, np.cumsum(counts)[:-1]) if len(lines) else []
         rows = []

@@ -40,7 +40,8 @@ class LiteRTEmbedder:
 
     def inputs(self, text_a) -> dict:
         """The encoder's int32 inputs `[batch, longest row]`."""
-        ids, counts = self.tokenizer.tokenize_lines_to_ids(list(text_a))
+        ids, counts = self.tokenizer.tokenize_lines_to_ids(  # a long text: its head alone
+            self.tokenizer.text_heads(list(text_a), self.max_seq_length))
         pieces = np.split(ids, np.cumsum(counts)[:-1]) if len(text_a) else []
         room = self.max_seq_length - 2
         return padded_inputs([([self.cls_id, *piece[:room].tolist(), self.sep_id], [])

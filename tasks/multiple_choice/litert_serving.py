@@ -56,7 +56,9 @@ class LiteRTChooser:
             if len(given) > self.num_choices:
                 raise LiteRTError(f"example {i}: {len(given)} choices, more than the "
                                   f"{self.num_choices} the model scores")
-            example = ChoiceExample(str(i), text, query.strip(), tuple(given), None, i + 1,
+            # Pairs are trimmed from their ends: a long text is packed from its head alone.
+            text, query, *heads = self.tokenizer.text_heads([text, query, *given], width)
+            example = ChoiceExample(str(i), text, query.strip(), tuple(heads), None, i + 1,
                                     "request")
             features = convert_example(example, i, self.num_choices, width, self.tokenizer)
             for name in SEQUENCE_FEATURES:
