@@ -10,7 +10,8 @@ batcher on KServe takes whatever has arrived while the model was busy
 (1 ms; at 0 it waits for nothing and never batches). Requests: one MRPC pair each, from
 `bench/serving_load.py`'s generator. LitServe runs its model in a worker process of its own and
 passes requests to it through queues; `serve.py` runs the model on a thread of the server's
-process.
+process. LitServe is installed into `bench/.venv-litserve` on first use (never a project
+dependency).
 
 Prints a Markdown table and writes bench/results/serving_frameworks.json.
 """
@@ -27,46 +28,13 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
+from finetune_vs_pytorch import peer_python  # noqa: E402
 from serving import finetune, read_tsv  # noqa: E402
 from serving_load import RESULTS, bodies_of, free_port, load, server  # noqa: E402
 
-
-def litserve_api(export_dir: str):
-    import litserve as ls
-
-    class FastPath(ls.LitAPI):
-        def setup(self, device):
-            from tasks.classification.litert_serving import LiteRTClassifier
-
-            self.fast = LiteRTClassifier.load(export_dir, "int8")
-            self.fast.warm_up((1, 2, 4, 8))
-
-        def decode_request(self, request):
-            return request["instances"][0]
-
-        def batch(self, inputs):
-            return inputs
-
-        def predict(self, rows):
-            out = self.fast([r["text_a"] for r in rows], [r["text_b"] for r in rows])
-            return [{"label": out["label"][i], "label_id": int(out["label_id"][i]),
-                     "probabilities": out["probabilities"][i].tolist(),
-                     "logits": out["logits"][i].tolist()} for i in range(len(rows))]
-
-        def unbatch(self, outputs):
-            return outputs
-
-        def encode_response(self, output):
-            return {"predictions": [output]}
-
-    return FastPath(max_batch_size=32, batch_timeout=0.001, api_path="/v1/models/m:predict")
-
-
-def run_litserve(export_dir: str, port: int) -> None:
-    import litserve as ls
-
-    ls.LitServer(litserve_api(export_dir), accelerator="cpu", workers_per_device=1,
-                 timeout=60).run(host="127.0.0.1", port=port, generate_client_file=False)
+# LitServe and what the fast path needs without TensorFlow (bench/_litserve_side.py).
+LITSERVE_VENV = REPO / "bench" / ".venv-litserve"
+LITSERVE_PACKAGES = ["litserve==0.2.19", "ai-edge-litert==2.3.0", "numpy>=2,<3"]
 
 
 def main():
@@ -75,12 +43,7 @@ def main():
     parser.add_argument("--shared", default=str(REPO.parent / "shared" / "data"))
     parser.add_argument("--clients", default="1,16")
     parser.add_argument("--requests", type=int, default=500)
-    parser.add_argument("--litserve_worker", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.litserve_worker:
-        run_litserve(args.litserve_worker, args.port)
-        return
     work = pathlib.Path(args.work_dir)
     shared = pathlib.Path(args.shared)
     export = finetune("mrpc", shared / "glue" / "MRPC", work,
@@ -95,8 +58,8 @@ def main():
                        "--model_name=m", "--host=127.0.0.1", f"--port={port}",
                        "--runtime=int8", "--max_batch_size=32", "--batch_timeout_micros=0"]
         else:
-            command = [sys.executable, str(REPO / "bench" / "serving_frameworks.py"),
-                       f"--litserve_worker={export}", f"--port={port}"]
+            command = [peer_python(LITSERVE_VENV, LITSERVE_PACKAGES),
+                       str(REPO / "bench" / "_litserve_side.py"), str(export), str(port)]
         measured = {}
         with server(command, port, work / f"framework-{side}.log", measured,
                     ready_path="/v1/models/m" if side == "kserve" else "/health",

@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import pathlib
 import platform
 import signal
@@ -127,7 +128,8 @@ def server(command: list, port: int, log_path: pathlib.Path, measured: dict,
     """The server process, ready (`ready_word` in the answer to GET `ready_path`); on leaving,
     the peak memory of it and its child processes goes into `measured`."""
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                start_new_session=True)  # its workers go with it (killpg)
         try:
             deadline = time.time() + 900
             while True:
@@ -144,8 +146,12 @@ def server(command: list, port: int, log_path: pathlib.Path, measured: dict,
             yield proc
         finally:
             measured["peak_rss_mb"] = sum(peak_rss_mb(pid) for pid in process_tree(proc.pid))
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(60)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # a worker that ignored SIGTERM
 
 
 def process_tree(pid: int) -> list:

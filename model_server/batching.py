@@ -128,25 +128,29 @@ class DynamicBatcher:
             try:
                 rows = [row for request in batch for row in request.rows]
                 outputs = self.model(rows)
-                start = 0
+                answers, start = [], 0
                 for request in batch:
                     end = start + len(request.rows)
-                    part = {name: value[start:end] for name, value in outputs.items()}
-                    request.loop.call_soon_threadsafe(_resolve, request.future, part, None)
+                    answers.append((request, {name: value[start:end]
+                                              for name, value in outputs.items()}, None))
                     start = end
             except Exception as e:  # noqa: BLE001 - answered as the request's error
                 logger.exception("the model failed on a batch of %d requests", len(batch))
-                for request in batch:
-                    request.loop.call_soon_threadsafe(_resolve, request.future, None, e)
-            finally:
-                with self.condition:
-                    self.running -= 1
+                answers = [(request, None, e) for request in batch]
+            # One wake-up of each event loop per batch, not one per request.
+            for loop in {request.loop for request in batch}:
+                loop.call_soon_threadsafe(_resolve_all, [(request.future, result, error) for
+                                                         request, result, error in answers
+                                                         if request.loop is loop])
+            with self.condition:
+                self.running -= 1
 
 
-def _resolve(future, result, error) -> None:
-    if future.done():  # the client went away
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
+def _resolve_all(answers: list) -> None:
+    for future, result, error in answers:
+        if future.done():  # the client went away
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
