@@ -289,6 +289,9 @@ def serve(settings: ServerSettings, runtime=None) -> None:
 
     async def main():
         grpc = asyncio.ensure_future(grpc_server.start(4)) if grpc_server else None
+        if grpc is not None:  # a gRPC server that cannot start says so, and the server stops
+            grpc.add_done_callback(lambda task: task.cancelled() or task.exception() is None
+                                   or _grpc_failed(task.exception(), server))
         await server.serve(sockets=[sock])
         if grpc is not None:
             await grpc_server.stop(signal.SIGTERM)
@@ -297,6 +300,11 @@ def serve(settings: ServerSettings, runtime=None) -> None:
     asyncio.run(main())
     drained = batcher.stop(settings.drain_seconds)
     logger.info("stopped%s", "" if drained else " (rows still running at the drain timeout)")
+
+
+def _grpc_failed(error: BaseException, server) -> None:
+    logger.error("the gRPC server stopped: %s", error)
+    server.should_exit = True
 
 
 def _kserve_app(model, settings: ServerSettings, metrics: Metrics):
@@ -362,8 +370,10 @@ def _kserve_app(model, settings: ServerSettings, metrics: Metrics):
     if settings.grpc_port:
         from kserve.protocol.grpc.server import GRPCServer
 
-        grpc_server = GRPCServer(settings.grpc_port, dataplane, extension, kwargs={},
-                                 grace_period=int(settings.drain_seconds))
+        grpc_server = GRPCServer(settings.grpc_port, dataplane, extension, kwargs={
+            "grpc_max_receive_message_length": settings.max_request_bytes,
+            "grpc_max_send_message_length": max(settings.max_request_bytes, 64 << 20)},
+            grace_period=int(settings.drain_seconds))
 
     def server_of(app, sock, on_exit):
         config = uvicorn.Config(app, log_config=None, timeout_graceful_shutdown=max(

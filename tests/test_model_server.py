@@ -347,3 +347,33 @@ def test_the_listening_socket_is_tcp_by_name():
         assert sock.proto == socket.IPPROTO_TCP and sock.type == socket.SOCK_STREAM
     finally:
         sock.close()
+
+
+def test_grpc_answers_as_rest(pair_export):
+    """--grpc_port: the Open Inference Protocol's gRPC (KServe's), the same answers as REST."""
+    import asyncio
+
+    from kserve import InferenceGRPCClient, InferInput, InferRequest
+
+    export, data = pair_export
+    text_a, text_b = pairs(data, 5)
+    grpc_port = free_port()
+    with server(export, "--runtime=float32", f"--grpc_port={grpc_port}") as (base, _):
+        rest = call(base + "/v1/models/m:predict", {"inputs": {"text_a": text_a,
+                                                                "text_b": text_b}})[2]
+
+        async def infer():
+            inputs = []
+            for name, texts in (("text_a", text_a), ("text_b", text_b)):
+                tensor = InferInput(name, [len(texts)], "BYTES")
+                tensor.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object))
+                inputs.append(tensor)
+            client = InferenceGRPCClient(f"127.0.0.1:{grpc_port}")
+            response = await client.infer(InferRequest(model_name="m", infer_inputs=inputs,
+                                                       request_id="1"))
+            return {o.name: o.as_numpy() for o in response.outputs}
+
+        answer = asyncio.run(infer())
+    assert [label.decode() for label in answer["label"]] == rest["outputs"]["label"]
+    np.testing.assert_allclose(answer["probabilities"], rest["outputs"]["probabilities"],
+                               atol=1e-6)
