@@ -40,8 +40,9 @@ flags.DEFINE_integer("batch_timeout_micros", 0, "How long a batch waits for more
                      "first (0: it takes what has arrived while the model was busy).")
 flags.DEFINE_integer("max_enqueued_batches", 16, "The queue holds this many batches of "
                      "--max_batch_size rows; a request beyond it is answered 503 at once.")
-flags.DEFINE_integer("num_batch_threads", 1, "Threads running the model (each LiteRT call "
-                     "already uses every core).")
+flags.DEFINE_integer("num_batch_threads", 1, "Threads running the model, each a batch at a "
+                     "time: for --runtime=savedmodel (a LiteRT runtime runs one batch at a time, "
+                     "each call on every core).")
 flags.DEFINE_integer("max_request_bytes", 8 << 20, "Larger requests are answered 413.")
 flags.DEFINE_float("drain_seconds", 30.0, "On SIGTERM, how long in-flight requests may take "
                    "before the server exits anyway.")

@@ -257,11 +257,18 @@ def serve(settings: ServerSettings, runtime=None) -> None:
     """Listen, load, warm up, serve until SIGTERM or Ctrl-C, drain, return. `runtime`: what
     answers (default: `runtimes.load` of the export), anything with `inputs`, `takes_list`,
     `name`, `warm_up()` and a call on rows."""
+    from model_server import runtimes
+
+    chosen = runtime.name if runtime is not None else (
+        settings.runtime or runtimes.default_runtime(settings.export_dir))
+    if settings.num_batch_threads > 1 and chosen != "savedmodel":
+        raise SettingsError(f"--num_batch_threads={settings.num_batch_threads}: a LiteRT runtime "
+                            f"runs one batch at a time (its interpreters are not shared between "
+                            f"threads; each call uses every core); more threads are for "
+                            f"--runtime=savedmodel")
     sock = bind(settings.host, settings.port)
     if runtime is None:
-        from model_server import runtimes
-
-        runtime = runtimes.load(settings.export_dir, settings.runtime)
+        runtime = runtimes.load(settings.export_dir, chosen)
     logger.info("serving %s as %s: %s (%s), inputs %s", settings.export_dir,
                 settings.model_name, runtime.name, "LiteRT" if runtime.name != "savedmodel"
                 else "SavedModel serve_text", ", ".join(runtime.inputs))

@@ -279,6 +279,11 @@ def test_a_second_server_on_the_port_and_a_cut_litert_file_are_one_line(pair_exp
             f"serve.py: error: --port={port}: cannot listen on 127.0.0.1:{port} (another "
             f"process is listening there; stop it or pick another --port)")
         assert call(base + "/v1/models/m")[0] == 200  # the first one is untouched
+    threads = subprocess.run([sys.executable, str(REPO / "serve.py"), f"--export_dir={export}",
+                              "--num_batch_threads=2", f"--port={free_port()}"],
+                             capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert threads.returncode != 0 and threads.stderr.strip().splitlines()[-1].startswith(
+        "serve.py: error: --num_batch_threads=2: a LiteRT runtime runs one batch at a time")
     cut = tmp_path / "serving"
     shutil.copytree(export, cut)
     flat = (cut / "litert" / "float32.tflite").read_bytes()
