@@ -128,7 +128,12 @@ def _row(instance: dict, inputs: list, read: dict, where: str) -> dict:
 
 
 def jsonable(value):
-    """One output value as JSON: numbers as they are, strings decoded."""
+    """One output value as JSON: numbers as they are, strings decoded; a list may be ragged (a
+    tagger's words and tags per text)."""
+    if isinstance(value, (list, tuple)):
+        return [jsonable(item) for item in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
     value = np.asarray(value)
     if value.dtype.kind in "SO":
         return np.vectorize(lambda b: b.decode("utf-8") if isinstance(b, bytes) else b,

@@ -5,80 +5,21 @@ every request in flight and exits 0, and a busy port refused in one line."""
 import base64
 import concurrent.futures
 import contextlib
-import json
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
 
 from tests.conftest import REPO
+from tests.http_server import call, free_port, server
 from tests.test_litert import pair_export, served  # noqa: F401  (the module's fixture)
 
 pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed: pip install "
                     "'bert-tf2[serve]'")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def call(url, body=None, method=None, headers=None, timeout=60):
-    """`(status, headers, JSON or text)`; `body`: an object (sent as JSON) or bytes."""
-    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-    request = urllib.request.Request(url, data, headers=headers or {}, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            status, answer_headers, text = response.status, response.headers, response.read()
-    except urllib.error.HTTPError as e:
-        status, answer_headers, text = e.code, e.headers, e.read()
-    try:
-        return status, answer_headers, json.loads(text)
-    except ValueError:
-        return status, answer_headers, text.decode()
-
-
-@contextlib.contextmanager
-def server(export, *flags, harness=False, wait=True):
-    """serve.py (or the harness around the same server) on a free loopback port."""
-    port = free_port()
-    if harness:
-        command = [sys.executable, str(REPO / "tests" / "serving_harness.py"), str(export),
-                   str(port), *flags]
-    else:
-        command = [sys.executable, str(REPO / "serve.py"), f"--export_dir={export}",
-                   "--model_name=m", "--host=127.0.0.1", f"--port={port}", *flags]
-    log = tempfile.TemporaryFile("w+")  # not a pipe: a full pipe would stop the server
-    proc = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
-    proc.log = lambda: (log.seek(0), log.read())[1]
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while wait:
-            assert proc.poll() is None, proc.log()[-3000:]
-            with contextlib.suppress(OSError):
-                if call(base + "/v1/models/m")[2]["model_version_status"][0]["state"] == \
-                        "AVAILABLE":
-                    break
-            assert time.time() < deadline, "the server did not become ready in 120 s"
-            time.sleep(0.05)
-        yield base, proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        log.close()
 
 
 def pairs(data, count):

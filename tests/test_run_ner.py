@@ -232,3 +232,22 @@ def test_litert_path_tags_every_sentence_as_the_runner(ner_run):
     flat32 = [t for tags in float32["tags"] for t in tags]
     assert len(flat8) == len(flat32) and sum(a == b for a, b in zip(flat8, flat32)) >= \
         0.98 * len(flat32)
+
+
+def test_the_export_served_over_http_tags_as_its_fast_path(ner_run):
+    """serve.py on the export's int8 file: TF Serving's predict in rows and columns, the words
+    and tags of `LiteRTTagger` called directly, long sentences (several windows) included."""
+    pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed")
+    from tasks.ner.litert_serving import LiteRTTagger
+    from tests.http_server import call, server
+
+    export = ner_run["root"] / "export"
+    words, _, _ = read_predictions(ner_run["out"] / "eval_predictions.txt")
+    texts = [" ".join(sentence) for sentence in words][:16] + [""]
+    expected = LiteRTTagger.load(str(export), "int8")(texts)
+    with server(export, "--runtime=int8") as (base, _):
+        rows = call(base + "/v1/models/m:predict", {"instances": texts})[2]
+        columns = call(base + "/v1/models/m:predict", {"inputs": {"text": texts}})[2]
+    assert [p["tags"] for p in rows["predictions"]] == expected["tags"]
+    assert [p["words"] for p in rows["predictions"]] == expected["words"]
+    assert columns["outputs"]["tags"] == expected["tags"]

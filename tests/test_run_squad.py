@@ -161,3 +161,25 @@ def test_litert_path_answers_as_the_runners_predictions(squad_run):
     int8 = LiteRTReader.load(str(export))(questions, contexts)
     same = sum(a == b for a, b in zip(int8["answer"], float32["answer"]))
     assert same >= 0.9 * len(asked), (same, len(asked))
+
+
+def test_the_export_served_over_http_answers_as_its_fast_path(squad_run):
+    """serve.py on the export's int8 file: TF Serving's predict in rows, the answers and
+    probabilities of `LiteRTReader` called directly."""
+    pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed")
+    from tasks.squad.litert_serving import LiteRTReader
+    from tests.http_server import call, server
+
+    export = squad_run["root"] / "export"
+    dev = json.loads(squad_run["dev"].read_text())
+    asked = [(qa["question"], paragraph["context"]) for article in dev["data"]
+             for paragraph in article["paragraphs"] for qa in paragraph["qas"]][:12]
+    expected = LiteRTReader.load(str(export), "int8")([q for q, _ in asked],
+                                                      [c for _, c in asked])
+    with server(export, "--runtime=int8") as (base, _):
+        status, _, answer = call(base + "/v1/models/m:predict", {"instances": [
+            {"question": q, "context": c} for q, c in asked]})
+    assert status == 200
+    assert [p["answer"] for p in answer["predictions"]] == expected["answer"]
+    assert [p["probability"] for p in answer["predictions"]] == pytest.approx(
+        list(expected["probability"]), abs=1e-6)

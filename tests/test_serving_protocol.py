@@ -92,6 +92,12 @@ def test_answers_take_tf_servings_shapes():
             "dim": [{"size": "-1", "name": ""}, {"size": "2", "name": ""}],
             "unknown_rank": False}}
     assert signature["outputs"]["label_id"]["dtype"] == "DT_INT32"
+    # A tagger's outputs are ragged lists per text.
+    tagged = {"words": [["EU", "rejects"], []], "tags": [["B-ORG", "O"], []],
+              "num_words": np.array([2, 0], np.int32)}
+    assert protocol.predict_response(tagged, columnar=False) == {"predictions": [
+        {"num_words": 2, "tags": ["B-ORG", "O"], "words": ["EU", "rejects"]},
+        {"num_words": 0, "tags": [], "words": []}]}
 
 
 class Recorder:
