@@ -77,7 +77,8 @@ setup(
         # uvicorn; model_server/ adds TF Serving's status and metadata, dynamic batching, the
         # bounded queue and the drain. KServe's REST internals it builds on are pinned to the
         # minor release it was tested with (docs/serving.md, "Why KServe").
-        "serve": ["kserve>=0.21,<0.22", "uvicorn>=0.30,<1", "prometheus-client>=0.20,<1"],
+        "serve": ["kserve>=0.21,<0.22", "uvicorn>=0.30,<1", "prometheus-client>=0.20,<1",
+                  "orjson>=3.9,<4"],
     },
     entry_points={
         "console_scripts": [f"{name}={name}:console_main" for name in RUNNERS]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import signal
@@ -30,6 +31,7 @@ import warnings
 import numpy as np
 import uvicorn
 from kserve import Model
+from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
 from model_server import protocol
@@ -237,20 +239,25 @@ def _decoded(value, name: str):
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def _bad_request(message: str):
-    from kserve.errors import InvalidInput
-
+def _bad_request(message: str) -> InvalidInput:
     return InvalidInput(message)
 
 
+@dataclasses.dataclass
 class ServerSettings:
-    def __init__(self, export_dir: str, model_name: str, host: str = "0.0.0.0",
-                 port: int = 8501, grpc_port: int = 0, runtime: str | None = None,
-                 max_batch_size: int = 32, batch_timeout_micros: int = 0,
-                 max_enqueued_batches: int = 16, num_batch_threads: int = 1,
-                 max_request_bytes: int = 8 << 20, drain_seconds: float = 30.0):
-        self.__dict__.update(locals())
-        del self.__dict__["self"]
+    """serve.py's flags (docs/serving.md lists them)."""
+    export_dir: str
+    model_name: str
+    host: str = "0.0.0.0"
+    port: int = 8501
+    grpc_port: int = 0  # 0: no gRPC
+    runtime: str | None = None  # int8, float32, savedmodel; None: the best the export has
+    max_batch_size: int = 32
+    batch_timeout_micros: int = 0
+    max_enqueued_batches: int = 16
+    num_batch_threads: int = 1
+    max_request_bytes: int = 8 << 20
+    drain_seconds: float = 30.0
 
 
 def serve(settings: ServerSettings, runtime=None) -> None:
@@ -316,8 +323,9 @@ def _grpc_failed(error: BaseException, server) -> None:
 
 def _kserve_app(model, settings: ServerSettings, metrics: Metrics):
     import kserve.model_server
-    from fastapi.responses import JSONResponse
-    from kserve.errors import InvalidInput, ModelNotReady
+    import orjson
+    from fastapi.responses import JSONResponse, Response
+    from kserve.errors import ModelNotReady
     from kserve.model_repository import ModelRepository
     from kserve.protocol.dataplane import DataPlane
     from kserve.protocol.model_repository_extension import ModelRepositoryExtension
@@ -346,6 +354,31 @@ def _kserve_app(model, settings: ServerSettings, metrics: Metrics):
         return protocol.metadata_response(model.name, model.runtime.inputs,
                                           model.runtime.takes_list, model.example_outputs)
 
+    async def predict(request):
+        """TF Serving's predict, straight to the batcher: the body parsed once, by us, whatever
+        its Content-Type, and the answer encoded once (KServe's V1 route, which this one comes
+        before, decodes, checks and times each request through three more layers)."""
+        name = request.path_params["model_name"]
+        if name != model.name:
+            return JSONResponse({"error": f"no model {name} (this server serves "
+                                 f"{model.name})"}, status_code=404)
+        if not model.ready:
+            raise ModelNotReady(model.name)
+        try:
+            body = await request.body()
+            try:
+                payload = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                payload = protocol.parse_json(body)  # raises, saying what is wrong
+            rows, columnar = protocol.parse_predict(payload, model.runtime.inputs,
+                                                    model.runtime.takes_list)
+        except protocol.RequestError as e:
+            raise InvalidInput(str(e)) from None
+        outputs = await model.batcher.predict(rows) if rows else {}
+        return Response(orjson.dumps(protocol.predict_response(outputs, columnar)),
+                        media_type="application/json")
+
+    app.add_route("/v1/models/{model_name}:predict", predict, methods=["POST"])
     app.add_api_route("/v1/models/{model_name}", status, methods=["GET"])
     app.add_api_route("/v1/models/{model_name}/metadata", metadata, methods=["GET"])
     class Rest(RESTServer):
