@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import json
 import logging
 import signal
 import socket
@@ -35,7 +36,7 @@ import numpy as np
 import uvicorn
 from kserve import Model
 from kserve.errors import InvalidInput
-from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+from kserve.protocol.infer_type import InferOutput, InferResponse
 
 from model_server import protocol
 from model_server.batching import DynamicBatcher, NotServing, Overloaded
@@ -168,13 +169,11 @@ class _TooLarge(Exception):
 
 
 def protocol_error(message: str) -> bytes:
-    import json
-
     return json.dumps({"error": message}).encode("utf-8")
 
 
 class BertModel(Model):
-    """The export's runtime behind the dynamic batcher: V1 (TF Serving) and V2 requests."""
+    """The export's runtime behind the dynamic batcher, as KServe's model (V2 requests, status)."""
 
     def __init__(self, name: str, runtime, batcher: DynamicBatcher):
         super().__init__(name)
@@ -186,42 +185,32 @@ class BertModel(Model):
         return self.ready
 
     async def predict(self, payload, headers=None):
+        """KServe's V2 requests (REST and gRPC); TF Serving's predict has a route of its own
+        (`_kserve_app`), so no V1 request reaches here."""
         if not self.ready:
             raise NotServing(f"model {self.name} is warming up")
-        if isinstance(payload, InferRequest):
-            return await self.infer_v2(payload)
-        try:
-            if isinstance(payload, (bytes, bytearray)):  # a Content-Type other than JSON
-                payload = protocol.parse_json(bytes(payload))
-            rows, columnar = protocol.parse_predict(payload, self.runtime.inputs,
-                                                    self.runtime.takes_list)
-        except protocol.RequestError as e:
-            raise _bad_request(str(e)) from None
-        if not rows:
-            return {"outputs": {}} if columnar else {"predictions": []}
-        outputs = await self.batcher.predict(rows)
-        return protocol.predict_response(outputs, columnar)
+        return await self.infer_v2(payload)
 
     async def infer_v2(self, request):
         tensors = {}
         for tensor in request.inputs:
             if tensor.name not in self.runtime.inputs:
-                raise _bad_request(f"unknown input {tensor.name} (the model takes "
+                raise InvalidInput(f"unknown input {tensor.name} (the model takes "
                                    f"{', '.join(self.runtime.inputs)})")
             if tensor.datatype != "BYTES":
-                raise _bad_request(f"input {tensor.name}: datatype {tensor.datatype}; "
+                raise InvalidInput(f"input {tensor.name}: datatype {tensor.datatype}; "
                                    f"texts are BYTES")
             tensors[tensor.name] = tensor.as_numpy()
         missing = [name for name in self.runtime.inputs if name not in tensors]
         if missing:
-            raise _bad_request(f"no input {', '.join(missing)} (the model takes "
+            raise InvalidInput(f"no input {', '.join(missing)} (the model takes "
                                f"{', '.join(self.runtime.inputs)})")
         try:
             rows = [dict(zip(tensors, values)) for values in zip(*[
-                [_decoded(value, name) for value in array]
+                [_decoded(value) for value in array]
                 for name, array in tensors.items()])]
         except UnicodeDecodeError as e:
-            raise _bad_request(f"an input is not UTF-8 text ({e.reason})") from None
+            raise InvalidInput(f"an input is not UTF-8 text ({e.reason})") from None
         outputs = await self.batcher.predict(rows) if rows else {}
         infer_outputs = []
         for name in sorted(outputs):
@@ -236,14 +225,10 @@ class BertModel(Model):
 
 
 
-def _decoded(value, name: str):
+def _decoded(value):
     if isinstance(value, np.ndarray):  # a list per row (choices)
-        return [_decoded(v, name) for v in value]
+        return [_decoded(v) for v in value]
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
-def _bad_request(message: str) -> InvalidInput:
-    return InvalidInput(message)
 
 
 @dataclasses.dataclass
@@ -340,17 +325,19 @@ def _kserve_app(model, settings: ServerSettings, metrics: Metrics):
     extension = ModelRepositoryExtension(model_registry=repository)
     app = kserve.model_server.app
 
+    def unknown(model_name: str):
+        return JSONResponse({"error": f"no model {model_name} (this server serves "
+                             f"{model.name})"}, status_code=404)
+
     # TF Serving's status and metadata, registered before KServe's routes of the same paths.
     async def status(model_name: str):
         if model_name != model.name:
-            return JSONResponse({"error": f"no model {model_name} (this server serves "
-                                 f"{model.name})"}, status_code=404)
+            return unknown(model_name)
         return protocol.status_response("AVAILABLE" if model.ready else "LOADING")
 
     async def metadata(model_name: str):
         if model_name != model.name:
-            return JSONResponse({"error": f"no model {model_name} (this server serves "
-                                 f"{model.name})"}, status_code=404)
+            return unknown(model_name)
         if model.example_outputs is None:
             return JSONResponse({"error": f"model {model.name} is warming up"},
                                 status_code=503, headers={"Retry-After": RETRY_AFTER_S})
@@ -363,8 +350,7 @@ def _kserve_app(model, settings: ServerSettings, metrics: Metrics):
         before, decodes, checks and times each request through three more layers)."""
         name = request.path_params["model_name"]
         if name != model.name:
-            return JSONResponse({"error": f"no model {name} (this server serves "
-                                 f"{model.name})"}, status_code=404)
+            return unknown(name)
         if not model.ready:
             raise ModelNotReady(model.name)
         try:

@@ -55,7 +55,6 @@ class DynamicBatcher:
         self.observe = observe or (lambda rows, queued: None)
         self.queue = collections.deque()
         self.queued_rows = 0
-        self.running = 0
         self.accepting = False
         self.stopping = False
         self.condition = threading.Condition()
@@ -81,10 +80,6 @@ class DynamicBatcher:
             self.queued_rows += len(rows)
             self.condition.notify()
         return await request.future
-
-    def depth(self) -> int:
-        """Rows waiting for the model."""
-        return self.queued_rows
 
     def stop(self, timeout_s: float) -> bool:
         """Refuse new rows, finish the queued and running ones; whether all ended in time."""
@@ -116,7 +111,6 @@ class DynamicBatcher:
                 batch.append(request)
                 rows += len(request.rows)
             self.queued_rows -= rows
-            self.running += 1
             self.observe(rows, self.queued_rows)
             return batch
 
@@ -142,8 +136,6 @@ class DynamicBatcher:
                 loop.call_soon_threadsafe(_resolve_all, [(request.future, result, error) for
                                                          request, result, error in answers
                                                          if request.loop is loop])
-            with self.condition:
-                self.running -= 1
 
 
 def _resolve_all(answers: list) -> None:

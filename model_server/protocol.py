@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 
 import numpy as np
 
@@ -43,16 +44,12 @@ def _texts(value, where: str) -> list:
 
 
 def _short(value) -> str:
-    import json
-
     text = json.dumps(value, ensure_ascii=False, default=repr)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
 def parse_json(body: bytes):
     """A request body as JSON, whatever its Content-Type says (TF Serving reads any)."""
-    import json
-
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -105,7 +102,7 @@ def parse_predict(body, inputs: list, takes_list: dict) -> tuple:
             columns[name] = [columns[name]]  # one row given as a bare value
         lengths.add(len(columns[name]))
     if len(lengths) > 1:
-        raise RequestError(f"the inputs have different numbers of rows: " + ", ".join(
+        raise RequestError("the inputs have different numbers of rows: " + ", ".join(
             f"{name} {len(columns[name])}" for name in inputs))
     count = lengths.pop()
     rows = [_row({name: columns[name][i] for name in inputs}, inputs, read,
