@@ -122,13 +122,16 @@ def main():
     serve(classify, size)
 
 
-def peak_rss_bytes() -> int:
-    """This process's peak resident memory since its exec (VmHWM; getrusage's ru_maxrss would
-    count the parent's peak from before the exec)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
+def peak_rss_bytes(pid="self") -> int:
+    """A process's peak resident memory since its exec (VmHWM; getrusage's ru_maxrss would
+    count the parent's peak from before the exec); 0 for a process that is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return 0
 
 

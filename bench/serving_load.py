@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
+from _serving_peer import peak_rss_bytes  # noqa: E402
 from finetune_vs_pytorch import peer_python  # noqa: E402
 from serving import PEER_PACKAGES, finetune, hugging_face_copy, read_tsv  # noqa: E402
 
@@ -145,7 +146,8 @@ def server(command: list, port: int, log_path: pathlib.Path, measured: dict,
                 time.sleep(0.2)
             yield proc
         finally:
-            measured["peak_rss_mb"] = sum(peak_rss_mb(pid) for pid in process_tree(proc.pid))
+            measured["peak_rss_mb"] = sum(peak_rss_bytes(pid) for pid in
+                                          process_tree(proc.pid)) / 2 ** 20
             os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(60)
@@ -166,14 +168,6 @@ def process_tree(pid: int) -> list:
         tree.append(stack.pop())
         stack.extend(children.get(tree[-1], []))
     return tree
-
-
-def peak_rss_mb(pid: int) -> float:
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def bodies_of(texts: list) -> list:
