@@ -274,10 +274,10 @@ def jitter(export: pathlib.Path, length: int = 32, calls: int = 2000) -> None:
     in blocks of 200 calls: the tail that is neither the texts' lengths nor Python."""
     import numpy as np
 
-    from engine.litert_runtime import _Bucket
+    from engine.litert_runtime import _Interpreter
 
     flat = (export / "litert" / "int8.tflite").read_bytes()
-    buckets = {threads: _Bucket(flat, (1, length), {}, threads) for threads in (1, 2)}
+    buckets = {threads: _Interpreter(flat, {}, threads) for threads in (1, 2)}
     feeds = {name: np.ones((1, length), np.int32) for name in
              ("input_word_ids", "input_mask", "input_type_ids")}
     times = {threads: [] for threads in buckets}

@@ -1,19 +1,19 @@
-"""Run a LiteRT file from `engine.litert` on token ids: one prepared interpreter per shape bucket.
+"""Run a LiteRT file from `engine.litert` on token ids: one interpreter, resized to each call's shape.
 
-Why buckets: resizing an interpreter's inputs re-plans every kernel (about a millisecond on
-MiniLM), and a fresh interpreter costs tens. So each request is padded to the next length of
-`length_buckets` (8, 12, 16, 24, then multiples of `length_step`, up to the model's longest) and
-to the next batch
-size of `batch_buckets`, and each (batch, length) bucket keeps an interpreter planned for
-exactly that shape: after its first call nothing is planned, traced or allocated again, whatever
-the lengths that come. Padding is masked, so a padded row gives its
-unpadded outputs up to float round-off (tests/test_litert.py). Inputs may hold fixed axes between
-the batch and the length (multiple choice: `[batch, num_choices, length]`), read from the file.
+Why one: each request runs at its own shape, `[rows, longest row]`, with no padding to a bucket.
+Resizing costs about 35 microseconds on MiniLM (XNNPACK keeps its packed weights and reshapes),
+less than the padding it saves. The project once kept an interpreter planned for each (batch,
+length) bucket, 44 of them for a 128-token classifier; each held its own copy of the packed
+weights (about 12 MB), 820 MB in all, and switching between them pushed the weights out of the
+CPU's caches: on make demo's MRPC model one interpreter answers a single sentence in 0.72 ms where
+the buckets took 0.91 (docs/serving.md#where-a-request-goes). Padding is masked, so a padded row
+gives its unpadded outputs up to float round-off (tests/test_litert.py). Inputs may hold fixed
+axes between the batch and the length (multiple choice: `[batch, num_choices, length]`), read from
+the file.
 
-A request of many rows is sorted by length and run in groups of similar rows (as many as the
-largest batch bucket), each cut to its own longest row, then put back in order: a batch of 32
-MRPC pairs padded to its longest pair holds about twice the tokens it needs, and attention's cost
-grows with the square of it.
+A request of many rows is sorted by length and run in groups of similar rows (`group_rows`), each
+cut to its own longest row, then put back in order: a batch of 32 MRPC pairs padded to its longest
+pair holds about twice the tokens it needs, and attention's cost grows with the square of it.
 
 The interpreter is `ai_edge_litert`'s (the LiteRT package that replaces `tf.lite.Interpreter`),
 or TensorFlow's where that is not installed; it needs no TensorFlow.
@@ -29,7 +29,7 @@ import numpy as np
 from engine.litert_layout import DESCRIPTION, FOLDER, LiteRTError, model_file, require_export
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
-BATCH_BUCKETS = (1, 2, 4, 8)
+GROUP_ROWS = 8  # rows run together when a call holds more
 
 
 def _interpreter_class():
@@ -42,18 +42,6 @@ def _interpreter_class():
 
 def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
-SHORT_LENGTHS = (8, 12, 16, 24)  # a short text pads by at most half its length
-
-
-def length_buckets(max_length: int, step: int) -> tuple:
-    """The padded lengths: `SHORT_LENGTHS`, every multiple of `step`, and `max_length`. Short
-    texts (a query, an STS-B sentence of 9 WordPieces) would otherwise pay for a whole `step` of
-    padding; the short shapes' interpreters cost little memory."""
-    lengths = {n for n in SHORT_LENGTHS if n < max_length}
-    lengths.update(range(step, max_length, step))
-    return tuple(sorted(lengths)) + (max_length,)
 
 
 def padded_inputs(rows: list) -> dict:
@@ -77,26 +65,34 @@ def fixed_axes(flat: bytes) -> tuple:
     return tuple(int(size) for size in signature[1:-1])
 
 
-class _Bucket:
-    """One interpreter, planned for one input shape, with its tensor indices."""
+class _Interpreter:
+    """The file's one interpreter, resized to each call's shape, with its tensor indices."""
 
-    def __init__(self, flat: bytes, shape: tuple, outputs: dict, threads: int):
+    def __init__(self, flat: bytes, outputs: dict, threads: int):
         self.interpreter = _interpreter_class()(model_content=flat, num_threads=threads)
-        self.inputs = {}
-        for detail in self.interpreter.get_input_details():
-            self.interpreter.resize_tensor_input(detail["index"], list(shape))
-            self.inputs[detail["name"]] = detail["index"]
-        self.interpreter.allocate_tensors()
+        inputs = self.interpreter.get_input_details()
+        self.inputs = {d["name"]: d["index"] for d in inputs}
+        signature = inputs[0]["shape_signature"]  # [batch, *fixed axes, length]
+        self.fixed_axes = tuple(int(size) for size in signature[1:-1])
+        length_axis = len(signature) - 1
         details = self.interpreter.get_output_details()
         self.outputs = {outputs.get(d["name"], d["name"]): d["index"] for d in details}
         # Outputs with a position axis (a tagger's or a reader's logits: [batch, length, ...]).
-        axis = len(shape) - 1
         self.per_token = {outputs.get(d["name"], d["name"]) for d in details
-                          if len(d["shape_signature"]) > axis
-                          and d["shape_signature"][axis] == -1}
+                          if len(d["shape_signature"]) > length_axis
+                          and d["shape_signature"][length_axis] == -1}
+        self.shape = None
+        self.resizes = 0
 
     def __call__(self, feeds: dict) -> dict:
         interpreter = self.interpreter
+        shape = feeds["input_word_ids"].shape
+        if shape != self.shape:  # about 35 microseconds on MiniLM; the weights stay packed
+            for index in self.inputs.values():
+                interpreter.resize_tensor_input(index, shape)
+            interpreter.allocate_tensors()
+            self.shape = shape
+            self.resizes += 1
         for name, index in self.inputs.items():
             interpreter.set_tensor(index, feeds[name])
         interpreter.invoke()
@@ -109,17 +105,15 @@ class LiteRTModel:
     `serve_token_ids` outputs as NumPy arrays."""
 
     def __init__(self, flat: bytes, outputs: dict, max_length: int, threads: int | None = None,
-                 length_step: int = 16, batch_buckets=BATCH_BUCKETS):
+                 group_rows: int = GROUP_ROWS):
         self.flat = flat
         self.output_names = outputs
         self.max_length = max_length
         self.threads = threads or default_threads()
-        self.lengths = length_buckets(max_length, length_step)
-        self.batches = tuple(sorted(batch_buckets))
-        self.group_rows = self.batches[-1]
-        self.buckets = {}
-        self.per_token = set()  # the outputs with a position axis, known once a bucket is made
-        self.fixed_axes = fixed_axes(flat)
+        self.group_rows = group_rows
+        self.interpreter = _Interpreter(flat, outputs, self.threads)
+        self.fixed_axes = self.interpreter.fixed_axes
+        self.per_token = self.interpreter.per_token
 
     @classmethod
     def load(cls, export_dir: str, quantization: str | None = None,
@@ -151,22 +145,15 @@ class LiteRTModel:
                               f"--quantization={quantization}`") from None
         return model, description
 
-    def bucket(self, batch: int, length: int) -> _Bucket:
-        key = (batch, length)
-        if key not in self.buckets:
-            self.buckets[key] = _Bucket(self.flat, (batch, *self.fixed_axes, length),
-                                        self.output_names, self.threads)
-            self.per_token = self.buckets[key].per_token
-        return self.buckets[key]
-
     def warm_up(self, batches=(1,)) -> None:
-        """Plan the buckets of these batch sizes at every length now, not on first use, and
-        take what is loaded out of the garbage collector's generations (`gc.freeze`): the
-        collector's full passes over a loaded model were the batch-1 tail."""
-        for batch in batches:
-            for length in self.lengths:
-                self._run({name: np.zeros((batch, *self.fixed_axes, length), np.int32)
-                           for name in INPUT_NAMES})
+        """Run the largest shape a call can take (`max(batches)` rows of `max_length`, or
+        `group_rows` rows where a call is cut into groups) and one short row now, not on first
+        use: XNNPACK packs the weights and the arena reaches its largest size, so no request
+        grows the memory. Then take what is loaded out of the garbage collector's generations
+        (`gc.freeze`): the collector's full passes over a loaded model were the batch-1 tail."""
+        for shape in ((min(max(batches), self.group_rows), self.max_length), (1, 8)):
+            self._run({name: np.zeros((shape[0], *self.fixed_axes, shape[1]), np.int32)
+                       for name in INPUT_NAMES})
         gc.collect()
         gc.freeze()
 
@@ -181,6 +168,9 @@ class LiteRTModel:
         if length > self.max_length:
             raise LiteRTError(f"{length} tokens in a row; the model takes at most "
                               f"{self.max_length}")
+        if rows == 0:  # no shape has a zero axis: run one empty row and keep none
+            out = self._run({k: np.zeros((1, *shape[1:]), np.int32) for k in feeds})
+            return {name: value[:0] for name, value in out.items()}
         if rows <= self.group_rows:
             return self._run(feeds)
         lengths = np.asarray(input_mask).reshape(rows, -1, length).sum(axis=2).max(axis=1)
@@ -201,18 +191,5 @@ class LiteRTModel:
         return {name: np.concatenate([p[name] for p in pieces])[inverse] for name in pieces[0]}
 
     def _run(self, feeds: dict) -> dict:
-        shape = feeds["input_word_ids"].shape
-        rows, length = shape[0], shape[-1]
-        batch = next(b for b in self.batches if b >= rows)
-        padded_length = next(n for n in self.lengths if n >= length)
-        if (batch, padded_length) != (rows, length):
-            width = ((0, batch - rows), *[(0, 0)] * len(self.fixed_axes),
-                     (0, padded_length - length))
-            feeds = {name: np.pad(np.asarray(value, np.int32), width)
-                     for name, value in feeds.items()}
-        else:
-            feeds = {name: np.ascontiguousarray(value, np.int32) for name, value in feeds.items()}
-        outputs = self.bucket(batch, padded_length)(feeds)
-        positions = (slice(rows), *[slice(None)] * len(self.fixed_axes), slice(length))
-        return {name: value[positions] if name in self.per_token else value[:rows]
-                for name, value in outputs.items()}
+        return self.interpreter({name: np.ascontiguousarray(value, np.int32)
+                                 for name, value in feeds.items()})

@@ -14,7 +14,7 @@ import os
 from engine.litert_layout import FOLDER, model_file, require_export
 
 RUNTIMES = ("int8", "float32", "savedmodel")
-WARM_BATCHES = (1, 2, 4, 8)  # the LiteRT buckets planned before the server is ready
+WARM_BATCHES = (1, 2, 4, 8)  # the batch sizes run before the server is ready
 
 
 def default_runtime(export_dir: str) -> str:
@@ -34,8 +34,9 @@ class Runtime:
         return self.predictor.predict(rows)
 
     def warm_up(self) -> dict:
-        """Plan what requests will need now (every LiteRT bucket up to batch 8), and return one
-        row's outputs (what the metadata describes)."""
+        """Run what requests will need now (the LiteRT interpreter at its largest shape, 8 rows;
+        the SavedModel traced at batch 1, 2, 4 and 8), and return one row's outputs (what the
+        metadata describes)."""
         row = {name: ["warm up"] * 2 if self.takes_list[name] else "warm up"
                for name in self.inputs}
         warm = getattr(self.predictor.signature, "warm_up", None)

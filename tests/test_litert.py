@@ -119,24 +119,28 @@ def test_pairs_and_an_empty_second_text_as_the_savedmodel(pair_export):
     assert got["label"] == [label.decode() for label in expected["label"]]
 
 
-def test_no_shape_is_planned_after_warm_up(pair_export):
+def test_one_interpreter_answers_every_shape_as_a_row_alone(pair_export):
     from tasks.classification.litert_serving import LiteRTClassifier
 
     export, _ = pair_export
-    fast = LiteRTClassifier.load(str(export), batch_buckets=(1, 2, 4))
+    fast = LiteRTClassifier.load(str(export), group_rows=4)
     fast.model.warm_up((1, 2, 4))
-    planned = dict(fast.model.buckets)
-    assert sorted(planned) == [(b, n) for b in (1, 2, 4) for n in (8, 12, 16, 24, 32, 48)]
-    for length in range(1, 49):  # every length, as one row and as a padded batch of three
+    interpreter = fast.model.interpreter
+    for length in range(1, 49):  # every length, as one row and as a batch of three
         ids = np.full((1, length), 1000, np.int32)
         one = fast.model(ids, np.ones_like(ids), np.zeros_like(ids))["logits"]
         three = fast.model(np.repeat(ids, 3, 0), np.ones((3, length), np.int32),
                            np.zeros((3, length), np.int32))["logits"]
         np.testing.assert_allclose(three, np.repeat(one, 3, 0), atol=1e-5)
-    assert fast.model.buckets == planned  # the same interpreters, none added
+    resizes = interpreter.resizes
+    fast.model(ids, np.ones_like(ids), np.zeros_like(ids))  # the shape of the call before
+    fast.model(ids, np.ones_like(ids), np.zeros_like(ids))
+    assert interpreter.resizes == resizes + 1  # resized once, then run as it is
+    assert fast.model(ids[:0], ids[:0], ids[:0])["logits"].shape == (0, 2)
     big = fast.model(np.full((70, 20), 1000, np.int32), np.ones((70, 20), np.int32),
                      np.zeros((70, 20), np.int32))["logits"]  # cut into groups of 4
     assert big.shape == (70, 2)
+    np.testing.assert_allclose(big, np.repeat(big[:1], 70, 0), atol=1e-5)
     # A batch of mixed lengths is sorted into groups of similar rows and put back in order.
     lengths = np.random.default_rng(0).integers(2, 49, 23)
     mask = (np.arange(48)[None, :] < lengths[:, None]).astype(np.int32)
@@ -146,7 +150,7 @@ def test_no_shape_is_planned_after_warm_up(pair_export):
         one = fast.model(ids[row:row + 1, :lengths[row]], mask[row:row + 1, :lengths[row]],
                          np.zeros((1, lengths[row]), np.int32))["logits"]
         np.testing.assert_allclose(batch[row], one[0], atol=1e-5)
-    assert fast.model.buckets == planned
+    assert fast.model.interpreter is interpreter
 
 
 def test_mistakes_are_one_line(pair_export, single_export, tmp_path):

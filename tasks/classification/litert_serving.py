@@ -41,8 +41,8 @@ class LiteRTClassifier:
         return cls(model, description, vocab_file(export_dir))
 
     def warm_up(self, batches=(1,)) -> None:
-        """Build the tokenizer's tables and plan the buckets of these batch sizes (at every
-        length) now, so that no request pays for them."""
+        """Build the tokenizer's tables and size the interpreter for the largest of these batch
+        sizes now, so that no request pays for them."""
         self(["warm up"], ["warm up"] if self.pair else None)
         self.model.warm_up(batches)
 
