@@ -8,8 +8,9 @@ optimum and ONNX Runtime), never in the project's environment.
 a fine-tuned classifier (`classify`: raw text to probabilities), or a sentence encoder (`embed`:
 `bench/serving_embeddings.py`; mean pooling over real tokens, L2-normalised, as
 sentence-transformers pools all-MiniLM-L6-v2). ONNX sides export it with optimum; fp32 runs it
-after optimum's graph fusions (O2), int8 after its dynamic AVX-512 VNNI quantisation of the
-export (`ORTQuantizer`, `AutoQuantizationConfig.avx512_vnni(is_static=False)`; per tensor,
+after optimum's graph fusions (O2), int8 after its dynamic quantisation of the export for this
+CPU (`ORTQuantizer`, `AutoQuantizationConfig.avx512_vnni(is_static=False)` where the CPU has
+AVX-512 VNNI, else `.avx2`; per tensor,
 faster here than per channel, which `PEER_PER_CHANNEL=1` picks), then run the ONNX file on an
 `onnxruntime.InferenceSession` with NumPy inputs: the settings a user would pick for a fast CPU.
 Each side tokenises with transformers' Rust tokenizer, from raw text. Commands arrive as JSON
@@ -27,6 +28,15 @@ import numpy as np
 PER_CHANNEL = os.environ.get("PEER_PER_CHANNEL", "0") == "1"
 
 
+def quantization_kind() -> str:
+    """optimum's configuration for this CPU: avx512_vnni where the CPU has it, else avx2."""
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        flags = []
+    return "avx512_vnni" if "avx512_vnni" in flags else "avx2"
+
+
 def onnx_session(hf_dir: str, work_dir: str, quantize: bool, task: str = "classify"):
     from optimum.onnxruntime import (ORTModelForFeatureExtraction,
                                      ORTModelForSequenceClassification, ORTOptimizer,
@@ -36,7 +46,9 @@ def onnx_session(hf_dir: str, work_dir: str, quantize: bool, task: str = "classi
 
     exported = os.path.join(work_dir, "onnx")
     optimized = os.path.join(work_dir, "onnx-o2")
-    quantized = os.path.join(work_dir, "onnx-int8" + ("-per-channel" if PER_CHANNEL else ""))
+    kind = quantization_kind()
+    quantized = os.path.join(work_dir, "onnx-int8" + ("-per-channel" if PER_CHANNEL else "")
+                             + ("" if kind == "avx512_vnni" else f"-{kind}"))
     if not os.path.isfile(os.path.join(optimized, "model_optimized.onnx")):
         model_class = (ORTModelForFeatureExtraction if task == "embed"
                        else ORTModelForSequenceClassification)
@@ -51,9 +63,9 @@ def onnx_session(hf_dir: str, work_dir: str, quantize: bool, task: str = "classi
         # the session's own ORT_ENABLE_ALL optimisations then apply
         if not os.path.isfile(os.path.join(quantized, "model_quantized.onnx")):
             quantizer = ORTQuantizer.from_pretrained(exported)
-            quantizer.quantize(AutoQuantizationConfig.avx512_vnni(is_static=False,
-                                                                  per_channel=PER_CHANNEL),
-                               save_dir=quantized)
+            config = getattr(AutoQuantizationConfig, kind)(is_static=False,
+                                                           per_channel=PER_CHANNEL)
+            quantizer.quantize(config, save_dir=quantized)
         path = os.path.join(quantized, "model_quantized.onnx")
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL

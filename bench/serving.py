@@ -26,6 +26,11 @@ instead, on the same fine-tuned weights, in one run; and what int8 costs in accu
    serves that model: accuracy, and for our int8 the change from our float32 and the share of
    labels that differ.
 
+5. Breakdown (first, in this process): each stage of one batch-1 request on the int8 fast path,
+   timed on its own over 1,000 single sentences and 1,000 pairs (`breakdown`);
+   `--breakdown_only` stops there.
+
+Every table names the commit, the date and the CPU's kind (its AVX2, AVX-512, VNNI and AMX flags).
 Prints the tables of docs/serving.md and writes everything to --json_out. `--jitter` only times
 the int8 interpreter on one shape with 1 and 2 threads (the tail that is not the texts' lengths).
 """
@@ -36,7 +41,6 @@ import csv
 import json
 import os
 import pathlib
-import platform
 import shutil
 import subprocess
 import sys
@@ -46,6 +50,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from backends import cpu_kind  # noqa: E402
 from bench.finetune_vs_pytorch import minilm_dir, peer_python  # noqa: E402
 
 PEER_VENV = REPO / "bench" / ".venv-serving"
@@ -293,6 +298,66 @@ def jitter(export: pathlib.Path, length: int = 32, calls: int = 2000) -> None:
               f"({p99 / p50:.2f}x)")
 
 
+STAGES = ("token ids", "pack", "resize", "set_tensor", "invoke", "get_tensor", "outputs")
+
+
+def breakdown(export: pathlib.Path, texts: dict, requests: int = 1000) -> dict:
+    """Where one batch-1 request's time goes on the int8 fast path (`LiteRTClassifier`, warmed
+    up as `run_worker` warms it): each stage of its call timed on its own, for `requests` single
+    MRPC sentences and as many pairs (texts no other request uses). `resize` is the interpreter's
+    resize to the request's shape (0 when the shape is that of the request before)."""
+    import numpy as np
+
+    from tasks.classification.litert_serving import LiteRTClassifier
+
+    fast = LiteRTClassifier.load(str(export), "int8")
+    fast.warm_up((1, 2, 4, 8))
+    runner = fast.model.interpreter
+    table = {}
+    for kind in ("single", "pair"):
+        times = {stage: [] for stage in STAGES + ("total",)}
+        pairs = texts["pairs"][-requests:]
+        for a, b in pairs:
+            clock = [time.perf_counter()]
+            a_ids, b_ids = fast.token_ids([a], [b if kind == "pair" else ""])
+            clock.append(time.perf_counter())
+            feeds = fast.pack(a_ids, b_ids)
+            clock.append(time.perf_counter())
+            interpreter, shape = runner.interpreter, feeds["input_word_ids"].shape
+            if shape != runner.shape:
+                for index in runner.inputs.values():
+                    interpreter.resize_tensor_input(index, shape)
+                interpreter.allocate_tensors()
+                runner.shape = shape
+            clock.append(time.perf_counter())
+            for name, index in runner.inputs.items():
+                interpreter.set_tensor(index, feeds[name])
+            clock.append(time.perf_counter())
+            interpreter.invoke()
+            clock.append(time.perf_counter())
+            logits = interpreter.get_tensor(runner.outputs["logits"])
+            clock.append(time.perf_counter())
+            fast.outputs(logits)
+            clock.append(time.perf_counter())
+            for stage, start, end in zip(STAGES, clock, clock[1:]):
+                times[stage].append(end - start)
+            times["total"].append(clock[-1] - clock[0])
+        table[kind] = {stage: {"p50_us": float(np.percentile(values, 50) * 1e6),
+                               "mean_us": float(np.mean(values) * 1e6),
+                               "p99_us": float(np.percentile(values, 99) * 1e6)}
+                       for stage, values in times.items()}
+    return table
+
+
+def print_breakdown(table: dict) -> None:
+    print("\n| stage | single p50 us | mean | p99 | pair p50 us | mean | p99 |\n"
+          "|---|---|---|---|---|---|---|")
+    for stage in STAGES + ("total",):
+        cells = [f"{table[kind][stage][q]:.0f}" for kind in ("single", "pair")
+                 for q in ("p50_us", "mean_us", "p99_us")]
+        print(f"| {stage} | {' | '.join(cells)} |")
+
+
 def accuracy(worker: Worker, a: list, b: list | None, labels: list) -> tuple:
     predicted = worker.ask(cmd="predict", text_a=a, text_b=b, batch=32)["label_id"]
     return sum(p == y for p, y in zip(predicted, labels)) / len(labels), predicted
@@ -309,6 +374,8 @@ def main():
     parser.add_argument("--json_out", default=None)
     parser.add_argument("--jitter", action="store_true",
                         help="only time the int8 interpreter on one shape, 1 and 2 threads")
+    parser.add_argument("--breakdown_only", action="store_true",
+                        help="only time each stage of a batch-1 request on the int8 fast path")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--export_dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -336,6 +403,10 @@ def main():
         raise SystemExit(f"{needed} texts a side are more than MRPC's {len(pairs)} pairs: "
                          f"fewer --rounds or --latency_requests")
 
+    stages = breakdown(mrpc, texts)
+    print_breakdown(stages)
+    if args.breakdown_only:
+        return
     workers = {side: Worker(side, worker_command(side, mrpc, hf_dir, work)) for side in sides}
     warm = texts["singles"][-64:]  # texts no timed request uses, the same for every side
     for worker in workers.values():
@@ -355,7 +426,7 @@ def main():
             scores["sst2"][side] = accuracy(worker, [r[0] for r in sst2_dev], None,
                                             [int(r[1]) for r in sst2_dev])
             worker.close()
-    report(speed, scores, args, sides)
+    report(speed, scores, args, sides, stages)
 
 
 def commit() -> str:
@@ -366,9 +437,9 @@ def commit() -> str:
         return "?"
 
 
-def report(speed: dict, scores: dict, args, sides: list) -> None:
-    print(f"\ncommit {commit()}, {time.strftime('%Y-%m-%d')}, {platform.processor() or '?'} "
-          f"({os.cpu_count()} CPUs), {args.rounds} rounds x {args.latency_requests} requests")
+def report(speed: dict, scores: dict, args, sides: list, stages: dict) -> None:
+    print(f"\ncommit {commit()}, {time.strftime('%Y-%m-%d')}, {cpu_kind()}, "
+          f"{args.rounds} rounds x {args.latency_requests} requests")
     print("\n| side | single p50 ms | p99 | pair p50 ms | p99 | batch 32 sentences/s | pairs/s "
           "| peak RSS MB | file MB |\n|---|---|---|---|---|---|---|---|---|")
     for side in sides:
@@ -403,7 +474,8 @@ def report(speed: dict, scores: dict, args, sides: list) -> None:
                   f"({differ} of {len(p8)} labels differ)")
     out = args.json_out or os.path.join(args.work_dir, "serving.json")
     with open(out, "w") as f:
-        json.dump({"commit": commit(), "date": time.strftime("%Y-%m-%d"), "speed": speed,
+        json.dump({"commit": commit(), "date": time.strftime("%Y-%m-%d"), "cpu": cpu_kind(),
+                   "breakdown": stages, "speed": speed,
                    "accuracy": {t: {s: v[0] for s, v in d.items()} for t, d in scores.items()},
                    "args": vars(args)}, f, indent=2)
     print(f"\nwritten to {out}")

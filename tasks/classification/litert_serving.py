@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from data_gen.packing import truncate_seq_pair
+from data_gen.text_ids import TextIds
 from data_gen.tokenization import FullTokenizer, special_token_ids
 from engine.litert_layout import LiteRTError, refuse_windows, vocab_file
 from engine.litert_runtime import LiteRTModel, padded_inputs
@@ -26,6 +27,7 @@ class LiteRTClassifier:
         self.model = model
         self.description = description
         self.tokenizer = FullTokenizer(vocab_file, description["do_lower_case"])
+        self.text_ids = TextIds(self.tokenizer)
         self.cls_id, self.sep_id = special_token_ids(self.tokenizer.vocab, source=vocab_file)
         self.max_seq_length = description["max_seq_length"]
         self.labels = np.array(description["labels"] or [""], dtype=object)
@@ -41,8 +43,9 @@ class LiteRTClassifier:
         return cls(model, description, vocab_file(export_dir))
 
     def warm_up(self, batches=(1,)) -> None:
-        """Build the tokenizer's tables and size the interpreter for the largest of these batch
-        sizes now, so that no request pays for them."""
+        """Compile the tokenizer (`TextIds.compile`) and size the interpreter for the largest of
+        these batch sizes now, so that no request pays for them."""
+        self.text_ids.compile()
         self(["warm up"], ["warm up"] if self.pair else None)
         self.model.warm_up(batches)
 
@@ -57,19 +60,26 @@ class LiteRTClassifier:
 
     def inputs(self, text_a, text_b=None) -> dict:
         """The encoder's int32 inputs `[batch, longest row]`, as fine-tuning packed the texts."""
+        return self.pack(*self.token_ids(text_a, text_b))
+
+    def token_ids(self, text_a, text_b=None) -> tuple:
+        """`(ids of each text_a, ids of each text_b or None)`. Only the first max_seq_length
+        tokens of each text can be kept (a pair is trimmed from its longer text's end), so a
+        long text is tokenised from its head alone."""
         if text_b is not None and len(text_b) != len(text_a):
             raise LiteRTError(f"{len(text_a)} text_a but {len(text_b)} text_b")
-        # Only the first max_seq_length tokens of each text can be kept (a pair is trimmed from
-        # its longer text's end), so a long text is tokenised from its head alone.
-        lines = self.tokenizer.text_heads(
-            list(text_a) + (list(text_b) if text_b is not None else []), self.max_seq_length)
-        ids, counts = self.tokenizer.tokenize_lines_to_ids(lines)
-        pieces = np.split(ids, np.cumsum(counts)[:-1]) if len(lines) else []
-        rows = []
+        texts = list(text_a) + (list(text_b) if text_b is not None else [])
+        pieces = self.text_ids(texts, self.max_seq_length)
         n = len(text_a)
-        for i in range(n):
-            a = pieces[i].tolist()
-            b = pieces[n + i].tolist() if text_b is not None else []
+        return pieces[:n], (pieces[n:] if text_b is not None else None)
+
+    def pack(self, a_ids: list, b_ids: list | None) -> dict:
+        """`[CLS] A [SEP] B [SEP]` per row (`[CLS] A [SEP]` where B has no tokens), the pair
+        trimmed from its longer text as `convert_example` trims it."""
+        rows = []
+        for i, a in enumerate(a_ids):
+            a = a.tolist()
+            b = b_ids[i].tolist() if b_ids is not None else []
             if b:
                 truncate_seq_pair(a, b, self.max_seq_length - 3)
                 rows.append(([self.cls_id, *a, self.sep_id], [*b, self.sep_id]))

@@ -9,8 +9,7 @@ fast path.
 """
 from __future__ import annotations
 
-import numpy as np
-
+from data_gen.text_ids import TextIds
 from data_gen.tokenization import FullTokenizer, special_token_ids
 from engine.litert_layout import refuse_windows, vocab_file
 from engine.litert_runtime import LiteRTModel, padded_inputs
@@ -24,6 +23,7 @@ class LiteRTEmbedder:
     def __init__(self, model: LiteRTModel, description: dict, vocab_file: str):
         self.model = model
         self.tokenizer = FullTokenizer(vocab_file, description["do_lower_case"])
+        self.text_ids = TextIds(self.tokenizer)
         self.cls_id, self.sep_id = special_token_ids(self.tokenizer.vocab, source=vocab_file)
         self.max_seq_length = description["max_seq_length"]
 
@@ -35,14 +35,14 @@ class LiteRTEmbedder:
         return cls(model, description, vocab_file(export_dir))
 
     def warm_up(self, batches=(1,)) -> None:
+        """Compile the tokenizer and size the interpreter for the largest batch now."""
+        self.text_ids.compile()
         self(["warm up"])
         self.model.warm_up(batches)
 
     def inputs(self, text_a) -> dict:
         """The encoder's int32 inputs `[batch, longest row]`."""
-        ids, counts = self.tokenizer.tokenize_lines_to_ids(  # a long text: its head alone
-            self.tokenizer.text_heads(list(text_a), self.max_seq_length))
-        pieces = np.split(ids, np.cumsum(counts)[:-1]) if len(text_a) else []
+        pieces = self.text_ids(text_a, self.max_seq_length)  # a long text: its head alone
         room = self.max_seq_length - 2
         return padded_inputs([([self.cls_id, *piece[:room].tolist(), self.sep_id], [])
                               for piece in pieces])
