@@ -160,8 +160,10 @@ def serve(classify, size: int) -> None:
             classify(a, b)
             answer = {}
         elif command["cmd"] == "latency":  # one request per text (pair), each timed
-            times = []
+            times, gap = [], command.get("gap_s", 0.0)  # idle before each: a quiet server
             for i in range(len(a)):
+                if gap:
+                    time.sleep(gap)
                 start = time.perf_counter()
                 classify([a[i]], None if b is None else [b[i]])
                 times.append(time.perf_counter() - start)

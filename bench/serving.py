@@ -19,9 +19,12 @@ instead, on the same fine-tuned weights, in one run; and what int8 costs in accu
    (caches, plans), as a server's warm-up would; ours also plans its buckets at load.
 3. Timing: `--rounds` rounds; in each, every side (in an order that alternates between rounds)
    answers `--latency_requests` single MRPC sentences one at a time, as many sentence pairs one
-   at a time, then 10 batches of 32 sentences and of 32 pairs. Each round takes the next texts of
-   MRPC's training and dev files, so no side sees a text twice. p50 and p99 pool every timed
-   request of every round; throughput is texts over the rounds' summed batch time.
+   at a time, then 10 batches of 32 sentences and of 32 pairs, then (a quiet server, as an
+   interactive user meets it) `--quiet_requests` sentences and as many pairs one at a time, each
+   after `--quiet_gap_ms` of idle. Each round takes the next texts of MRPC's training and dev
+   files, so no side sees a text twice. p50 and p99 pool every timed request of every round;
+   throughput is texts over the rounds' summed batch time. `--rounds 7` is the most MRPC's
+   texts allow with the defaults.
 4. Accuracy: MRPC dev (408 pairs) and SST-2 dev (872 sentences) predicted by every side that
    serves that model: accuracy, and for our int8 the change from our float32 and the share of
    labels that differ.
@@ -227,24 +230,33 @@ def band_ratio(seconds: list, lengths: list, low: int, high: int) -> float:
 def measure(workers: dict, texts: dict, args) -> dict:
     singles, pairs = texts["singles"], texts["pairs"]
     single_lengths, pair_lengths = [], []
-    n, m = args.latency_requests, 320
+    n, m, q = args.latency_requests, 320, args.quiet_requests
+    gap = args.quiet_gap_ms / 1e3
     record = {side: {"single_ms": [], "pair_ms": [], "single_batch_s": 0.0, "pair_batch_s": 0.0,
-                     "batch_texts": 0} for side in workers}
+                     "batch_texts": 0, "quiet_single_ms": [], "quiet_pair_ms": []}
+              for side in workers}
     order = list(workers)
     for round_ in range(args.rounds):
-        lo = round_ * (n + m)
-        s = singles[lo:lo + n + m]
-        a, b = [p[0] for p in pairs[lo:lo + n + m]], [p[1] for p in pairs[lo:lo + n + m]]
+        lo = round_ * (n + m + q)
+        s = singles[lo:lo + n + m + q]
+        a = [p[0] for p in pairs[lo:lo + n + m + q]]
+        b = [p[1] for p in pairs[lo:lo + n + m + q]]
         single_lengths += wordpieces(s[:n], False)
         pair_lengths += wordpieces(list(zip(a[:n], b[:n])), True)
         for side in (order if round_ % 2 == 0 else order[::-1]):
             worker, entry = workers[side], record[side]
             entry["single_ms"] += worker.ask(cmd="latency", text_a=s[:n])["seconds"]
             entry["pair_ms"] += worker.ask(cmd="latency", text_a=a[:n], text_b=b[:n])["seconds"]
-            entry["single_batch_s"] += worker.ask(cmd="throughput", text_a=s[n:], batch=32)[
-                "seconds"]
-            answer = worker.ask(cmd="throughput", text_a=a[n:], text_b=b[n:], batch=32)
+            entry["single_batch_s"] += worker.ask(cmd="throughput", text_a=s[n:n + m],
+                                                  batch=32)["seconds"]
+            answer = worker.ask(cmd="throughput", text_a=a[n:n + m], text_b=b[n:n + m],
+                                batch=32)
             entry["pair_batch_s"] += answer["seconds"]
+            if q:  # a quiet server: idle before each request
+                entry["quiet_single_ms"] += worker.ask(cmd="latency", text_a=s[n + m:],
+                                                       gap_s=gap)["seconds"]
+                entry["quiet_pair_ms"] += worker.ask(cmd="latency", text_a=a[n + m:],
+                                                     text_b=b[n + m:], gap_s=gap)["seconds"]
             entry["batch_texts"] += m
             entry["peak_rss_bytes"] = answer["peak_rss_bytes"]
         print(f"round {round_ + 1}/{args.rounds} done", flush=True)
@@ -269,6 +281,9 @@ def measure(workers: dict, texts: dict, args) -> dict:
             "single_batch32_per_s": entry["batch_texts"] / entry["single_batch_s"],
             "pair_batch32_per_s": entry["batch_texts"] / entry["pair_batch_s"],
             "peak_rss_mb": entry["peak_rss_bytes"] / 2 ** 20,
+            **{f"quiet_{kind}_{name}_ms": percentile(entry[f"quiet_{kind}_ms"], q_)
+               for kind in ("single", "pair") for name, q_ in (("p50", 50), ("p99", 99))
+               if entry[f"quiet_{kind}_ms"]},
             "file_mb": workers[side].file_bytes / 2 ** 20,
         }
     return table
@@ -370,6 +385,9 @@ def main():
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--latency_requests", type=int, default=200)
+    parser.add_argument("--quiet_requests", type=int, default=50,
+                        help="single sentences and pairs a round, each after --quiet_gap_ms idle")
+    parser.add_argument("--quiet_gap_ms", type=float, default=10.0)
     parser.add_argument("--sst2_rows", type=int, default=8000)
     parser.add_argument("--json_out", default=None)
     parser.add_argument("--jitter", action="store_true",
@@ -398,7 +416,7 @@ def main():
     pairs = [(r[3], r[4]) for r in train + dev]
     texts = {"pairs": pairs, "singles": [t for pair in pairs for t in pair][::2]
              + [t for pair in pairs for t in pair][1::2]}
-    needed = args.rounds * (args.latency_requests + 320)
+    needed = args.rounds * (args.latency_requests + 320 + args.quiet_requests)
     if needed > len(pairs):
         raise SystemExit(f"{needed} texts a side are more than MRPC's {len(pairs)} pairs: "
                          f"fewer --rounds or --latency_requests")
@@ -448,6 +466,14 @@ def report(speed: dict, scores: dict, args, sides: list, stages: dict) -> None:
               f"{r['pair_p50_ms']:.2f} | {r['pair_p99_ms']:.2f} | "
               f"{r['single_batch32_per_s']:.0f} | {r['pair_batch32_per_s']:.0f} | "
               f"{r['peak_rss_mb']:.0f} | {r['file_mb']:.1f} |")
+    if args.quiet_requests:
+        print(f"\nA quiet server: {args.quiet_requests} single sentences and as many pairs a round, "
+              f"one at a time, each after {args.quiet_gap_ms:g} ms idle\n\n"
+              "| side | single p50 ms | p99 | pair p50 ms | p99 |\n|---|---|---|---|---|")
+        for side in sides:
+            r = speed[side]
+            print(f"| {side} | {r['quiet_single_p50_ms']:.2f} | {r['quiet_single_p99_ms']:.2f} | "
+                  f"{r['quiet_pair_p50_ms']:.2f} | {r['quiet_pair_p99_ms']:.2f} |")
     lengths = speed["_lengths"]
     print(f"\np99 / p50 at batch 1, over all requests and over the middle half of the lengths "
           f"(singles {lengths['single']['p25']}-{lengths['single']['p75']} WordPieces, pairs "

@@ -12,7 +12,11 @@ runner's own predictions) on CoNLL-2003 valid and on SQuAD's 10 held-out dev art
    dev file (the last 10 are held out, as bench/squad.py holds them out; lr 1e-4, batch 32,
    sequence 192, stride 64, `--epochs`), exported likewise; `LiteRTReader` answers the 1,988
    held-out questions with each file: official EM and F1, and the share of answers int8 changes.
-Models are kept in --work_dir and reused. Prints a table and writes --json_out.
+3. Where a batch-1 request's time goes, on each int8 runtime warmed up as a server warms it
+   (`stage_times`): `--requests` valid sentences tagged one at a time, as many held-out
+   questions answered one at a time; each call's time before the LiteRT model runs (splitting,
+   tokenising, windows, packing), inside it, and after it (reading tags, decoding answers).
+Models are kept in --work_dir and reused. Prints tables and writes --json_out.
 """
 from __future__ import annotations
 
@@ -21,11 +25,16 @@ import json
 import pathlib
 import subprocess
 import sys
+import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(REPO / "bench"))
+
+from backends import cpu_kind  # noqa: E402
 from bench.glue import minilm_dir  # noqa: E402
+from serving import commit  # noqa: E402
 
 
 def finetune(runner: str, out: pathlib.Path, flags: list) -> pathlib.Path:
@@ -42,6 +51,47 @@ def finetune(runner: str, out: pathlib.Path, flags: list) -> pathlib.Path:
                         f"--saved_model={export}", "--quantization=float32"], check=True,
                        capture_output=True, cwd=REPO)
     return export
+
+
+class _Timed:
+    """A runtime's `LiteRTModel`, noting when each call of it starts and ends."""
+
+    def __init__(self, model):
+        self.model = model
+        self.spans = []
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        out = self.model(*args, **kwargs)
+        self.spans.append((start, time.perf_counter()))
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def stage_times(runtime, requests: list) -> dict:
+    """p50 and p99 (microseconds) of each request's total time, and of its time before, inside
+    and after the LiteRT model, over `requests` (each the arguments of one call)."""
+    import numpy as np
+
+    runtime.warm_up((1, 2, 4, 8))
+    timed = runtime.model = _Timed(runtime.model)
+    times = {"before the model": [], "the model": [], "after the model": [], "total": []}
+    for arguments in requests:
+        timed.spans.clear()
+        start = time.perf_counter()
+        runtime(*arguments)
+        end = time.perf_counter()
+        inside = sum(b - a for a, b in timed.spans)
+        first, last = timed.spans[0][0], timed.spans[-1][1]
+        times["before the model"].append(first - start)
+        times["the model"].append(inside)
+        times["after the model"].append(end - last)
+        times["total"].append(end - start)
+    runtime.model = timed.model
+    return {stage: {"p50_us": float(np.percentile(v, 50) * 1e6),
+                    "p99_us": float(np.percentile(v, 99) * 1e6)} for stage, v in times.items()}
 
 
 def ner(args, shared: pathlib.Path, work: pathlib.Path) -> dict:
@@ -65,6 +115,8 @@ def ner(args, shared: pathlib.Path, work: pathlib.Path) -> dict:
     flat = [(a, b) for x, y in zip(tags["float32"], tags["int8"]) for a, b in zip(x, y)]
     row["words_changed"] = sum(a != b for a, b in flat)
     row["words"] = len(flat)
+    row["stages"] = stage_times(LiteRTTagger.load(str(export), "int8"),
+                                [([text],) for text in texts[:args.requests]])
     return row
 
 
@@ -101,6 +153,8 @@ def squad(args, shared: pathlib.Path, work: pathlib.Path) -> dict:
         row[f"f1_{quantization}"] = scores["f1"]
     row["answers_changed"] = sum(a != b for a, b in zip(answers["float32"], answers["int8"]))
     row["questions"] = len(asked)
+    row["stages"] = stage_times(LiteRTReader.load(str(export), "int8"),
+                                [([q], [c]) for _, q, c in asked[:args.requests]])
     return row
 
 
@@ -111,6 +165,8 @@ def main():
     parser.add_argument("--tasks", default="ner,squad")
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--squad_train_articles", type=int, default=38)
+    parser.add_argument("--requests", type=int, default=500,
+                        help="batch-1 requests timed per task")
     parser.add_argument("--json_out")
     args = parser.parse_args()
     work = pathlib.Path(args.work_dir)
@@ -120,6 +176,7 @@ def main():
     for task in args.tasks.split(","):
         rows[task] = {"ner": ner, "squad": squad}[task](args, shared, work)
         print(json.dumps({task: rows[task]}), flush=True)
+    print(f"\ncommit {commit()}, {time.strftime('%Y-%m-%d')}, {cpu_kind()}")
     print("\n| task | metric | float32 | int8 | change | outputs int8 changes |\n"
           "|---|---|---|---|---|---|")
     if "ner" in rows:
@@ -134,9 +191,16 @@ def main():
                   f" | {r[metric + '_int8']:.2f} | "
                   f"{r[metric + '_int8'] - r[metric + '_float32']:+.2f} | "
                   f"{r['answers_changed']} of {r['questions']} answers |")
+    print("\nbatch-1 requests on the int8 runtimes, microseconds (p50 / p99)\n\n"
+          "| task | before the model | the model | after the model | total |\n|---|---|---|---|---|")
+    for task, r in rows.items():
+        cells = [f"{r['stages'][k]['p50_us']:.0f} / {r['stages'][k]['p99_us']:.0f}"
+                 for k in ("before the model", "the model", "after the model", "total")]
+        print(f"| {task} | {' | '.join(cells)} |")
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"args": vars(args), "rows": rows}, f, indent=2)
+            json.dump({"commit": commit(), "date": time.strftime("%Y-%m-%d"), "cpu": cpu_kind(),
+                       "args": vars(args), "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

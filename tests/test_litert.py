@@ -153,6 +153,30 @@ def test_one_interpreter_answers_every_shape_as_a_row_alone(pair_export):
     assert fast.model.interpreter is interpreter
 
 
+def test_a_row_that_finds_the_process_idle_runs_on_one_thread(pair_export):
+    import time
+
+    from engine.litert_runtime import IDLE_SECONDS
+    from tasks.classification.litert_serving import LiteRTClassifier
+
+    export, data = pair_export
+    rows = read_tsv(data / "dev.tsv")[1:]
+    fast = LiteRTClassifier.load(str(export), threads=2)
+    fast.warm_up()
+    single, shared = fast.model.single_thread, fast.model.interpreter
+    answers = []
+    for row in rows[:6]:
+        time.sleep(2 * IDLE_SECONDS)
+        before = single.calls, shared.calls
+        answers.append(fast([row[3]], [row[4]])["probabilities"])
+        assert (single.calls - before[0], shared.calls - before[1]) == (1, 0)
+    before = single.calls, shared.calls
+    back_to_back = [fast([row[3]], [row[4]])["probabilities"] for row in rows[:6]]
+    assert single.calls - before[0] <= 1 and shared.calls - before[1] >= 5
+    np.testing.assert_allclose(np.concatenate(back_to_back), np.concatenate(answers), atol=1e-6)
+    assert LiteRTClassifier.load(str(export), threads=1).model.single_thread is None
+
+
 def test_mistakes_are_one_line(pair_export, single_export, tmp_path):
     from engine.litert_layout import LiteRTError
     from tasks.classification.litert_serving import LiteRTClassifier

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from data_gen import learn_vocab, vocab_sanity
 from data_gen.compiled_wordpiece import CompiledWordpiece
+from data_gen.text_ids import TextIds
 from data_gen.graph_tokenizer import GraphTokenizer
 from data_gen.tokenization import FullTokenizer
 from tests.test_tokenization import span_mismatches
@@ -219,3 +220,27 @@ def test_compiled_ids_equal_the_python_fast_path_on_every_line(real_texts, share
             tokens += sum(map(len, expected))
     assert {source: len(lines) for source, lines in texts.items()} == {**LINES, "reuters": 10789}
     assert differing == {source: [] for source in texts} and tokens > 6_000_000
+
+
+def test_serving_ids_are_the_same_compiled_or_not(real_texts, minilm_dir):
+    """`TextIds`, the fast paths' tokenizer, gives the same ids before and after `compile()` (which
+    their `warm_up` calls) on every GLUE sentence and SQuAD text, whole and cut to their heads;
+    each head's ids start with the text's own first tokens."""
+    python = TextIds(FullTokenizer(minilm_dir / "vocab.txt"))
+    compiled = TextIds(FullTokenizer(minilm_dir / "vocab.txt"))
+    compiled.compile()
+    assert compiled.compiled and not python.compiled
+    for source in ("glue", "squad"):
+        lines = [line.decode("utf-8", "ignore") for line in real_texts[source]]
+        for start in range(0, len(lines), 2000):
+            batch = lines[start:start + 2000]
+            for max_tokens in (16, 512):
+                expected, ours = python(batch, max_tokens), compiled(batch, max_tokens)
+                assert len(expected) == len(ours) == len(batch)
+                assert all(np.array_equal(a, b) for a, b in zip(expected, ours)), source
+    tokenizer = python.tokenizer
+    contexts = [text.decode("utf-8") for text in real_texts["squad"] if len(text) > 400][:100]
+    assert len(contexts) == 100  # paragraphs, each cut to its head (over 8 * 16 + 64 characters)
+    for text, ids in zip(contexts, compiled(contexts, 16)):
+        whole = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text))
+        assert ids[:16].tolist() == whole[:16]
