@@ -24,7 +24,12 @@ instead, on the same fine-tuned weights, in one run; and what int8 costs in accu
    after `--quiet_gap_ms` of idle. Each round takes the next texts of MRPC's training and dev
    files, so no side sees a text twice. p50 and p99 pool every timed request of every round;
    throughput is texts over the rounds' summed batch time. `--rounds 7` is the most MRPC's
-   texts allow with the defaults.
+   texts allow with the defaults. Before its timed requests each round, a side answers
+   `--settle` (20) untimed ones: it has been idle for seconds while the others ran, and on this
+   virtual machine the first 10-20 requests after that are slow for the LiteRT sides (XNNPACK's
+   helper thread sleeps, and waking it is slow until the hypervisor's halt polling catches up;
+   ONNX Runtime's threads spin instead). `--settle=0` measures that too; the quiet-server rows
+   measure requests that each find the process idle.
 4. Accuracy: MRPC dev (408 pairs) and SST-2 dev (872 sentences) predicted by every side that
    serves that model: accuracy, and for our int8 the change from our float32 and the share of
    labels that differ.
@@ -245,6 +250,9 @@ def measure(workers: dict, texts: dict, args) -> dict:
         pair_lengths += wordpieces(list(zip(a[:n], b[:n])), True)
         for side in (order if round_ % 2 == 0 else order[::-1]):
             worker, entry = workers[side], record[side]
+            # Untimed: the side has been idle for seconds while the others ran (see --settle).
+            if args.settle:
+                worker.ask(cmd="latency", text_a=texts["settle"][:args.settle])
             entry["single_ms"] += worker.ask(cmd="latency", text_a=s[:n])["seconds"]
             entry["pair_ms"] += worker.ask(cmd="latency", text_a=a[:n], text_b=b[:n])["seconds"]
             entry["single_batch_s"] += worker.ask(cmd="throughput", text_a=s[n:n + m],
@@ -388,6 +396,8 @@ def main():
     parser.add_argument("--quiet_requests", type=int, default=50,
                         help="single sentences and pairs a round, each after --quiet_gap_ms idle")
     parser.add_argument("--quiet_gap_ms", type=float, default=10.0)
+    parser.add_argument("--settle", type=int, default=20,
+                        help="untimed requests each side answers before its timed ones a round")
     parser.add_argument("--sst2_rows", type=int, default=8000)
     parser.add_argument("--json_out", default=None)
     parser.add_argument("--jitter", action="store_true",
@@ -427,6 +437,7 @@ def main():
         return
     workers = {side: Worker(side, worker_command(side, mrpc, hf_dir, work)) for side in sides}
     warm = texts["singles"][-64:]  # texts no timed request uses, the same for every side
+    texts["settle"] = warm
     for worker in workers.values():
         worker.ask(cmd="warm_up", text_a=warm[:32])
         worker.ask(cmd="warm_up", text_a=warm[:32], text_b=warm[32:])
