@@ -26,10 +26,10 @@ instead, on the same fine-tuned weights, in one run; and what int8 costs in accu
    throughput is texts over the rounds' summed batch time. `--rounds 7` is the most MRPC's
    texts allow with the defaults. Before its timed requests each round, a side answers
    `--settle` (20) untimed ones: it has been idle for seconds while the others ran, and on this
-   virtual machine the first 10-20 requests after that are slow for the LiteRT sides (XNNPACK's
-   helper thread sleeps, and waking it is slow until the hypervisor's halt polling catches up;
-   ONNX Runtime's threads spin instead). `--settle=0` measures that too; the quiet-server rows
-   measure requests that each find the process idle.
+   virtual machine every second or third of the LiteRT side's first 10-20 requests after that
+   took 3-6 ms (XNNPACK's helper thread had gone to sleep; ONNX Runtime's threads spin instead).
+   `--settle=0` times those too; the quiet-server rows time requests that each find the process
+   idle.
 4. Accuracy: MRPC dev (408 pairs) and SST-2 dev (872 sentences) predicted by every side that
    serves that model: accuracy, and for our int8 the change from our float32 and the share of
    labels that differ.
