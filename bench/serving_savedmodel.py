@@ -40,6 +40,24 @@ from serving import commit, read_tsv  # noqa: E402
 VARIANTS = ("float32", "xla", "bf16", "bf16+xla")
 
 
+def compiled(model):
+    """`model` called inside `tf.function(jit_compile=True)` (one XLA cluster per shape), in a
+    `tf.Module` so that the SavedModel tracks its variables."""
+    import tensorflow as tf
+
+    class Compiled(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.call = tf.function(lambda inputs: model(inputs, training=False),
+                                    jit_compile=True)
+
+        def __call__(self, inputs, training=False):
+            return self.call(inputs)
+
+    return Compiled()
+
+
 def export(variant: str, run_dir: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     """`variant`'s SavedModel of the run's best weights in `out/variant` (made once)."""
     path = out / variant.replace("+", "_")
@@ -58,24 +76,11 @@ def export(variant: str, run_dir: pathlib.Path, out: pathlib.Path) -> pathlib.Pa
     model = BertClassifier(BertEncoder(read_config(minilm_dir())), 2)
     load_initial_weights(model, str(run_dir / "best" / "model"))
     keras.config.set_dtype_policy("float32")
-    served = _Compiled(model) if variant.endswith("xla") else model
+    served = compiled(model) if variant.endswith("xla") else model
     module = ClassifierServing(served, str(pathlib.Path(minilm_dir()) / "vocab.txt"), True, 128,
                               ["0", "1"], pair=True)
     tf.saved_model.save(module, str(path), signatures=module.signatures())
     return path
-
-
-class _Compiled:
-    """The model called inside `tf.function(jit_compile=True)`: one XLA cluster per shape."""
-
-    def __init__(self, model):
-        import tensorflow as tf
-
-        self.model = model
-        self.call = tf.function(lambda inputs: model(inputs, training=False), jit_compile=True)
-
-    def __call__(self, inputs, training=False):
-        return self.call(inputs)
 
 
 def measure(path: pathlib.Path, singles: list, pairs: list, dev: list) -> dict:
