@@ -478,8 +478,8 @@ def report(speed: dict, scores: dict, args, sides: list, stages: dict) -> None:
               f"{r['single_batch32_per_s']:.0f} | {r['pair_batch32_per_s']:.0f} | "
               f"{r['peak_rss_mb']:.0f} | {r['file_mb']:.1f} |")
     if args.quiet_requests:
-        print(f"\nA quiet server: {args.quiet_requests} single sentences and as many pairs a round, "
-              f"one at a time, each after {args.quiet_gap_ms:g} ms idle\n\n"
+        print(f"\nA quiet server: {args.quiet_requests} single sentences and as many pairs a "
+              f"round, one at a time, each after {args.quiet_gap_ms:g} ms idle\n\n"
               "| side | single p50 ms | p99 | pair p50 ms | p99 |\n|---|---|---|---|---|")
         for side in sides:
             r = speed[side]

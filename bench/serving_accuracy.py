@@ -192,7 +192,8 @@ def main():
                   f"{r[metric + '_int8'] - r[metric + '_float32']:+.2f} | "
                   f"{r['answers_changed']} of {r['questions']} answers |")
     print("\nbatch-1 requests on the int8 runtimes, microseconds (p50 / p99)\n\n"
-          "| task | before the model | the model | after the model | total |\n|---|---|---|---|---|")
+          "| task | before the model | the model | after the model | total |\n"
+          "|---|---|---|---|---|")
     for task, r in rows.items():
         cells = [f"{r['stages'][k]['p50_us']:.0f} / {r['stages'][k]['p99_us']:.0f}"
                  for k in ("before the model", "the model", "after the model", "total")]

@@ -1,4 +1,4 @@
-"""Token ids of raw texts for a serving process: each text's head, tokenised by the original's rules.
+"""Token ids of raw texts for a serving process: each text's head, by the original's rules.
 
 Why: a served request is a few new sentences, and the Python `FullTokenizer` works out each chunk
 it has not seen in Python (about 10 microseconds a chunk) and caches it (up to about 80 MB as a

@@ -1,12 +1,13 @@
-"""Run a LiteRT file from `engine.litert` on token ids: one interpreter, resized to each call's shape.
+"""Run a LiteRT file from `engine.litert` on token ids: one interpreter, resized to each shape.
 
 Why one: each request runs at its own shape, `[rows, longest row]`, with no padding to a bucket.
 Resizing costs about 35 microseconds on MiniLM (XNNPACK keeps its packed weights and reshapes),
 less than the padding it saves. The project once kept an interpreter planned for each (batch,
 length) bucket, 44 of them for a 128-token classifier; each held its own copy of the packed
 weights (about 12 MB), 820 MB in all, and switching between them pushed the weights out of the
-CPU's caches: on make demo's MRPC model one interpreter answers a single sentence in 0.72 ms where
-the buckets took 0.91 (docs/serving.md#where-a-request-goes). Padding is masked, so a padded row
+CPU's caches: on bench/serving.py's MRPC model one interpreter answers a single sentence in 0.72
+ms where the buckets took 0.91 (docs/serving.md#where-a-request-goes). A second interpreter, on one
+thread, takes the one-row calls that find the process idle (`IDLE_SECONDS`). Padding is masked, so a padded row
 gives its unpadded outputs up to float round-off (tests/test_litert.py). Inputs may hold fixed
 axes between the batch and the length (multiple choice: `[batch, num_choices, length]`), read from
 the file.
@@ -68,7 +69,7 @@ def fixed_axes(flat: bytes) -> tuple:
 
 
 class _Interpreter:
-    """The file's one interpreter, resized to each call's shape, with its tensor indices."""
+    """An interpreter of the file, resized to each call's shape, with its tensor indices."""
 
     def __init__(self, flat: bytes, outputs: dict, threads: int):
         self.interpreter = _interpreter_class()(model_content=flat, num_threads=threads)
@@ -90,7 +91,7 @@ class _Interpreter:
     def __call__(self, feeds: dict) -> dict:
         interpreter = self.interpreter
         shape = feeds["input_word_ids"].shape
-        if shape != self.shape:  # about 35 microseconds on MiniLM; the weights stay packed
+        if shape != self.shape:  # 25-35 microseconds on MiniLM; the weights stay packed
             for index in self.inputs.values():
                 interpreter.resize_tensor_input(index, shape)
             interpreter.allocate_tensors()
@@ -117,9 +118,9 @@ class LiteRTModel:
         self.group_rows = group_rows
         self.interpreter = _Interpreter(flat, outputs, self.threads)
         # A one-row call that finds the process idle runs here: XNNPACK's helper threads sleep
-        # when idle and waking them cost more than they give (make demo's MRPC model, single
-        # sentences 10 ms apart: 1.96 ms p50 on one thread against 3.27 ms on two; back to back,
-        # 1.25 against 1.03).
+        # when idle and waking them cost more than they give (bench/serving.py's MRPC model,
+        # single sentences 10 ms apart: 1.96 ms p50 on one thread against 3.27 ms on two; back
+        # to back, 1.25 against 1.03).
         self.single_thread = _Interpreter(flat, outputs, 1) if self.threads > 1 else None
         self.last_call = 0.0
         self.fixed_axes = self.interpreter.fixed_axes
