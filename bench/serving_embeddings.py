@@ -13,8 +13,9 @@ against what a user would pick instead, on the same weights, in one run; and wha
    raw text, pools the mean over real tokens and L2-normalises (the peers in NumPy, as
    sentence-transformers does; ours in the file), rows cut at 128 WordPieces.
 3. Timing, as `bench/serving.py`: `--rounds` rounds, the sides in alternating order; in each,
-   `--latency_requests` single sentences one at a time, then 10 batches of 32, all sentences of
-   STS-B's training file that no other request or round uses.
+   `--settle` untimed requests (the warm-up's sentences), `--latency_requests` single sentences
+   one at a time, then 10 batches of 32, all sentences of STS-B's training file that no other
+   request or round uses.
 4. Accuracy: STS-B dev (1,500 pairs), Spearman and Pearson of the cosine of the two sentences'
    vectors against the gold scores, for every side; for our int8 the change from our float32.
 """
@@ -24,7 +25,6 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import subprocess
 import sys
 import time
@@ -33,6 +33,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from backends import cpu_kind  # noqa: E402
 from bench.finetune_vs_pytorch import minilm_dir  # noqa: E402
 from bench.serving import (SIDES, Worker, commit, percentile, read_tsv,  # noqa: E402
                            serve_text_signature)
@@ -85,6 +86,8 @@ def measure(workers: dict, sentences: list, args) -> dict:
         texts = sentences[round_ * (n + m):(round_ + 1) * (n + m)]
         for side in (order if round_ % 2 == 0 else order[::-1]):
             worker, entry = workers[side], record[side]
+            if args.settle:  # untimed, after seconds idle while the others ran (serving.py)
+                worker.ask(cmd="latency", text_a=sentences[-args.settle:])
             entry["ms"] += worker.ask(cmd="latency", text_a=texts[:n])["seconds"]
             answer = worker.ask(cmd="throughput", text_a=texts[n:], batch=32)
             entry["batch_s"] += answer["seconds"]
@@ -118,6 +121,8 @@ def main():
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--latency_requests", type=int, default=200)
+    parser.add_argument("--settle", type=int, default=20,
+                        help="untimed requests each side answers before its timed ones a round")
     parser.add_argument("--json_out", default=None)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--export_dir", help=argparse.SUPPRESS)
@@ -154,8 +159,8 @@ def main():
 def report(speed: dict, scores: dict, args, sides: list) -> None:
     import numpy as np
 
-    print(f"\ncommit {commit()}, {time.strftime('%Y-%m-%d')}, {platform.processor() or '?'} "
-          f"({os.cpu_count()} CPUs), {args.rounds} rounds x {args.latency_requests} requests")
+    print(f"\ncommit {commit()}, {time.strftime('%Y-%m-%d')}, {cpu_kind()}, "
+          f"{args.rounds} rounds x {args.latency_requests} requests")
     print("\n| side | p50 ms | p99 ms | batch 32 sentences/s | peak RSS MB | file MB | STS-B "
           "dev Spearman | Pearson |\n|---|---|---|---|---|---|---|---|")
     for side in sides:
@@ -171,7 +176,8 @@ def report(speed: dict, scores: dict, args, sides: list) -> None:
               f"min {cosine.min():.4f}, p1 {np.percentile(cosine, 1):.4f}")
     out = args.json_out or os.path.join(args.work_dir, "serving_embeddings.json")
     with open(out, "w") as f:
-        json.dump({"commit": commit(), "date": time.strftime("%Y-%m-%d"), "speed": speed,
+        json.dump({"commit": commit(), "date": time.strftime("%Y-%m-%d"), "cpu": cpu_kind(),
+                   "speed": speed,
                    "sts_b": {side: {k: v for k, v in s.items() if k != "vectors"}
                              for side, s in scores.items()}, "args": vars(args)}, f, indent=2)
     print(f"\nwritten to {out}")
