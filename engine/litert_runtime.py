@@ -1,16 +1,16 @@
 """Run a LiteRT file from `engine.litert` on token ids: one interpreter, resized to each shape.
 
 Why one: each request runs at its own shape, `[rows, longest row]`, with no padding to a bucket.
-Resizing costs about 35 microseconds on MiniLM (XNNPACK keeps its packed weights and reshapes),
-less than the padding it saves. The project once kept an interpreter planned for each (batch,
-length) bucket, 44 of them for a 128-token classifier; each held its own copy of the packed
-weights (about 12 MB), 820 MB in all, and switching between them pushed the weights out of the
-CPU's caches: on bench/serving.py's MRPC model one interpreter answers a single sentence in 0.72
-ms where the buckets took 0.91 (docs/serving.md#where-a-request-goes). A second interpreter, on one
-thread, takes the one-row calls that find the process idle (`IDLE_SECONDS`). Padding is masked, so a padded row
-gives its unpadded outputs up to float round-off (tests/test_litert.py). Inputs may hold fixed
-axes between the batch and the length (multiple choice: `[batch, num_choices, length]`), read from
-the file.
+Resizing costs 25-35 microseconds on MiniLM (XNNPACK keeps its packed weights and reshapes), less
+than the padding it saves. The project once kept an interpreter planned for each (batch, length)
+bucket, 44 of them for a 128-token classifier; each held its own copy of the packed weights
+(about 12 MB), 820 MB in all, and switching between them pushed the weights out of the CPU's
+caches: on bench/serving.py's MRPC model one interpreter answers a single sentence in 0.72 ms
+where the buckets took 0.91 (docs/serving.md#where-a-request-goes). A second interpreter, on one
+thread, takes the one-row calls that find the process idle (`IDLE_SECONDS`). Padding is masked,
+so a padded row gives its unpadded outputs up to float round-off (tests/test_litert.py). Inputs
+may hold fixed axes between the batch and the length (multiple choice: `[batch, num_choices,
+length]`), read from the file.
 
 A request of many rows is sorted by length and run in groups of similar rows (`group_rows`), each
 cut to its own longest row, then put back in order: a batch of 32 MRPC pairs padded to its longest
@@ -112,7 +112,6 @@ class LiteRTModel:
     def __init__(self, flat: bytes, outputs: dict, max_length: int, threads: int | None = None,
                  group_rows: int = GROUP_ROWS):
         self.flat = flat
-        self.output_names = outputs
         self.max_length = max_length
         self.threads = threads or default_threads()
         self.group_rows = group_rows
@@ -160,12 +159,11 @@ class LiteRTModel:
         """Run, now rather than on first use, the largest shape a call can take (`max(batches)`
         rows of `max_length`, or `group_rows` rows where a call is cut into groups), so that
         XNNPACK packs the weights and the arena reaches its largest size; then one row of every
-        length (on the single-thread interpreter too), and the other batch sizes every 8 tokens.
-        Without that sweep the first few
-        hundred requests of new lengths ran slower (single MRPC sentences: p50 1.16 against
-        0.80 ms, p99 4.7 against 1.1 ms over the first 200). Then take what is loaded out of the
-        garbage collector's generations (`gc.freeze`): the collector's full passes over a loaded
-        model were the batch-1 tail."""
+        length (on the single-thread interpreter too), and the other batch sizes every 8
+        tokens. Without that sweep the first few hundred requests of new lengths ran slower
+        (single MRPC sentences: p50 1.16 against 0.80 ms, p99 4.7 against 1.1 ms over the first
+        200). Then take what is loaded out of the garbage collector's generations (`gc.freeze`):
+        the collector's full passes over a loaded model were the batch-1 tail."""
         largest = min(max(batches), self.group_rows)
         rows_of_one = [(1, length) for length in range(1, self.max_length + 1)]
         shapes = [(largest, self.max_length), *rows_of_one]
