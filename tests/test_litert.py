@@ -1,7 +1,8 @@
 """The fast serving path (engine.litert, engine.litert_runtime, the tasks' litert_serving.py): a
 runner's export gives a LiteRT file whose answers to raw strings are the SavedModel's (float32:
 to round-off; int8: the same labels on a held-out slice), whatever the lengths and batch sizes,
-with nothing planned after warm-up; mistakes are one line. Classifiers here and multiple choice
+one interpreter resized to each shape (a lone row after idle on one thread); mistakes are one
+line. Classifiers here and multiple choice
 and embeddings at the end; NER and SQuAD in their runners' tests."""
 import json
 import subprocess
