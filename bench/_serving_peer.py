@@ -28,13 +28,18 @@ import numpy as np
 PER_CHANNEL = os.environ.get("PEER_PER_CHANNEL", "0") == "1"
 
 
+def cpu_flags() -> set:
+    """The CPU's feature flags (/proc/cpuinfo), empty where they cannot be read."""
+    try:
+        return set(next(line for line in open("/proc/cpuinfo")
+                        if line.startswith("flags")).split(":", 1)[1].split())
+    except (OSError, StopIteration, IndexError):
+        return set()
+
+
 def quantization_kind() -> str:
     """optimum's configuration for this CPU: avx512_vnni where the CPU has it, else avx2."""
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        flags = []
-    return "avx512_vnni" if "avx512_vnni" in flags else "avx2"
+    return "avx512_vnni" if "avx512_vnni" in cpu_flags() else "avx2"
 
 
 def onnx_session(hf_dir: str, work_dir: str, quantize: bool, task: str = "classify"):

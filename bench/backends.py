@@ -43,6 +43,7 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from _serving_peer import cpu_flags  # noqa: E402
 from finetune_vs_pytorch import timed  # noqa: E402
 from glue import minilm_dir, read_results  # noqa: E402
 
@@ -51,12 +52,8 @@ RESULTS = REPO / "bench" / "results"
 
 
 def cpu_kind() -> str:
-    flags = ""
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags"))
-    except (OSError, StopIteration):
-        pass
-    found = [f for f in ("avx2", "avx512f", "avx512_vnni", "amx_tile") if f" {f}" in flags]
+    flags = cpu_flags()
+    found = [f for f in ("avx2", "avx512f", "avx512_vnni", "amx_tile") if f in flags]
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, " + (
         "+".join(found) or "no AVX2")
 

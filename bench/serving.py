@@ -346,12 +346,8 @@ def breakdown(export: pathlib.Path, texts: dict, requests: int = 1000) -> dict:
             clock.append(time.perf_counter())
             feeds = fast.pack(a_ids, b_ids)
             clock.append(time.perf_counter())
-            interpreter, shape = runner.interpreter, feeds["input_word_ids"].shape
-            if shape != runner.shape:
-                for index in runner.inputs.values():
-                    interpreter.resize_tensor_input(index, shape)
-                interpreter.allocate_tensors()
-                runner.shape = shape
+            interpreter = runner.interpreter
+            runner.resize(feeds["input_word_ids"].shape)
             clock.append(time.perf_counter())
             for name, index in runner.inputs.items():
                 interpreter.set_tensor(index, feeds[name])

@@ -21,6 +21,8 @@ class TextIds:
         self._lines_to_ids = tokenizer.tokenize_lines_to_ids
 
     def compile(self) -> None:
+        if self.compiled:  # a second warm_up: the tables are built already
+            return
         from data_gen.compiled_wordpiece import CompiledWordpiece
 
         compiled = CompiledWordpiece(self.tokenizer)

@@ -64,8 +64,11 @@ def padded_inputs(rows: list) -> dict:
 
 def fixed_axes(flat: bytes) -> tuple:
     """The sizes of the inputs' axes between batch and length (`()` for `[batch, length]`)."""
-    signature = _interpreter_class()(model_content=flat).get_input_details()[0]["shape_signature"]
-    return tuple(int(size) for size in signature[1:-1])
+    return _axes_between(_interpreter_class()(model_content=flat).get_input_details()[0])
+
+
+def _axes_between(detail: dict) -> tuple:
+    return tuple(int(size) for size in detail["shape_signature"][1:-1])
 
 
 class _Interpreter:
@@ -75,9 +78,8 @@ class _Interpreter:
         self.interpreter = _interpreter_class()(model_content=flat, num_threads=threads)
         inputs = self.interpreter.get_input_details()
         self.inputs = {d["name"]: d["index"] for d in inputs}
-        signature = inputs[0]["shape_signature"]  # [batch, *fixed axes, length]
-        self.fixed_axes = tuple(int(size) for size in signature[1:-1])
-        length_axis = len(signature) - 1
+        self.fixed_axes = _axes_between(inputs[0])  # of [batch, *fixed axes, length]
+        length_axis = len(self.fixed_axes) + 1
         details = self.interpreter.get_output_details()
         self.outputs = {outputs.get(d["name"], d["name"]): d["index"] for d in details}
         # Outputs with a position axis (a tagger's or a reader's logits: [batch, length, ...]).
@@ -88,15 +90,19 @@ class _Interpreter:
         self.resizes = 0
         self.calls = 0
 
-    def __call__(self, feeds: dict) -> dict:
-        interpreter = self.interpreter
-        shape = feeds["input_word_ids"].shape
-        if shape != self.shape:  # 25-35 microseconds on MiniLM; the weights stay packed
+    def resize(self, shape: tuple) -> None:
+        """Resize the inputs to `shape` and re-plan, unless they have it already (25-35
+        microseconds on MiniLM; the weights stay packed)."""
+        if shape != self.shape:
             for index in self.inputs.values():
-                interpreter.resize_tensor_input(index, shape)
-            interpreter.allocate_tensors()
+                self.interpreter.resize_tensor_input(index, shape)
+            self.interpreter.allocate_tensors()
             self.shape = shape
             self.resizes += 1
+
+    def __call__(self, feeds: dict) -> dict:
+        interpreter = self.interpreter
+        self.resize(feeds["input_word_ids"].shape)
         for name, index in self.inputs.items():
             interpreter.set_tensor(index, feeds[name])
         interpreter.invoke()
