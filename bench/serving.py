@@ -60,6 +60,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
 from bench.finetune_vs_pytorch import minilm_dir, peer_python  # noqa: E402
+from process.atomic_files import write_text  # noqa: E402
 
 PEER_VENV = REPO / "bench" / ".venv-serving"
 PEER_PACKAGES = ["torch==2.13.0", "optimum-onnx[onnxruntime]==0.1.0"]
@@ -405,6 +406,14 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return run_worker(args.worker, args.export_dir)
+    for name in ("rounds", "latency_requests"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}={getattr(args, name)}: at least 1")
+    for name in ("quiet_requests", "quiet_gap_ms", "settle"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name}={getattr(args, name)}: at least 0")
+    if args.settle > 64:
+        parser.error(f"--settle={args.settle}: at most 64 (the warm-up's texts)")
     work = pathlib.Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     shared = pathlib.Path(args.shared)
@@ -506,11 +515,11 @@ def report(speed: dict, scores: dict, args, sides: list, stages: dict) -> None:
             print(f"{task}: int8 {acc8 - acc32:+.4f} accuracy against float32 "
                   f"({differ} of {len(p8)} labels differ)")
     out = args.json_out or os.path.join(args.work_dir, "serving.json")
-    with open(out, "w") as f:
-        json.dump({"commit": commit(), "date": time.strftime("%Y-%m-%d"), "cpu": cpu_kind(),
-                   "breakdown": stages, "speed": speed,
-                   "accuracy": {t: {s: v[0] for s, v in d.items()} for t, d in scores.items()},
-                   "args": vars(args)}, f, indent=2)
+    write_text(out, json.dumps({
+        "commit": commit(), "date": time.strftime("%Y-%m-%d"), "cpu": cpu_kind(),
+        "breakdown": stages, "speed": speed,
+        "accuracy": {t: {s: v[0] for s, v in d.items()} for t, d in scores.items()},
+        "args": vars(args)}, indent=2))
     print(f"\nwritten to {out}")
 
 

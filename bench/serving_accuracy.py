@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
 from bench.glue import minilm_dir  # noqa: E402
+from process.atomic_files import write_text  # noqa: E402
 from serving import commit  # noqa: E402
 
 
@@ -169,6 +170,8 @@ def main():
                         help="batch-1 requests timed per task")
     parser.add_argument("--json_out")
     args = parser.parse_args()
+    if args.requests < 1:
+        parser.error(f"--requests={args.requests}: time at least one request")
     work = pathlib.Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     shared = pathlib.Path(args.shared)
@@ -199,9 +202,9 @@ def main():
                  for k in ("before the model", "the model", "after the model", "total")]
         print(f"| {task} | {' | '.join(cells)} |")
     if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump({"commit": commit(), "date": time.strftime("%Y-%m-%d"), "cpu": cpu_kind(),
-                       "args": vars(args), "rows": rows}, f, indent=2)
+        write_text(args.json_out, json.dumps({
+            "commit": commit(), "date": time.strftime("%Y-%m-%d"), "cpu": cpu_kind(),
+            "args": vars(args), "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
 from bench.finetune_vs_pytorch import minilm_dir  # noqa: E402
+from process.atomic_files import write_text  # noqa: E402
 from bench.serving import (SIDES, Worker, commit, percentile, read_tsv,  # noqa: E402
                            serve_text_signature)
 from bench.serving import worker_command as serving_worker_command  # noqa: E402
@@ -129,6 +130,8 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return run_worker(args.worker, args.export_dir)
+    if not 0 <= args.settle <= 64:
+        parser.error(f"--settle={args.settle}: 0 to 64 (the warm-up's sentences)")
     work = pathlib.Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     shared = pathlib.Path(args.shared)
@@ -175,11 +178,10 @@ def report(speed: dict, scores: dict, args, sides: list) -> None:
               f"{a['pearson'] - b['pearson']:+.4f}; cosine of each sentence's two vectors: "
               f"min {cosine.min():.4f}, p1 {np.percentile(cosine, 1):.4f}")
     out = args.json_out or os.path.join(args.work_dir, "serving_embeddings.json")
-    with open(out, "w") as f:
-        json.dump({"commit": commit(), "date": time.strftime("%Y-%m-%d"), "cpu": cpu_kind(),
-                   "speed": speed,
-                   "sts_b": {side: {k: v for k, v in s.items() if k != "vectors"}
-                             for side, s in scores.items()}, "args": vars(args)}, f, indent=2)
+    write_text(out, json.dumps({
+        "commit": commit(), "date": time.strftime("%Y-%m-%d"), "cpu": cpu_kind(), "speed": speed,
+        "sts_b": {side: {k: v for k, v in s.items() if k != "vectors"}
+                  for side, s in scores.items()}, "args": vars(args)}, indent=2))
     print(f"\nwritten to {out}")
 
 

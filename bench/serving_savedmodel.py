@@ -35,6 +35,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
+from process.atomic_files import (recover_directory, staged_directory,  # noqa: E402
+                                  write_text)
 from serving import commit, read_tsv  # noqa: E402
 
 VARIANTS = ("float32", "xla", "bf16", "bf16+xla")
@@ -61,6 +63,7 @@ def compiled(model):
 def export(variant: str, run_dir: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     """`variant`'s SavedModel of the run's best weights in `out/variant` (made once)."""
     path = out / variant.replace("+", "_")
+    recover_directory(path)  # what a killed export left beside it
     if (path / "saved_model.pb").exists():
         return path
     import keras
@@ -79,7 +82,8 @@ def export(variant: str, run_dir: pathlib.Path, out: pathlib.Path) -> pathlib.Pa
     served = compiled(model) if variant.endswith("xla") else model
     module = ClassifierServing(served, str(pathlib.Path(minilm_dir()) / "vocab.txt"), True, 128,
                               ["0", "1"], pair=True)
-    tf.saved_model.save(module, str(path), signatures=module.signatures())
+    with staged_directory(path) as staging:  # a killed export leaves no half of one behind
+        tf.saved_model.save(module, staging, signatures=module.signatures())
     return path
 
 
@@ -127,6 +131,12 @@ def main():
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--json_out", default=None)
     args = parser.parse_args()
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: no {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    if args.requests < 1:
+        parser.error(f"--requests={args.requests}: time at least one request")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     work = pathlib.Path(args.work_dir)
     run_dir = work / "mrpc"
@@ -138,7 +148,7 @@ def main():
     singles = [r[3] for r in train[-args.requests:]]
     pairs = [(r[3], r[4]) for r in train[-args.requests - 320:-args.requests]]
     results = {}
-    for variant in args.variants.split(","):
+    for variant in variants:
         path = export(variant, run_dir, work / "savedmodel-variants")
         results[variant] = measure(path, singles, pairs, dev)
         print(variant, {k: v for k, v in results[variant].items() if k != "predicted"},
@@ -154,10 +164,10 @@ def main():
               f"{r['pair_batch32_per_s']:.0f} | {r['first_pass_s']:.1f} | "
               f"{r['mrpc_dev_accuracy']:.4f} | {differ} |")
     out = args.json_out or str(work / "serving_savedmodel.json")
-    with open(out, "w") as f:
-        json.dump({"commit": commit(), "date": time.strftime("%Y-%m-%d"), "cpu": cpu_kind(),
-                   "results": {v: {k: x for k, x in r.items() if k != "predicted"}
-                               for v, r in results.items()}}, f, indent=2)
+    write_text(out, json.dumps({"commit": commit(), "date": time.strftime("%Y-%m-%d"),
+                                "cpu": cpu_kind(),
+                                "results": {v: {k: x for k, x in r.items() if k != "predicted"}
+                                            for v, r in results.items()}}, indent=2))
     print(f"\nwritten to {out}")
 
 
