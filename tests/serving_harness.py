@@ -4,7 +4,8 @@ of what a server does under load and at its edges (tests/test_model_server.py):
     python tests/serving_harness.py EXPORT_DIR PORT [--delay_s=S] [--gate=FILE] [serve flags]
 
 `--delay_s`: each batch takes S seconds more (requests stay in flight long enough to be seen);
-`--gate`: warm-up waits until FILE exists (the server is seen live but not ready)."""
+`--gate`: warm-up waits until FILE exists (the server is seen live but not ready);
+`--fail_on=TEXT`: a batch holding a row whose first input is TEXT raises (the model failing)."""
 import logging
 import os
 import pathlib
@@ -18,8 +19,8 @@ from model_server.app import ServerSettings, serve  # noqa: E402
 
 
 class Held:
-    def __init__(self, runtime, delay_s: float, gate: str | None):
-        self.runtime, self.delay_s, self.gate = runtime, delay_s, gate
+    def __init__(self, runtime, delay_s: float, gate: str | None, fail_on: str | None = None):
+        self.runtime, self.delay_s, self.gate, self.fail_on = runtime, delay_s, gate, fail_on
         self.inputs, self.takes_list, self.name = runtime.inputs, runtime.takes_list, runtime.name
 
     def warm_up(self):
@@ -29,6 +30,8 @@ class Held:
 
     def __call__(self, rows):
         time.sleep(self.delay_s)
+        if self.fail_on is not None and any(row[self.inputs[0]] == self.fail_on for row in rows):
+            raise RuntimeError(f"the model failed on {self.fail_on!r}")
         return self.runtime(rows)
 
 
@@ -37,12 +40,13 @@ def main():
     export_dir, port, *rest = sys.argv[1:]
     options = dict(arg.lstrip("-").split("=", 1) for arg in rest)
     delay_s, gate = float(options.pop("delay_s", 0)), options.pop("gate", None)
+    fail_on = options.pop("fail_on", None)
     defaults = ServerSettings(export_dir, "m")
     settings = ServerSettings(export_dir, "m", host="127.0.0.1", port=int(port), **{
         key: value if key == "runtime" else type(getattr(defaults, key))(value)
         for key, value in options.items()})
     runtime = runtimes.load(export_dir, settings.runtime)
-    serve(settings, Held(runtime, delay_s, gate))
+    serve(settings, Held(runtime, delay_s, gate, fail_on))
 
 
 if __name__ == "__main__":

@@ -175,6 +175,18 @@ def test_overload_is_503_with_retry_after_at_once_never_a_timeout(pair_export):
             assert len(answer["predictions"]) == 16
 
 
+def test_a_failing_model_is_a_500_of_one_line_and_the_server_goes_on(pair_export):
+    export, data = pair_export
+    text_a, text_b = pairs(data, 2)
+    with server(export, "--runtime=float32", "--fail_on=boom", harness=True) as (base, _):
+        status, _, answer = call(base + "/v1/models/m:predict",
+                                 {"instances": [{"text_a": "boom", "text_b": text_b[0]}]})
+        assert status == 500 and answer == {"error": "RuntimeError : the model failed on 'boom'"}
+        status, _, answer = call(base + "/v1/models/m:predict",
+                                 {"instances": [{"text_a": text_a[1], "text_b": text_b[1]}]})
+        assert status == 200 and answer["predictions"][0]["label"] in ("0", "1")
+
+
 def test_sigterm_answers_everything_in_flight_refuses_new_connections_and_exits_0(pair_export):
     export, data = pair_export
     text_a, text_b = pairs(data, 4)
