@@ -3,6 +3,7 @@ server framework and batching settings; and the fast path's offline batch-32 thr
 server should come close to.
 
     python bench/serving_load.py [--work_dir /tmp/bench-serving] [--clients 1,4,16,64]
+                                 [--rounds 5] [--requests 1500]
 
 1. The model: `bench/serving.py`'s MiniLM fine-tuned on MRPC (made once in --work_dir, reused),
    its export (LiteRT int8) and its Hugging Face copy for the peer.
@@ -21,9 +22,14 @@ server should come close to.
    counted, not retried.
 4. Offline: the fast path in this process (`LiteRTClassifier`, int8, warmed), batches of 32 of
    the same texts: the ceiling a server's batching aims at.
+5. Rounds: every server is up at once (the idle ones sleep); each of --rounds measures the
+   offline rate, then every side's levels, the sides' order turning each round. The table gives
+   each figure's median over the rounds, and the server's rate at 16 clients over the offline
+   rate of the same round: on a shared 2-core machine the offline rate alone moved 20-30%
+   between runs minutes apart, so a ratio of rates taken minutes apart says little.
 
-Prints a Markdown table and writes bench/results/serving_load.json. The generator shares the
-machine's cores with the server, as a client on the same host would.
+Prints a Markdown table and writes bench/results/serving_load.json (every round's figures). The
+generator shares the machine's cores with the server, as a client on the same host would.
 """
 from __future__ import annotations
 
@@ -174,11 +180,16 @@ def bodies_of(texts: list) -> list:
     return [json.dumps({"instances": [{"text_a": a, "text_b": b}]}).encode() for a, b in texts]
 
 
-def offline_batch32(export: pathlib.Path, texts: list) -> float:
+def offline_classifier(export: pathlib.Path):
     from tasks.classification.litert_serving import LiteRTClassifier
 
     fast = LiteRTClassifier.load(str(export), "int8")
     fast.warm_up((1, 2, 4, 8))
+    return fast
+
+
+def offline_batch32(fast, texts: list) -> float:
+    """Texts per second through the fast path in this process, in batches of 32."""
     fast([a for a, _ in texts[:64]], [b for _, b in texts[:64]])
     start = time.perf_counter()
     for i in range(0, len(texts), 32):
@@ -187,18 +198,42 @@ def offline_batch32(export: pathlib.Path, texts: list) -> float:
     return len(texts) / (time.perf_counter() - start)
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
+def median_of(rounds: list, key: str) -> float:
+    return float(np.median([r[key] for r in rounds]))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work_dir", default="/tmp/bench-serving")
     parser.add_argument("--shared", default=str(REPO.parent / "shared" / "data"))
     parser.add_argument("--sides", default="ours,ort-int8")
     parser.add_argument("--clients", default="1,4,16,64")
-    parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument("--rounds", type=positive, default=5,
+                        help="measure every side and level this many times, interleaved with "
+                        "the offline rate; the table gives medians")
+    parser.add_argument("--requests", type=positive, default=1500,
+                        help="requests per level and round (at most the texts of the kind "
+                        "over the levels, so that no text repeats within a round)")
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--max_batch_size", type=int, default=32)
+    parser.add_argument("--max_batch_size", type=positive, default=32)
     parser.add_argument("--batch_timeout_micros", type=int, default=0)
     parser.add_argument("--json_out", default=str(RESULTS / "serving_load.json"))
     args = parser.parse_args()
+    sides = args.sides.split(",")
+    unknown = sorted(set(sides) - {"ours", "ort-int8"})
+    if unknown:
+        parser.error(f"--sides: unknown {', '.join(unknown)} (ours, ort-int8)")
+    try:
+        levels = [positive(c) for c in args.clients.split(",")]
+    except (ValueError, argparse.ArgumentTypeError):
+        parser.error(f"--clients={args.clients}: a comma-separated list of counts of at least 1")
     work = pathlib.Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     shared = pathlib.Path(args.shared)
@@ -208,55 +243,77 @@ def main():
     rows = read_tsv(shared / "glue" / "MRPC" / "train.tsv")[1:]
     kinds = {"sentences": [(r[3], "") for r in rows] + [(r[4], "") for r in rows],
              "pairs": [(r[3], r[4]) for r in rows]}
-    levels = [int(c) for c in args.clients.split(",")]
     batching = [f"--max_batch_size={args.max_batch_size}",
                 f"--batch_timeout_micros={args.batch_timeout_micros}"]
-    offline = {kind: offline_batch32(export, texts[:1024]) for kind, texts in kinds.items()}
-    print(f"offline batch 32 (LiteRT int8, in process): {offline['sentences']:.0f} sentences/s, "
-          f"{offline['pairs']:.0f} pairs/s", flush=True)
-    results = {"cpu": cpu_kind(), "machine": platform.machine(), "offline_batch32": offline,
-               "settings": batching, "sides": {}}
-    for side in args.sides.split(","):
-        port = free_port()
-        if side == "ours":
-            command = [sys.executable, str(REPO / "serve.py"), f"--export_dir={export}",
-                       "--model_name=m", "--host=127.0.0.1", f"--port={port}",
-                       "--runtime=int8", *batching]
-        else:
-            command = [peer_python(PEER_VENV, LOAD_PEER_PACKAGES),
-                       str(REPO / "bench" / "_serving_load_peer.py"), f"--hf_dir={hf_dir}",
-                       f"--work_dir={work / 'peer'}", f"--port={port}", *batching]
-        print(f"{side}: {' '.join(command[-6:])}", flush=True)
-        side_results = {}
-        with server(command, port, work / f"load-{side}.log", side_results):
+    fast = offline_classifier(export)
+    results = {"cpu": cpu_kind(), "machine": platform.machine(), "settings": batching,
+               "rounds": args.rounds, "offline_batch32": {kind: [] for kind in kinds},
+               "sides": {side: {kind: {str(c): [] for c in levels} for kind in kinds}
+                         for side in sides}, "peak_rss_mb": {}}
+    memory = {side: {} for side in sides}
+    with contextlib.ExitStack() as stack:
+        ports = {}
+        for side in sides:  # every server up at once; the idle ones sleep while one is measured
+            port = ports[side] = free_port()
+            if side == "ours":
+                command = [sys.executable, str(REPO / "serve.py"), f"--export_dir={export}",
+                           "--model_name=m", "--host=127.0.0.1", f"--port={port}",
+                           "--runtime=int8", *batching]
+            else:
+                command = [peer_python(PEER_VENV, LOAD_PEER_PACKAGES),
+                           str(REPO / "bench" / "_serving_load_peer.py"), f"--hf_dir={hf_dir}",
+                           f"--work_dir={work / 'peer'}", f"--port={port}", *batching]
+            print(f"{side}: {' '.join(command[-6:])}", flush=True)
+            stack.enter_context(server(command, port, work / f"load-{side}.log", memory[side]))
             asyncio.run(load(port, bodies_of(kinds["pairs"][-64:]), 4, 60))  # warm-up, untimed
+        for round_ in range(args.rounds):
             for kind, texts in kinds.items():
-                offset = 0
-                for clients in levels:
-                    part = texts[offset:offset + args.requests]
-                    offset += args.requests
-                    result = asyncio.run(load(port, bodies_of(part), clients, args.seconds))
-                    side_results.setdefault(kind, []).append(result)
-                    print(f"  {kind:9} {clients:3} clients: {result['per_s']:7.1f}/s  p50 "
-                          f"{result['p50_ms']:6.1f} ms  p99 {result['p99_ms']:6.1f} ms  "
-                          f"failures {result['failures'] or 0}", flush=True)
-        results["sides"][side] = side_results
+                rate = offline_batch32(fast, texts[:1024])
+                results["offline_batch32"][kind].append(rate)
+                print(f"round {round_ + 1}: offline batch 32, {kind}: {rate:.0f}/s", flush=True)
+            for side in sides[round_ % len(sides):] + sides[:round_ % len(sides)]:
+                for kind, texts in kinds.items():
+                    count = min(args.requests, len(texts) // len(levels))
+                    for i, clients in enumerate(levels):
+                        part = texts[i * count:(i + 1) * count]
+                        result = asyncio.run(load(ports[side], bodies_of(part), clients,
+                                                  args.seconds))
+                        results["sides"][side][kind][str(clients)].append(result)
+                        print(f"round {round_ + 1}: {side:8} {kind:9} {clients:3} clients: "
+                              f"{result['per_s']:7.1f}/s  p50 {result['p50_ms']:6.1f} ms  p99 "
+                              f"{result['p99_ms']:6.1f} ms  failures {result['failures'] or 0}",
+                              flush=True)
+    results["peak_rss_mb"] = {side: memory[side]["peak_rss_mb"] for side in sides}
+    offline = {kind: float(np.median(v)) for kind, v in results["offline_batch32"].items()}
+    results["offline_batch32_median"] = offline
+    ratios = {}
+    if "ours" in sides and 16 in levels:
+        # Each round's server rate at 16 clients over the offline rate measured just before it.
+        ratios = {kind: [r["per_s"] / o for r, o in zip(
+            results["sides"]["ours"][kind]["16"], results["offline_batch32"][kind])]
+            for kind in kinds}
+        results["ours_16_clients_over_offline"] = ratios
     RESULTS.mkdir(exist_ok=True)
-    with open(args.json_out, "w") as f:
-        json.dump(results, f, indent=1)
+    partial = pathlib.Path(args.json_out + f".tmp{os.getpid()}")
+    partial.write_text(json.dumps(results, indent=1))
+    partial.replace(args.json_out)
     print(f"\nMRPC on loopback, {results['cpu']}; requests of one text (pair) each; "
-          f"{' '.join(batching)}\n")
+          f"{' '.join(batching)}; medians of {args.rounds} rounds\n")
     print("| side | texts | clients | requests/s | p50 ms | p99 ms |")
     print("|---|---|---|---|---|---|")
-    for side, side_results in results["sides"].items():
+    for side in sides:
         for kind in kinds:
-            for r in side_results[kind]:
-                print(f"| {side} | {kind} | {r['clients']} | {r['per_s']:.0f} | "
-                      f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} |")
-    print("\npeak memory (MB): " + ", ".join(f"{side} {r['peak_rss_mb']:.0f}"
-                                             for side, r in results["sides"].items()))
-    print(f"offline batch 32: {offline['sentences']:.0f} sentences/s, {offline['pairs']:.0f} "
-          f"pairs/s")
+            for clients in levels:
+                runs = results["sides"][side][kind][str(clients)]
+                print(f"| {side} | {kind} | {clients} | {median_of(runs, 'per_s'):.0f} | "
+                      f"{median_of(runs, 'p50_ms'):.1f} | {median_of(runs, 'p99_ms'):.1f} |")
+    print("\npeak memory (MB): " + ", ".join(f"{side} {mb:.0f}"
+                                             for side, mb in results["peak_rss_mb"].items()))
+    print(f"offline batch 32 (median): {offline['sentences']:.0f} sentences/s, "
+          f"{offline['pairs']:.0f} pairs/s")
+    for kind, values in ratios.items():
+        print(f"ours at 16 clients over offline batch 32, {kind}: median "
+              f"{np.median(values):.2f}x, rounds " + ", ".join(f"{v:.2f}" for v in values))
 
 
 if __name__ == "__main__":
