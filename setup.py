@@ -78,7 +78,8 @@ setup(
         # bounded queue and the drain. KServe's REST internals it builds on are pinned to the
         # minor release it was tested with (docs/serving.md, "Why KServe").
         "serve": ["kserve>=0.21,<0.22", "uvicorn>=0.30,<1", "prometheus-client>=0.20,<1",
-                  "orjson>=3.9,<4"],
+                  "orjson>=3.9,<4", "uvloop>=0.19,<1; sys_platform != 'win32'",
+                  "httptools>=0.6,<1"],
     },
     entry_points={
         "console_scripts": [f"{name}={name}:console_main" for name in RUNNERS]

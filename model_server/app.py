@@ -361,6 +361,7 @@ def serve(settings: ServerSettings, runtime=None) -> None:
     threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
 
     async def main():
+        logger.info("event loop: %s", type(asyncio.get_running_loop()).__module__)
         grpc = asyncio.ensure_future(grpc_server.start(4)) if grpc_server else None
         if grpc is not None:  # a gRPC server that cannot start says so, and the server stops
             grpc.add_done_callback(lambda task: task.cancelled() or task.exception() is None
@@ -370,9 +371,20 @@ def serve(settings: ServerSettings, runtime=None) -> None:
             await grpc_server.stop(signal.SIGTERM)
             await asyncio.gather(grpc, return_exceptions=True)
 
-    asyncio.run(main())
+    run_on(server.config.get_loop_factory(), main())
     drained = batcher.stop(settings.drain_seconds)
     logger.info("stopped%s", "" if drained else " (rows still running at the drain timeout)")
+
+
+def run_on(loop_factory, coroutine):
+    """`coroutine` run to its end on the event loop uvicorn picks (uvloop where it is installed,
+    as `uvicorn.run` would; `asyncio.run` alone gave the standard loop, whose Python selector
+    and transports took the event loop's CPU a request at 16 clients from 77 microseconds to
+    120)."""
+    if loop_factory is None or not hasattr(asyncio, "Runner"):  # Python 3.10: the standard loop
+        return asyncio.run(coroutine)
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(coroutine)
 
 
 def _grpc_failed(error: BaseException, server) -> None:
