@@ -12,9 +12,15 @@ so a padded row gives its unpadded outputs up to float round-off (tests/test_lit
 may hold fixed axes between the batch and the length (multiple choice: `[batch, num_choices,
 length]`), read from the file.
 
-A request of many rows is sorted by length and run in groups of similar rows (`group_rows`), each
-cut to its own longest row, then put back in order: a batch of 32 MRPC pairs padded to its longest
+A call of several rows is sorted by length and cut into groups of neighbouring rows, each run cut
+to its own longest row, then put back in order: a batch of 32 MRPC pairs padded to its longest
 pair holds about twice the tokens it needs, and attention's cost grows with the square of it.
+Where to cut is worked out per call (`cut_points`): the cuts that make the least work under a
+cost of `overhead + rows * longest * (1 + longest / attention_length)` tokens per group, the two
+constants timed on the file at `warm_up` (`GroupCost`). Groups of a fixed 8 rows left padding
+where a batch's lengths spread and paid a call's overhead where they did not; on bench/serving.py's
+MRPC model, the cuts raise the model's rate on batches of 16 single sentences by 11% and of 16
+pairs by 15% (batches of 32: 5% and 8%), by the timed costs of every shape.
 
 The interpreter is `ai_edge_litert`'s (the LiteRT package that replaces `tf.lite.Interpreter`),
 or TensorFlow's where that is not installed; it needs no TensorFlow.
@@ -31,7 +37,7 @@ import numpy as np
 from engine.litert_layout import DESCRIPTION, FOLDER, LiteRTError, model_file, require_export
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
-GROUP_ROWS = 8  # rows run together when a call holds more
+GROUP_ROWS = 8  # a group holds at most this many rows' worth of max_length tokens
 IDLE_SECONDS = 0.002  # a one-row call after this long without one runs on one thread
 
 
@@ -69,6 +75,64 @@ def fixed_axes(flat: bytes) -> tuple:
 
 def _axes_between(detail: dict) -> tuple:
     return tuple(int(size) for size in detail["shape_signature"][1:-1])
+
+
+class GroupCost:
+    """The work of one call of the interpreter on `rows` rows of `length` tokens, in tokens:
+    `overhead + rows * length * (1 + length / attention_length)`. The defaults are those timed on
+    MiniLM-L6 (bench/serving.py's MRPC model, 2 cores); `timed` measures them on a model."""
+
+    def __init__(self, overhead: float = 12.0, attention_length: float = 640.0):
+        self.overhead, self.attention_length = overhead, attention_length
+
+    def __call__(self, rows: int, length: int) -> float:
+        return self.overhead + rows * length * (1 + length / self.attention_length)
+
+    @classmethod
+    def timed(cls, run, rows: int, max_length: int, repeats: int = 3) -> "GroupCost":
+        """From the median times of `run(rows, length)` at one row of 8 tokens and `rows` rows
+        of a quarter and all of `max_length`: the three unknowns of `time = a + b * tokens +
+        c * tokens * length` (the call, the tokens, attention), solved exactly; the defaults
+        where the times do not fit that shape (noise, or too short a model to tell)."""
+        def seconds(r, length):
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                run(r, length)
+                times.append(time.perf_counter() - start)
+            return float(np.median(times))
+
+        shapes = [(1, min(8, max_length)), (rows, max(8, max_length // 4)), (rows, max_length)]
+        if len(set(shapes)) < 3 or rows * shapes[1][1] == shapes[0][1]:
+            return cls()
+        terms = np.array([[1.0, r * n, r * n * n] for r, n in shapes])
+        a, b, c = np.linalg.solve(terms, np.array([seconds(r, n) for r, n in shapes]))
+        if b <= 0 or c <= 0:
+            return cls()
+        return cls(min(max(a / b, 0.0), 4.0 * max_length), max(b / c, 16.0))
+
+
+def cut_points(lengths: list, cost: GroupCost, max_tokens: int) -> list:
+    """Where to cut rows sorted by length (ascending) into groups of neighbours, each run at its
+    longest row, so that the groups' summed `cost` is least and none holds more than
+    `max_tokens` tokens (or more than one row where a row alone is longer): the end of each
+    group. Dynamic programming over the cut before each row."""
+    count = len(lengths)
+    best = [0.0] + [float("inf")] * count
+    start_of = [0] * (count + 1)
+    overhead, attention_length = cost.overhead, cost.attention_length
+    for end in range(1, count + 1):
+        longest = max(int(lengths[end - 1]), 1)
+        per_row = longest * (1 + longest / attention_length)
+        for start in range(max(0, end - max(1, max_tokens // longest)), end):
+            total = best[start] + overhead + (end - start) * per_row
+            if total < best[end]:
+                best[end], start_of[end] = total, start
+    ends, end = [], count
+    while end > 0:
+        ends.append(end)
+        end = start_of[end]
+    return ends[::-1]
 
 
 class _Interpreter:
@@ -127,6 +191,7 @@ class LiteRTModel:
         # single sentences 10 ms apart: 1.96 ms p50 on one thread against 3.27 ms on two; back
         # to back, 1.25 against 1.03).
         self.single_thread = _Interpreter(flat, outputs, 1) if self.threads > 1 else None
+        self.cost = GroupCost()  # timed on this model at warm_up
         self.last_call = 0.0
         self.fixed_axes = self.interpreter.fixed_axes
         self.per_token = self.interpreter.per_token
@@ -168,7 +233,8 @@ class LiteRTModel:
         length (on the single-thread interpreter too), and the other batch sizes every 8
         tokens. Without that sweep the first few hundred requests of new lengths ran slower
         (single MRPC sentences: p50 1.16 against 0.80 ms, p99 4.7 against 1.1 ms over the first
-        200). Then take what is loaded out of the garbage collector's generations (`gc.freeze`):
+        200). Then time the groups' cost (`GroupCost.timed`, about 0.1 s on MiniLM at 128
+        tokens) and take what is loaded out of the garbage collector's generations (`gc.freeze`):
         the collector's full passes over a loaded model were the batch-1 tail."""
         largest = min(max(batches), self.group_rows)
         rows_of_one = [(1, length) for length in range(1, self.max_length + 1)]
@@ -182,6 +248,10 @@ class LiteRTModel:
             for rows, length in planned:
                 runner({name: np.zeros((rows, *self.fixed_axes, length), np.int32)
                         for name in INPUT_NAMES})
+        self.cost = GroupCost.timed(
+            lambda rows, length: self.interpreter(
+                {name: np.zeros((rows, *self.fixed_axes, length), np.int32)
+                 for name in INPUT_NAMES}), largest, self.max_length)
         gc.collect()
         gc.freeze()
 
@@ -199,13 +269,16 @@ class LiteRTModel:
         if rows == 0:  # no shape has a zero axis: run one empty row and keep none
             out = self._run({k: np.zeros((1, *shape[1:]), np.int32) for k in feeds})
             return {name: value[:0] for name, value in out.items()}
-        if rows <= self.group_rows:
+        if rows == 1:
             return self._run(feeds)
         lengths = np.asarray(input_mask).reshape(rows, -1, length).sum(axis=2).max(axis=1)
         order = np.argsort(lengths, kind="stable")
+        ends = cut_points(lengths[order].tolist(), self.cost, self.group_rows * self.max_length)
+        if len(ends) == 1 and int(lengths.max()) == length:  # one group, as it came
+            return self._run(feeds)
         pieces = []
-        for start in range(0, rows, self.group_rows):
-            rows_of_group = order[start:start + self.group_rows]
+        for start, end in zip([0, *ends[:-1]], ends):
+            rows_of_group = order[start:end]
             longest = max(int(lengths[rows_of_group].max()), 1)
             piece = self._run({k: np.asarray(v)[rows_of_group, ..., :longest]
                                for k, v in feeds.items()})

@@ -154,6 +154,63 @@ def test_one_interpreter_answers_every_shape_as_a_row_alone(pair_export):
     assert fast.model.interpreter is interpreter
 
 
+def _partitions(count):
+    """Every way of cutting `count` rows into runs of neighbours, as the end of each run."""
+    import itertools
+
+    for cuts in itertools.product((False, True), repeat=count - 1):
+        yield [i + 1 for i, cut in enumerate(cuts) if cut] + [count]
+
+
+def test_cut_points_find_the_least_cost_groups_of_every_partition():
+    from engine.litert_runtime import GroupCost, cut_points
+
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        count = int(rng.integers(1, 9))
+        lengths = sorted(int(n) for n in rng.integers(1, 129, count))
+        cost = GroupCost(float(rng.uniform(0, 40)), float(rng.uniform(64, 2000)))
+        max_tokens = int(rng.choice([128, 256, 1024]))
+
+        def total(ends):
+            starts = [0, *ends[:-1]]
+            if any(end - start > 1 and (end - start) * lengths[end - 1] > max_tokens
+                   for start, end in zip(starts, ends)):
+                return float("inf")
+            return sum(cost(end - start, lengths[end - 1]) for start, end in zip(starts, ends))
+
+        ends = cut_points(lengths, cost, max_tokens)
+        assert ends[-1] == count and ends == sorted(set(ends))
+        assert total(ends) == pytest.approx(min(map(total, _partitions(count))), rel=1e-12)
+    # Rows of one length run together up to the cap; a wide spread is cut.
+    assert cut_points([20] * 16, GroupCost(), 1024) == [16]
+    assert cut_points([20] * 16, GroupCost(), 160) == [8, 16]
+    assert cut_points([10] * 8 + [120] * 2, GroupCost(), 1024) == [8, 10]
+    assert cut_points([], GroupCost(), 1024) == []
+
+
+def test_group_cost_is_timed_from_three_shapes(monkeypatch):
+    import engine.litert_runtime as runtime
+
+    class Clock:  # each run advances it by the true cost, in microseconds per token
+        now = 0.0
+
+        @classmethod
+        def perf_counter(cls):
+            return cls.now
+
+    truth = runtime.GroupCost(overhead=17.0, attention_length=500.0)
+
+    def run(rows, length):
+        Clock.now += 3e-6 * truth(rows, length)
+
+    monkeypatch.setattr(runtime, "time", Clock)
+    timed = runtime.GroupCost.timed(run, 8, 128)
+    assert timed.overhead == pytest.approx(17.0) and timed.attention_length == pytest.approx(500)
+    flat = runtime.GroupCost.timed(lambda rows, length: run(rows, 1), 8, 128)  # no growth
+    assert (flat.overhead, flat.attention_length) == (12.0, 640.0)  # the defaults
+
+
 def test_a_row_that_finds_the_process_idle_runs_on_one_thread(pair_export):
     import time
 
