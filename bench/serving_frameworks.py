@@ -18,7 +18,6 @@ Prints a Markdown table and writes bench/results/serving_frameworks.json.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import pathlib
 import sys
@@ -30,7 +29,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from backends import cpu_kind  # noqa: E402
 from finetune_vs_pytorch import peer_python  # noqa: E402
 from serving import finetune, read_tsv  # noqa: E402
-from serving_load import RESULTS, bodies_of, free_port, load, server  # noqa: E402
+from serving_load import RESULTS, bodies_of, free_port, run_load, server  # noqa: E402
 
 # LitServe and what the fast path needs without TensorFlow (bench/_litserve_side.py).
 LITSERVE_VENV = REPO / "bench" / ".venv-litserve"
@@ -64,12 +63,12 @@ def main():
         with server(command, port, work / f"framework-{side}.log", measured,
                     ready_path="/v1/models/m" if side == "kserve" else "/health",
                     ready_word=b"AVAILABLE" if side == "kserve" else b"ok"):
-            asyncio.run(load(port, bodies_of(pairs[-64:]), 4, 60))  # warm-up, untimed
+            run_load(port, bodies_of(pairs[-64:]), 4, 60)  # warm-up, untimed
             offset = 0
             for clients in (int(c) for c in args.clients.split(",")):
                 part = pairs[offset:offset + args.requests]
                 offset += args.requests
-                result = asyncio.run(load(port, bodies_of(part), clients, 120))
+                result = run_load(port, bodies_of(part), clients, 120)
                 measured.setdefault("levels", []).append(result)
                 print(f"{side:8} {clients:3} clients: {result['per_s']:6.1f} pairs/s  p50 "
                       f"{result['p50_ms']:6.1f} ms  p99 {result['p99_ms']:6.1f} ms  failures "
