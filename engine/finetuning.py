@@ -238,7 +238,11 @@ def prefix(split_name: str, num_splits: int) -> str:
 
 
 def check_best_metric(task, metric: str) -> None:
-    """A usage error, before any training, when `metric` is not a key evaluation writes."""
+    """A usage error, before any training, when `metric` is not a key evaluation writes (a
+    task's name may be a pattern, `*` standing for a name the data gives, as NER's entity
+    types)."""
+    import fnmatch
+
     names = task.metric_names()
     splits = task.eval_splits()
     if names is None:
@@ -246,8 +250,9 @@ def check_best_metric(task, metric: str) -> None:
             raise SettingsError(f"--best_metric={metric}: evaluation keys start with eval_")
         return
     keys = sorted(prefix(split.name, len(splits)) + name for split in splits for name in names)
-    if metric not in keys:
-        raise SettingsError(f"--best_metric={metric}: evaluation writes {', '.join(keys)}")
+    if not any(fnmatch.fnmatchcase(metric, key) for key in keys):
+        note = " (* stands for a name the data gives)" if any("*" in key for key in keys) else ""
+        raise SettingsError(f"--best_metric={metric}: evaluation writes {', '.join(keys)}{note}")
 
 
 def schedule(settings: FinetuneSettings, num_examples: int) -> tuple[int, int]:

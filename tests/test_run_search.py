@@ -223,12 +223,17 @@ def test_a_bad_search_or_flag_is_one_line_and_writes_nothing(tmp_path, flags, ru
                                  "--best_metric=eval_f1"],
      "the runner's --best_metric=eval_f1: run_multiple_choice never writes it (evaluation "
      "writes eval_accuracy, eval_loss)"),
+    ("run_ner", ["--metric=eval_loss"], ["--data_dir={conll}"],
+     "--metric=eval_loss: run_ner never writes it (evaluation writes eval_*_f1, "
+     "eval_*_precision, eval_*_recall, eval_accuracy, eval_f1, eval_precision, eval_recall (* "
+     "stands for a name the data gives))"),
 ])
 def test_a_metric_the_runner_never_writes_is_refused_before_anything_is_written(
         tmp_path, mrpc, shared_data, runner, flags, runner_flags, message):
     search = tmp_path / "search"
     command = search_command(search, "--seeds=2", *flags,
-                             runner=[f.format(mrpc=mrpc, swag=shared_data / "swag_sample")
+                             runner=[f.format(mrpc=mrpc, swag=shared_data / "swag_sample",
+                                              conll=shared_data / "conll2003")
                                      for f in runner_flags])
     command[command.index("--runner=run_classifier")] = f"--runner={runner}"
     result = run(command, check=False)

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from data_gen.records import ShardedRecordWriter
-from engine.finetuning import FinetuneSettings, finetune
+from engine.finetuning import FinetuneSettings, check_best_metric, finetune
 from engine.task import Setup
+from process.errors import SettingsError
 from tasks.classification.task import ClassificationTask
 from tasks.ner.task import NerTask
 from tasks.squad.task import SquadTask
@@ -145,6 +146,12 @@ def test_ner_reads_back_one_tag_per_word_and_scores_it(tmp_path, shared_data, vo
     task = NerTask(str(data), predict_file=str(unlabelled), given_labels=tags, doc_stride=8)
     prepared(task, tmp_path, vocab_file, tokenizer, max_seq_length=16)
     assert task.labels == tags and task.title == "NER (fine_tune, 9 tags, IOB2 tagging)"
+    for key in ("eval_f1", "eval_accuracy", "eval_PER_f1", "eval_MISC_recall"):
+        check_best_metric(task, key)
+    for key in ("eval_f2", "eval_loss", "eval_PER_f2", "f1"):
+        with pytest.raises(SettingsError, match=f"--best_metric={key}: evaluation writes "
+                           r"eval_\*_f1, .*eval_recall \(\* stands for a name the data gives\)"):
+            check_best_metric(task, key)
     evaluation = load(task, task.eval_splits()[0], tmp_path)
     assert evaluation.rows > len(evaluation.examples)  # long sentences take several windows
     predicted = task.predictions(evaluation, {

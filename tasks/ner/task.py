@@ -101,6 +101,11 @@ class NerTask(FinetuningTask):
                              "lstm_layers": self.lstm_layers, "lstm_units": self.lstm_units})
         return identity
 
+    def metric_names(self) -> list:
+        """conlleval's scores, and each entity type's (`PER_f1`: the types come from the
+        data, so as patterns)."""
+        return ["accuracy", "f1", "precision", "recall", "*_f1", "*_precision", "*_recall"]
+
     def train_split(self) -> Split:
         return Split("train", [self.train_file], cache_settings={"has_labels": True})
 
