@@ -186,3 +186,13 @@ def test_workers_blocked_sending_large_results_do_not_hang_the_exit(how):
 def test_a_worker_that_dies_is_an_error_not_a_hang():
     with pytest.raises(parallel.WorkerDied, match="exit status -9"):
         list(parallel.ordered_map(_die_on_two, range(10), num_workers=2))
+
+
+def test_a_worker_that_died_before_its_next_item_is_the_same_error():
+    # The item goes to a dead worker's pipe (a broken pipe on send, not on receive).
+    with parallel.OrderedPool(2) as pool:
+        for process, _ in pool._workers:
+            os.kill(process.pid, 9)
+            process.join()
+        with pytest.raises(parallel.WorkerDied, match="exit status -9"):
+            list(pool.map(_die_on_two, range(10)))

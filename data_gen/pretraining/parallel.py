@@ -68,7 +68,10 @@ class OrderedPool:
                     exhausted = True
                     break
                 connection = min(loads, key=loads.get)
-                connection.send((sent, function, item))
+                try:
+                    connection.send((sent, function, item))
+                except OSError:  # the worker died since its last result: a broken pipe
+                    raise _died(connection, self._workers) from None
                 loads[connection] += 1
                 sent += 1
             if wanted == sent:
@@ -112,11 +115,17 @@ def _receive(connection, workers) -> tuple:
     try:
         return connection.recv()
     except (EOFError, OSError):
-        process = next(p for p, c in workers if c is connection)
-        process.join()
-        why = "; killed by the system: out of memory?" if process.exitcode == -9 else ""
-        raise WorkerDied(f"a worker process ended before returning its result (exit status "
-                         f"{process.exitcode}{why})") from None
+        raise _died(connection, workers) from None
+
+
+def _died(connection, workers) -> "WorkerDied":
+    """The error for the worker at the other end of `connection`, which has ended (whether its
+    result was being read or its next item sent)."""
+    process = next(p for p, c in workers if c is connection)
+    process.join()
+    why = "; killed by the system: out of memory?" if process.exitcode == -9 else ""
+    return WorkerDied(f"a worker process ended before returning its result (exit status "
+                      f"{process.exitcode}{why})")
 
 
 class WorkerDied(RuntimeError):
