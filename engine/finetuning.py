@@ -20,6 +20,7 @@ provides):
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import logging
 import os
 from typing import Callable
@@ -241,8 +242,6 @@ def check_best_metric(task, metric: str) -> None:
     """A usage error, before any training, when `metric` is not a key evaluation writes (a
     task's name may be a pattern, `*` standing for a name the data gives, as NER's entity
     types)."""
-    import fnmatch
-
     names = task.metric_names()
     splits = task.eval_splits()
     if names is None:

@@ -102,8 +102,9 @@ class GroupCost:
                 times.append(time.perf_counter() - start)
             return float(np.median(times))
 
-        shapes = [(1, min(8, max_length)), (rows, max(8, max_length // 4)), (rows, max_length)]
-        if len(set(shapes)) < 3 or rows * shapes[1][1] == shapes[0][1]:
+        short = min(8, max_length)
+        shapes = [(1, short), (rows, max(short, max_length // 4)), (rows, max_length)]
+        if len(set(shapes)) < 3:  # a model too short to tell the three apart
             return cls()
         terms = np.array([[1.0, r * n, r * n * n] for r, n in shapes])
         a, b, c = np.linalg.solve(terms, np.array([seconds(r, n) for r, n in shapes]))
@@ -246,14 +247,16 @@ class LiteRTModel:
             plans.append((self.single_thread, rows_of_one))
         for runner, planned in plans:
             for rows, length in planned:
-                runner({name: np.zeros((rows, *self.fixed_axes, length), np.int32)
-                        for name in INPUT_NAMES})
-        self.cost = GroupCost.timed(
-            lambda rows, length: self.interpreter(
-                {name: np.zeros((rows, *self.fixed_axes, length), np.int32)
-                 for name in INPUT_NAMES}), largest, self.max_length)
+                runner(self._zeros(rows, length))
+        self.cost = GroupCost.timed(lambda rows, length: self.interpreter(
+            self._zeros(rows, length)), largest, self.max_length)
         gc.collect()
         gc.freeze()
+
+    def _zeros(self, rows: int, length: int) -> dict:
+        """Inputs of `rows` rows of `length` tokens (what warm-up and timing run)."""
+        return {name: np.zeros((rows, *self.fixed_axes, length), np.int32)
+                for name in INPUT_NAMES}
 
     def __call__(self, input_word_ids, input_mask, input_type_ids) -> dict:
         feeds = {"input_word_ids": input_word_ids, "input_mask": input_mask,

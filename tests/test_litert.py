@@ -209,6 +209,9 @@ def test_group_cost_is_timed_from_three_shapes(monkeypatch):
     assert timed.overhead == pytest.approx(17.0) and timed.attention_length == pytest.approx(500)
     flat = runtime.GroupCost.timed(lambda rows, length: run(rows, 1), 8, 128)  # no growth
     assert (flat.overhead, flat.attention_length) == (12.0, 640.0)  # the defaults
+    lengths = []
+    short = runtime.GroupCost.timed(lambda rows, length: lengths.append(length), 8, 6)
+    assert (short.overhead, short.attention_length) == (12.0, 640.0) and lengths == []
 
 
 def test_a_row_that_finds_the_process_idle_runs_on_one_thread(pair_export):
