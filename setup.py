@@ -76,10 +76,11 @@ setup(
         # Open Inference Protocol over REST and gRPC, liveness and /metrics, on FastAPI and
         # uvicorn; model_server/ adds TF Serving's status and metadata, dynamic batching, the
         # bounded queue and the drain. KServe's REST internals it builds on are pinned to the
-        # minor release it was tested with (docs/serving.md, "Why KServe").
-        "serve": ["kserve>=0.21,<0.22", "uvicorn>=0.30,<1", "prometheus-client>=0.20,<1",
-                  "orjson>=3.9,<4", "uvloop>=0.19,<1; sys_platform != 'win32'",
-                  "httptools>=0.6,<1"],
+        # minor release it was tested with (docs/serving.md, "Why KServe"). uvicorn from 0.36
+        # for Config.get_loop_factory, with [standard]'s uvloop and httptools that the server
+        # runs on (as KServe's own requirement has it).
+        "serve": ["kserve>=0.21,<0.22", "uvicorn[standard]>=0.36,<1",
+                  "prometheus-client>=0.20,<1", "orjson>=3.9,<4"],
     },
     entry_points={
         "console_scripts": [f"{name}={name}:console_main" for name in RUNNERS]

@@ -14,12 +14,12 @@ server should come close to.
      batcher), in `bench/.venv-serving-load` (made on first use; never a project dependency).
    Both use `--max_batch_size` and `--batch_timeout_micros` as given.
 3. Load: a bounded generator in this process (asyncio on uvloop, one keep-alive HTTP/1.1
-   connection per client). At each concurrency of --clients, every client sends one request at a time (one MRPC
-   sentence, `{"text_a": s, "text_b": ""}`, or one MRPC pair), the next as soon as the last is
-   answered, until --requests are answered or --seconds pass. Texts come from MRPC's train file,
-   each text once per side and level. Throughput: answered requests over the level's wall time;
-   p50/p99 over its requests. Every answer is checked (200, a label); a refusal or a failure is
-   counted, not retried.
+   connection per client). At each concurrency of --clients, every client sends one request at
+   a time (one MRPC sentence, `{"text_a": s, "text_b": ""}`, or one MRPC pair), the next as soon
+   as the last is answered, until --requests are answered or --seconds pass. Texts come from
+   MRPC's train file, each text once per side and level. Throughput: answered requests over the
+   level's wall time; p50/p99 over its requests. Every answer is checked (200, a label); a
+   refusal or a failure is counted, not retried.
 4. Offline: the fast path in this process (`LiteRTClassifier`, int8, warmed), batches of 32 of
    the same texts: the ceiling a server's batching aims at.
 5. Rounds: every server is up at once (the idle ones sleep); each of --rounds measures every
@@ -100,15 +100,14 @@ class Connection:
 
 
 def run_load(port: int, bodies: list, clients: int, seconds: float) -> dict:
-    """`load` on uvloop where it is installed: the generator shares the server's cores, and on
-    the standard loop it took more of them (35 against 40 microseconds of CPU a request at 16
-    clients)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(load(port, bodies, clients, seconds))
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(load(port, bodies, clients, seconds))
+    """`load` on uvloop where it is installed (`model_server.app.run_on`, as the server runs):
+    the generator shares the server's cores, and on the standard loop it took more of them (35
+    against 40 microseconds of CPU a request at 16 clients)."""
+    from uvicorn.loops.auto import auto_loop_factory
+
+    from model_server.app import run_on
+
+    return run_on(auto_loop_factory(), load(port, bodies, clients, seconds))
 
 
 async def load(port: int, bodies: list, clients: int, seconds: float) -> dict:
@@ -262,7 +261,7 @@ def main():
     results = {"cpu": cpu_kind(), "machine": platform.machine(), "settings": batching,
                "rounds": args.rounds,
                "sides": {side: {kind: {str(c): [] for c in levels} for kind in kinds}
-                         for side in sides}, "peak_rss_mb": {}}
+                         for side in sides}}
     memory = {side: {} for side in sides}
     with contextlib.ExitStack() as stack:
         ports = {}
@@ -328,6 +327,7 @@ def main():
     if offline:
         print(f"offline batch 32 (median): {offline['sentences']:.0f} sentences/s, "
               f"{offline['pairs']:.0f} pairs/s")
+
 
 if __name__ == "__main__":
     main()

@@ -162,13 +162,9 @@ class Guard:
             self.metrics.latency.labels(endpoint).observe(time.perf_counter() - start)
 
     async def too_large(self, send, size: int):
-        body = protocol_error(f"the request has {size} bytes; this server takes at most "
-                              f"{self.limit} (--max_request_bytes)")
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
+        await send_error(send, 413, f"the request has {size} bytes; this server takes at most "
+                                    f"{self.limit} (--max_request_bytes)",
+                         [(b"connection", b"close")])
 
 
 class _TooLarge(Exception):
@@ -202,11 +198,9 @@ class Predict:
             if not message.get("more_body"):
                 break
         if name != model.name:
-            return await self.answer(send, 404, f"no model {name} (this server serves "
-                                                f"{model.name})")
+            return await send_error(send, 404, no_model(name, model.name))
         if not model.ready:
-            return await self.answer(send, 503, f"model {model.name} is not ready (warming up "
-                                                f"or stopping)")
+            return await send_error(send, 503, not_ready(model.name))
         try:
             body = b"".join(chunks)
             try:
@@ -218,29 +212,36 @@ class Predict:
             outputs = await model.batcher.predict(rows) if rows else {}
         except protocol.RequestError as e:
             logger.info("400: %s", e)
-            return await self.answer(send, 400, str(e))
+            return await send_error(send, 400, str(e))
         except (Overloaded, NotServing) as e:
-            return await self.answer(send, 503, str(e))
+            return await send_error(send, 503, str(e))
         except Exception as e:  # noqa: BLE001 - the model failed: 500, logged
             logger.exception("predict failed")
-            return await self.answer(send, 500, f"{type(e).__name__} : {e}")
+            return await send_error(send, 500, f"{type(e).__name__} : {e}")
         body = self.orjson.dumps(protocol.predict_response(outputs, columnar))
         await send({"type": "http.response.start", "status": 200, "headers": [
             *JSON_HEADERS, (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-    @staticmethod
-    async def answer(send, status: int, message: str) -> None:
-        body = protocol_error(message)
-        headers = [*JSON_HEADERS, (b"content-length", str(len(body)).encode())]
-        if status == 503:
-            headers.append((b"retry-after", RETRY_AFTER_S.encode()))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
 
 
-def protocol_error(message: str) -> bytes:
-    return json.dumps({"error": message}).encode("utf-8")
+async def send_error(send, status: int, message: str, headers: list = ()) -> None:
+    """An ASGI answer in TF Serving's error shape, `{"error": message}` (503s with
+    Retry-After)."""
+    body = json.dumps({"error": message}).encode("utf-8")
+    headers = [*JSON_HEADERS, (b"content-length", str(len(body)).encode()), *headers]
+    if status == 503:
+        headers.append((b"retry-after", RETRY_AFTER_S.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def no_model(name: str, served: str) -> str:
+    return f"no model {name} (this server serves {served})"
+
+
+def not_ready(name: str) -> str:
+    return f"model {name} is not ready (warming up or stopping)"
 
 
 class BertModel(Model):
@@ -408,8 +409,7 @@ def _kserve_app(model, settings: ServerSettings, metrics: Metrics):
     app = kserve.model_server.app
 
     def unknown(model_name: str):
-        return JSONResponse({"error": f"no model {model_name} (this server serves "
-                             f"{model.name})"}, status_code=404)
+        return JSONResponse({"error": no_model(model_name, model.name)}, status_code=404)
 
     # TF Serving's status and metadata, registered before KServe's routes of the same paths.
     async def status(model_name: str):
@@ -443,8 +443,7 @@ def _kserve_app(model, settings: ServerSettings, metrics: Metrics):
         return JSONResponse({"error": message}, status_code=400)
 
     async def unavailable(_, exc):
-        message = (f"model {exc.model_name} is not ready (warming up or stopping)"
-                   if isinstance(exc, ModelNotReady) else str(exc))
+        message = not_ready(exc.model_name) if isinstance(exc, ModelNotReady) else str(exc)
         return JSONResponse({"error": message}, status_code=503,
                             headers={"Retry-After": RETRY_AFTER_S})
 
