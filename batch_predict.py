@@ -20,9 +20,8 @@ from __future__ import annotations
 
 from absl import flags
 
-import runner_flags
-from process import environment  # noqa: F401  (before TensorFlow)
-from process import flag_ranges
+from bert_tf2 import runner_flags
+from bert_tf2.process import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -46,16 +45,16 @@ flag_ranges.check("num_output_shards", 0, why="0: the runner decides")
 
 
 def main(argv):
-    from engine.saved_model_predict import SavedModelPredictor, predict_file
-    from process.errors import SettingsError
+    from bert_tf2.engine.saved_model_predict import SavedModelPredictor, predict_file
+    from bert_tf2.process.errors import SettingsError
 
     runner_flags.setup_logging()
     for name in ("saved_model", "input_file", "output_file"):
         if not FLAGS[name].value:
             raise SettingsError(f"--{name} is required")
     if FLAGS.litert != "none":
-        from engine.saved_model_predict import LiteRTPredictor
-        from tasks.litert_runtimes import load_runtime
+        from bert_tf2.engine.saved_model_predict import LiteRTPredictor
+        from bert_tf2.tasks.litert_runtimes import load_runtime
 
         predictor = LiteRTPredictor(load_runtime, FLAGS.saved_model, FLAGS.litert,
                                     FLAGS.batch_size, FLAGS.columns, FLAGS.header)
@@ -71,9 +70,9 @@ def main(argv):
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from data_gen.pretraining.beam_pipeline import match_input_files
-    from engine.beam_jobs import shard_pipeline, write_lines
-    from process import output_lock
+    from bert_tf2.data_gen.pretraining.beam_pipeline import match_input_files
+    from bert_tf2.engine.beam_jobs import shard_pipeline, write_lines
+    from bert_tf2.process import output_lock
 
     predictor.load()  # a wrong model or signature fails here, before the workers start
     files = [path for path, _ in match_input_files(FLAGS.input_file)]
@@ -85,7 +84,7 @@ def main(argv):
 
 
 def console_main():
-    from process.errors import parse_known_flags, run_main
+    from bert_tf2.process.errors import parse_known_flags, run_main
 
     run_main(main, flags_parser=parse_known_flags)
 

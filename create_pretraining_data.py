@@ -6,8 +6,7 @@ unchanged from the original README; the tool itself lives in
 data_gen.pretraining.create_pretraining_data` and the `bert-create-pretraining-data` command).
 See docs/pretraining-data.md.
 """
-from process import environment  # noqa: F401  (before TensorFlow)
-from data_gen.pretraining.create_pretraining_data import console_main
+from bert_tf2.data_gen.pretraining.create_pretraining_data import console_main
 
 if __name__ == "__main__":
     console_main()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from absl import flags
 
-import runner_flags
+from bert_tf2 import runner_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("saved_model", None, "The SavedModel folder a runner's --export_dir wrote.")
@@ -21,8 +21,8 @@ flags.DEFINE_enum("quantization", "int8", ["int8", "float32"],
 
 def main(argv):
     del argv
-    from engine import litert
-    from process.errors import SettingsError
+    from bert_tf2.engine import litert
+    from bert_tf2.process.errors import SettingsError
 
     runner_flags.setup_logging()
     if not FLAGS.saved_model:

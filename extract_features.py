@@ -18,16 +18,15 @@ strings. The code lives in `tasks/feature_extraction/`.
 """
 from __future__ import annotations
 
-import runner_flags
-from process import environment  # noqa: F401  (before TensorFlow)
-from tasks.feature_extraction import flags as extraction_flags
+from bert_tf2 import runner_flags
+from bert_tf2.tasks.feature_extraction import flags as extraction_flags
 
 extraction_flags.define_flags()
 
 
 def main(argv):
     del argv
-    from tasks.feature_extraction.extract import extract
+    from bert_tf2.tasks.feature_extraction.extract import extract
 
     runner_flags.setup_logging()
     extract(extraction_flags.settings())

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from absl import flags
 
-import runner_flags
-from process import environment  # noqa: F401  (before TensorFlow)
+from bert_tf2 import runner_flags
 
 FLAGS = flags.FLAGS
 
@@ -83,7 +82,7 @@ def processor_options() -> dict:
 def build_task():
     """The task the flags describe (also what run_search checks a --metric against, before
     a trial runs)."""
-    from tasks.classification.task import ClassificationTask
+    from bert_tf2.tasks.classification.task import ClassificationTask
 
     return ClassificationTask(FLAGS.task_name, FLAGS.data_dir, processor_options(),
                               threshold=FLAGS.threshold, tune_threshold=FLAGS.tune_threshold,

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from absl import flags
 
-import runner_flags
-from process import environment  # noqa: F401  (before TensorFlow)
-from process import flag_ranges
+from bert_tf2 import runner_flags
+from bert_tf2.process import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -40,7 +39,7 @@ flags.DEFINE_string("best_metric", "eval_accuracy", "Keep the best checkpoint by
 def build_task():
     """The task the flags describe (also what run_search checks a --metric against, before
     a trial runs)."""
-    from tasks.multiple_choice.task import MultipleChoiceTask
+    from bert_tf2.tasks.multiple_choice.task import MultipleChoiceTask
 
     return MultipleChoiceTask(FLAGS.task_name, FLAGS.data_dir, FLAGS.train_file, FLAGS.eval_file,
                               FLAGS.predict_file, FLAGS.num_choices)

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from absl import flags
 
-import runner_flags
-from process import environment  # noqa: F401  (before TensorFlow)
-from process import flag_ranges
+from bert_tf2 import runner_flags
+from bert_tf2.process import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -49,7 +48,7 @@ flag_ranges.check("lstm_units", 0, why="0: the encoder's hidden_size")
 def build_task():
     """The task the flags describe (also what run_search checks a --metric against, before
     a trial runs)."""
-    from tasks.ner.task import NerTask
+    from bert_tf2.tasks.ner.task import NerTask
 
     return NerTask(FLAGS.data_dir, FLAGS.train_file, FLAGS.eval_file, FLAGS.predict_file,
                    FLAGS.input_format, FLAGS.label_column, FLAGS.labels, FLAGS.doc_stride,

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from absl import app, flags
 
-import runner_flags
-from process import environment  # noqa: F401  (before TensorFlow)
-from process import flag_ranges
+from bert_tf2 import runner_flags
+from bert_tf2.process import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -57,8 +56,8 @@ flag_ranges.check("masked_lm_prob", 0, 1, above=True)
 
 def main(argv):
     del argv
-    from engine.pretraining import pretrain
-    from tasks.pretraining.task import PretrainingTask
+    from bert_tf2.engine.pretraining import pretrain
+    from bert_tf2.tasks.pretraining.task import PretrainingTask
 
     for name in ("input_file", "output_dir"):
         if not FLAGS[name].value:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from absl import flags
 
-import runner_flags
-from process import flag_ranges
-from process.errors import SettingsError
+from bert_tf2 import runner_flags
+from bert_tf2.process import flag_ranges
+from bert_tf2.process.errors import SettingsError
 
 FLAGS = flags.FLAGS
 
@@ -69,9 +69,9 @@ flag_ranges.check("random_seed", 0, 2**31 - 1)
 
 
 def settings_from_flags(argv: list):
-    from search.runner_check import check_command_lines, runner_flags_for, runner_module
-    from search.space import SearchSpace, flags_of
-    from search.study import SearchSettings
+    from bert_tf2.search.runner_check import check_command_lines, runner_flags_for, runner_module
+    from bert_tf2.search.space import SearchSpace, flags_of
+    from bert_tf2.search.study import SearchSettings
 
     if not FLAGS.search_dir:
         raise SettingsError("--search_dir is required")
@@ -106,7 +106,7 @@ def main(argv):
     except ImportError as e:
         raise SettingsError(f"run_search needs Optuna and matplotlib ({e}): pip install "
                             f"'bert-tf2[search]'") from None
-    from search.study import Search
+    from bert_tf2.search.study import Search
 
     runner_flags.setup_logging()
     Search(settings_from_flags(argv)).run()

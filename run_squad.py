@@ -20,9 +20,8 @@ import logging
 
 from absl import flags
 
-import runner_flags
-from process import environment  # noqa: F401  (before TensorFlow)
-from process import flag_ranges
+from bert_tf2 import runner_flags
+from bert_tf2.process import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -50,7 +49,7 @@ flag_ranges.check("null_score_diff_threshold")
 def build_task():
     """The task the flags describe (also what run_search checks a --metric against, before
     a trial runs)."""
-    from tasks.squad.task import SquadTask
+    from bert_tf2.tasks.squad.task import SquadTask
 
     return SquadTask(FLAGS.train_file, FLAGS.predict_file, FLAGS.version_2_with_negative,
                      FLAGS.doc_stride, FLAGS.max_query_length, FLAGS.n_best_size,
@@ -60,7 +59,7 @@ def build_task():
 def main(argv):
     del argv
     if FLAGS.verbose_logging:
-        logging.getLogger("tasks.squad.postprocess").setLevel(logging.DEBUG)
+        logging.getLogger("bert_tf2.tasks.squad.postprocess").setLevel(logging.DEBUG)
     runner_flags.finetune(build_task(), FLAGS.best_metric)
 
 

@@ -15,7 +15,7 @@ import logging
 
 from absl import flags
 
-from process import flag_ranges
+from bert_tf2.process import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -144,7 +144,7 @@ def _engine_values() -> dict:
 
 def finetune_settings(best_metric: str | None = None):
     """The fine-tuning flags as `engine.finetuning.FinetuneSettings`."""
-    from engine.finetuning import FinetuneSettings
+    from bert_tf2.engine.finetuning import FinetuneSettings
 
     return FinetuneSettings(
         **_engine_values(), max_seq_length=FLAGS.max_seq_length,
@@ -160,7 +160,7 @@ def finetune_settings(best_metric: str | None = None):
 
 def pretrain_settings():
     """run_pretraining's flags as `engine.pretraining.PretrainSettings`."""
-    from engine.pretraining import PretrainSettings
+    from bert_tf2.engine.pretraining import PretrainSettings
 
     return PretrainSettings(**_engine_values(), do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
                             max_eval_steps=FLAGS.max_eval_steps)
@@ -168,7 +168,7 @@ def pretrain_settings():
 
 def finetune(task, best_metric: str | None = None) -> None:
     """Run the fine-tuning driver on `task` with the fine-tuning flags' settings."""
-    from engine.finetuning import finetune as driver
+    from bert_tf2.engine.finetuning import finetune as driver
 
     run(driver, task, finetune_settings(best_metric))
 
@@ -182,7 +182,7 @@ def run(driver, task, settings) -> None:
 
 def main(program_main) -> None:
     """A runner's entry point: absl's `app.run` with one-line user and flag errors."""
-    from process.errors import run_main
+    from bert_tf2.process.errors import run_main
 
     run_main(program_main)
 

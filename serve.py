@@ -18,8 +18,8 @@ import os
 
 from absl import flags
 
-import runner_flags
-from process import flag_ranges
+from bert_tf2 import runner_flags
+from bert_tf2.process import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -55,13 +55,13 @@ flag_ranges.check("batch_timeout_micros", 0, why="0: no wait")
 
 def main(argv):
     del argv
-    from process.errors import SettingsError
+    from bert_tf2.process.errors import SettingsError
 
     runner_flags.setup_logging()
     if not FLAGS.export_dir:
         raise SettingsError("--export_dir is required: the folder a runner's --export_dir wrote")
     try:
-        from model_server.app import ServerSettings, serve
+        from bert_tf2.model_server.app import ServerSettings, serve
     except ImportError as e:
         raise SettingsError(f"serve.py needs the serve extra ({e}): pip install "
                             f"'bert-tf2[serve]'") from None

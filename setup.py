@@ -12,10 +12,20 @@ TENSORFLOW = [
 ]
 WITHOUT_TENSORFLOW = os.environ.get("BERT_WITHOUT_TENSORFLOW") == "1"
 
-# The runners are top-level modules, as in the original; each is added here when it lands and is
-# then also installed as a console script of the same name (its `console_main`).
+PACKAGE = "bert_tf2"
+# The runners sit at the repository's root, as in the original (`python run_classifier.py ...`);
+# each is also installed as a console script of the same name (its `console_main`).
 RUNNERS = ["run_pretraining", "run_classifier", "run_squad", "run_ner", "run_multiple_choice",
            "extract_features", "batch_predict", "run_search", "export_litert"]
+
+# The other command-line tools, as console scripts: command -> module of the package.
+TOOLS = {"bert-convert": "modeling.convert",
+         "bert-create-pretraining-data": "data_gen.pretraining.create_pretraining_data",
+         "bert-pretraining-data-beam": "data_gen.pretraining.beam_pipeline",
+         "bert-extract-features-beam": "tasks.feature_extraction.beam_pipeline",
+         "bert-learn-vocab": "data_gen.learn_vocab",
+         "bert-extend-vocab": "data_gen.extend_vocab",
+         "bert-serve": "serve"}
 
 setup(
     name="bert-tf2",
@@ -24,13 +34,16 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    # process (errors, atomic files, locks: the ground floor), modeling (the math), data_gen
-    # (text to tensors), engine (training and drivers), tasks.
-    packages=find_packages(include=["process", "modeling", "data_gen", "data_gen.*", "engine",
-                                    "tasks", "tasks.*", "search", "model_server"]),
-    # runner_flags: the flags every runner shares. Runners are the only modules that define or
-    # read flags, so it sits beside them.
-    py_modules=RUNNERS + ["runner_flags", "create_pretraining_data", "serve"],
+    # One import package, bert_tf2 (the distribution's own name, not taken on PyPI): the
+    # repository's root is the package, as the original's root carries an __init__.py, so the folders keep the
+    # layout the project was specified with (modeling/ is bert_tf2.modeling, run_classifier.py is
+    # bert_tf2.run_classifier) and nothing else is installed at the top of site-packages. The
+    # root's modules are the runners, runner_flags, serve.py and the original's command-line
+    # shims; setup.py itself is left out by setuptools.
+    package_dir={PACKAGE: "."},
+    packages=[PACKAGE] + [f"{PACKAGE}.{name}" for name in find_packages(
+        include=["process", "modeling", "data_gen", "data_gen.*", "engine", "inference", "tasks",
+                 "tasks.*", "search", "model_server"])],
     install_requires=([] if WITHOUT_TENSORFLOW else TENSORFLOW) + [
         "keras>=3.10,<4",
         "absl-py>=2.1,<3",
@@ -83,13 +96,7 @@ setup(
                   "prometheus-client>=0.20,<1", "orjson>=3.9,<4"],
     },
     entry_points={
-        "console_scripts": [f"{name}={name}:console_main" for name in RUNNERS]
-        + ["bert-convert=modeling.convert:console_main",
-           "bert-create-pretraining-data=data_gen.pretraining.create_pretraining_data:console_main",
-           "bert-pretraining-data-beam=data_gen.pretraining.beam_pipeline:console_main",
-           "bert-extract-features-beam=tasks.feature_extraction.beam_pipeline:console_main",
-           "bert-learn-vocab=data_gen.learn_vocab:console_main",
-           "bert-extend-vocab=data_gen.extend_vocab:console_main",
-           "bert-serve=serve:console_main"],
+        "console_scripts": [f"{name}={PACKAGE}.{name}:console_main" for name in RUNNERS]
+        + [f"{command}={PACKAGE}.{module}:console_main" for command, module in TOOLS.items()],
     },
 )

@@ -18,7 +18,7 @@ class FastPath(ls.LitAPI):
     """One request, one pair in; LitServe batches the pairs of requests that arrive together."""
 
     def setup(self, device):
-        from tasks.classification.litert_serving import LiteRTClassifier
+        from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
         self.fast = LiteRTClassifier.load(sys.argv[1], "int8")
         self.fast.warm_up((1, 2, 4, 8))

@@ -3,7 +3,7 @@
 Both pretraining benchmarks need TFRecords from the shared corpus; neither should pay for (or
 differ in) how they are made. A record set is described by its sources (files and the generator's
 `--input_format` for them) and the generator's flags; it is written with
-`python -m data_gen.pretraining.create_pretraining_data`, one command per source, into a folder
+`python -m bert_tf2.data_gen.pretraining.create_pretraining_data`, one command per source, into a folder
 under `/tmp` named by a hash of that description, and a folder that is complete (a DONE file) is reused
 as it is. Nothing is ever written into the repository.
 """
@@ -75,7 +75,7 @@ def _generate(source: Source, spec: RecordSpec, folder: Path) -> list[str]:
     for path in source.files:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{path}: shared corpus file missing (set BERT_DATA_DIR)")
-    command = [sys.executable, "-m", "data_gen.pretraining.create_pretraining_data",
+    command = [sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
                f"--input_file={','.join(source.files)}", f"--output_file={','.join(outputs)}",
                f"--vocab_file={spec.vocab_file}", f"--input_format={source.input_format}",
                f"--max_seq_length={spec.max_seq_length}",

@@ -14,7 +14,7 @@ class Architecture:
     intermediate: int
 
     def bert_config(self, vocab_size: int = VOCAB_SIZE):
-        from modeling.config import BertConfig
+        from bert_tf2.modeling.config import BertConfig
         return BertConfig(vocab_size=vocab_size, hidden_size=self.hidden,
                           num_hidden_layers=self.layers, num_attention_heads=self.heads,
                           intermediate_size=self.intermediate, type_vocab_size=2)

@@ -92,7 +92,14 @@ def run(repo: pathlib.Path, args: list, log: pathlib.Path) -> None:
     if RUNS_DONE:  # --fingerprint_only: the outputs are already in the work folder
         return
     start = time.time()
-    result = subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True)
+    env = dict(os.environ)
+    if (repo / "__init__.py").is_file():  # the one-package layout: bert_tf2 is this checkout
+        link = pathlib.Path(tempfile.mkdtemp()) / "bert_tf2"
+        link.symlink_to(repo.resolve(), target_is_directory=True)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(link.parent),
+                                                          env.get("PYTHONPATH")]))
+    result = subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True,
+                            env=env)
     log.write_text(result.stdout + result.stderr)
     print(f"  {' '.join(str(a) for a in args[:2])} ... rc {result.returncode} "
           f"({time.time() - start:.0f} s)", flush=True)
@@ -269,6 +276,7 @@ def record(repo: pathlib.Path, work: pathlib.Path) -> dict:
     module = ("data_gen.pretraining.create_pretraining_data"
               if (repo / "data_gen" / "pretraining" / "create_pretraining_data.py").is_file()
               else "data_gen.create_pretraining_data")
+    module = f"bert_tf2.{module}" if (repo / "__init__.py").is_file() else module
     records = work / "records.tfrecord"
     run(repo, ["-m", module, f"--input_file={corpus}", f"--output_file={records}",
                f"--vocab_file={weights / 'vocab.txt'}", "--max_seq_length=64",

@@ -23,7 +23,7 @@ where the other predicts pieces).
 Fine-tuning: `run_classifier.py --task_name=multilabel`, the first `--finetune_stories` (2,000)
 training stories, seq 128 truncated, lr 1e-4, batch 32, 5 epochs, `--init_label_bias`, seed 1;
 micro/macro-F1 on all 3,019 test stories at threshold 0.5.
-Export check: `python -m modeling.convert --from tf1 --to hf` on the extended side's checkpoint,
+Export check: `python -m bert_tf2.modeling.convert --from tf1 --to hf` on the extended side's checkpoint,
 then `bench/_hf_hidden_states.py` (bench/.venv-pytorch) loads it with `BertModel.from_pretrained`
 and the project's encoder reads the same folder: token ids equal, hidden states compared.
 
@@ -68,7 +68,7 @@ def run(name: str, *args) -> tuple:
 
 def records(name: str, stories_file: pathlib.Path, vocab: str, output: pathlib.Path,
             dupe_factor: int) -> None:
-    run(f"records-{name}", "-m", "data_gen.pretraining.create_pretraining_data",
+    run(f"records-{name}", "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
         f"--input_file={stories_file}", "--input_format=jsonl", f"--output_file={output}",
         f"--vocab_file={vocab}",
         "--max_seq_length=128", "--max_predictions_per_seq=20", f"--dupe_factor={dupe_factor}",
@@ -88,7 +88,7 @@ def pretrain(name: str, init: str, vocab: str, train: pathlib.Path, heldout: pat
     run(f"heldout-{name}", "run_pretraining.py", f"--input_file={heldout}",
         f"--output_dir={work / name / 'heldout'}", f"--init_checkpoint={out / 'tf1'}",
         "--do_eval", "--eval_batch_size=32", "--max_eval_steps=1000000", *common)
-    from engine.results import read_eval_results
+    from bert_tf2.engine.results import read_eval_results
 
     results = read_eval_results(str(work / name / "heldout" / "eval_results.txt"))
     return {"pretrain_wall": wall, "tf1": out / "tf1",
@@ -117,12 +117,12 @@ def pieces_per_word(log: str) -> tuple:
 
 def export_check(tf1: pathlib.Path, texts: list, new_ids: list, work: pathlib.Path) -> dict:
     """transformers loads the converted folder; the project's encoder reads the same folder."""
-    from data_gen.tokenization import FullTokenizer
-    from modeling import checkpoints
-    from modeling.encoder import BertEncoder
+    from bert_tf2.data_gen.tokenization import FullTokenizer
+    from bert_tf2.modeling import checkpoints
+    from bert_tf2.modeling.encoder import BertEncoder
 
     hf = work / "extended-hf"
-    run("convert", "-m", "modeling.convert", "--from=tf1", f"--input={tf1}", "--to=hf",
+    run("convert", "-m", "bert_tf2.modeling.convert", "--from=tf1", f"--input={tf1}", "--to=hf",
         f"--output={hf}")
     texts_file = work / "texts.txt"
     texts_file.write_text("".join(t.replace("\n", " ") + "\n" for t in texts), encoding="utf-8")
@@ -167,7 +167,7 @@ def main():
 
     print("extending the vocabulary ...", flush=True)
     adapted = work / "adapted"
-    _, log = run("extend", "-m", "data_gen.extend_vocab",
+    _, log = run("extend", "-m", "bert_tf2.data_gen.extend_vocab",
                  f"--input_file={pretrain_stories['train']}", "--input_format=jsonl",
                  f"--vocab_file={minilm}/vocab.txt", f"--output_file={adapted / 'vocab.txt'}",
                  f"--num_words={args.num_words}", f"--init_checkpoint={minilm}")

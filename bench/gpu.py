@@ -79,7 +79,7 @@ class _Task:
     def loss_and_metrics(self, model, batch, training):
         from keras import ops
 
-        from modeling import losses
+        from bert_tf2.modeling import losses
 
         inputs = {"input_word_ids": batch["input_ids"], "input_mask": batch["input_mask"],
                   "input_type_ids": batch["segment_ids"]}
@@ -116,13 +116,13 @@ def ours(shape_name: str, batch: int, length: int, steps: int, pretraining: bool
     import jax
     import keras
 
-    from engine.distribution import KerasStrategy, set_precision
-    from engine.keras_training import KerasTrainer
-    from engine.trainer_config import TrainerConfig
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertClassifier, BertPretrainer
-    from modeling.optimization import create_optimizer
+    from bert_tf2.engine.distribution import KerasStrategy, set_precision
+    from bert_tf2.engine.keras_training import KerasTrainer
+    from bert_tf2.engine.trainer_config import TrainerConfig
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertClassifier, BertPretrainer
+    from bert_tf2.modeling.optimization import create_optimizer
 
     layers, hidden, heads, intermediate = SHAPES[shape_name]
     keras.utils.set_random_seed(0)

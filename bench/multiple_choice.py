@@ -59,7 +59,7 @@ def main():
     corpus = DATA / "corpus" / "wikitext-2"
     for name, source, count in (("train.csv", "valid.txt", args.train_examples),
                                 ("val.csv", "test.txt", args.eval_examples)):
-        subprocess.run([sys.executable, "-m", "tasks.multiple_choice.next_sentence",
+        subprocess.run([sys.executable, "-m", "bert_tf2.tasks.multiple_choice.next_sentence",
                         f"--input_file={corpus / source}", "--input_format=wikitext",
                         f"--output_file={data / name}", f"--max_examples={count}",
                         f"--seed={args.seed}"], check=True, cwd=REPO)
@@ -83,7 +83,7 @@ def main():
 
     # The kept weights, scored on the real SWAG rows. Their config is MiniLM's, written in the
     # original's bert_config.json terms (its Hugging Face "gelu" is the exact one).
-    from modeling import checkpoints
+    from bert_tf2.modeling import checkpoints
 
     config = work / "bert_config.json"
     checkpoints.read_config(minilm_dir()).to_json_file(config)

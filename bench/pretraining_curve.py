@@ -136,8 +136,9 @@ def masked_token_counts(files: list[str], examples: int | None = None):
     """Weighted counts of the masked-LM targets of the first `examples` records of `files`."""
     import numpy as np
 
-    import modeling  # noqa: F401  (quiet TensorFlow start-up)
-    from data_gen.pretraining.dataset import load_records
+    from bert_tf2.process import environment
+    environment.configure()  # before Keras and TensorFlow
+    from bert_tf2.data_gen.pretraining.dataset import load_records
 
     records = load_records(files, SEQ_LENGTH, MAX_PREDICTIONS)
     ids = records["masked_lm_ids"][:examples].ravel()
@@ -155,7 +156,7 @@ def baselines(eval_file: str, examples: int, train_files: list[str], vocab_file:
     frequent masked token, and the cross-entropy of their add-one unigram on the eval targets)."""
     import numpy as np
 
-    from data_gen.tokenization import load_vocab
+    from bert_tf2.data_gen.tokenization import load_vocab
 
     counts, labels = masked_token_counts([eval_file], examples)
     train_counts, _ = masked_token_counts(train_files)

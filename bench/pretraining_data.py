@@ -65,7 +65,7 @@ def source_documents(data_dir: Path, with_reuters: bool = False):
     """Sentence lists of the shared corpus, read with the project's own readers: WikiText-2
     articles, each Gutenberg book and Tiny Shakespeare whole, and (`with_reuters`) each
     Reuters-21578 story."""
-    from data_gen.pretraining.documents import InputOptions, stream_documents
+    from bert_tf2.data_gen.pretraining.documents import InputOptions, stream_documents
 
     corpus = data_dir / "corpus"
     sources = [([str(p) for p in sorted((corpus / "wikitext-2").glob("*.txt"))], "wikitext"),
@@ -180,7 +180,7 @@ def command(mode: str, files: list[str], out: Path, args, workdir: Path) -> list
               f"--random_seed={args.seed}"]
     if MODES[mode] is None:
         return [sys.executable, "-m", "bert.create_pretraining_data", *common]
-    return [sys.executable, "-m", "data_gen.pretraining.create_pretraining_data", *common,
+    return [sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data", *common,
             f"--tmp_dir={workdir / 'tmp'}", *MODES[mode]]
 
 
@@ -227,11 +227,11 @@ def our_time_split(files: list[str], args) -> dict:
     """Our stages in one process, on `files`: the same steps as a worker, timed one by one."""
     import random
 
-    from data_gen.pretraining import compiled_instances, nsp_pools
-    from data_gen.pretraining.compiled_records import framed_records
-    from data_gen.pretraining.documents import InputOptions, stream_documents
-    from data_gen.pretraining.instances import InstanceSettings
-    from data_gen.pretraining.records import RecordMaker
+    from bert_tf2.data_gen.pretraining import compiled_instances, nsp_pools
+    from bert_tf2.data_gen.pretraining.compiled_records import framed_records
+    from bert_tf2.data_gen.pretraining.documents import InputOptions, stream_documents
+    from bert_tf2.data_gen.pretraining.instances import InstanceSettings
+    from bert_tf2.data_gen.pretraining.records import RecordMaker
 
     settings = InstanceSettings(dupe_factor=args.dupe_factor)
     maker = RecordMaker(args.vocab_file, True, settings)
@@ -313,7 +313,7 @@ def compile_seconds(args, workdir: Path) -> tuple:
     times = []
     for _ in range(2):
         start = time.monotonic()
-        subprocess.run([sys.executable, "-m", "data_gen.pretraining.create_pretraining_data",
+        subprocess.run([sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
                         f"--input_file={tiny}", f"--output_file={out / 'tiny.tfrecord'}",
                         f"--vocab_file={args.vocab_file}"], cwd=REPO, env=env, check=True,
                        capture_output=True)

@@ -75,12 +75,12 @@ def log(message: str) -> None:
 def build_trainer(size: ModelSize, jit: bool, steps: int):
     """A pretraining `Trainer` as `run_pretraining.build` makes one: BertPretrainer, the original's
     AdamWeightDecay with warmup, one device, float32."""
-    from engine.distribution import get_strategy
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertPretrainer
-    from modeling.optimization import create_optimizer
-    from tasks.pretraining.task import PretrainingTask
-    from engine.training import Trainer, TrainerConfig
+    from bert_tf2.engine.distribution import get_strategy
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertPretrainer
+    from bert_tf2.modeling.optimization import create_optimizer
+    from bert_tf2.tasks.pretraining.task import PretrainingTask
+    from bert_tf2.engine.training import Trainer, TrainerConfig
 
     config = size.arch.bert_config(VOCAB_SIZE)
     strategy = get_strategy("one_device")
@@ -93,7 +93,7 @@ def build_trainer(size: ModelSize, jit: bool, steps: int):
 
 
 def real_batches(files, seed: int):
-    from data_gen.pretraining.dataset import pretraining_dataset
+    from bert_tf2.data_gen.pretraining.dataset import pretraining_dataset
     return pretraining_dataset(files, BATCH_SIZE, SEQ_LENGTH, MAX_PREDICTIONS, is_training=True,
                                seed=seed)
 
@@ -259,7 +259,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown model(s) {unknown}; choose from {', '.join(MODELS)}")
 
-    import modeling  # noqa: F401  (quiet TensorFlow start-up, Keras on TensorFlow)
+    from bert_tf2.process import environment
+    environment.configure()  # before Keras and TensorFlow
     import keras
     keras.utils.set_random_seed(0)
     records = _records.make_records(RECORDS, log=log)

@@ -94,7 +94,7 @@ def gold(path: pathlib.Path, labels: list) -> np.ndarray:
 
 
 def long_documents(path: pathlib.Path, max_seq_length: int) -> np.ndarray:
-    from data_gen.tokenization import FullTokenizer
+    from bert_tf2.data_gen.tokenization import FullTokenizer
 
     tokenizer = FullTokenizer(os.path.join(minilm_dir(), "vocab.txt"), do_lower_case=True)
     return np.array([len(tokenizer.tokenize(json.loads(line)["text"])) > max_seq_length - 2
@@ -103,7 +103,7 @@ def long_documents(path: pathlib.Path, max_seq_length: int) -> np.ndarray:
 
 def scores(probabilities: np.ndarray, truth: np.ndarray, long: np.ndarray = None) -> dict:
     """Micro/macro-F1 at 0.5 over every document, and (given `long`) over the long ones."""
-    from tasks.classification.metrics import multi_label_metrics
+    from bert_tf2.tasks.classification.metrics import multi_label_metrics
 
     predicted = (probabilities > 0.5).astype(np.int64)
     every = multi_label_metrics(truth, predicted)

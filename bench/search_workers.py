@@ -29,12 +29,12 @@ import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # postgres_cluster
 sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
 from glue import minilm_dir  # noqa: E402
-from tests import postgres_cluster  # noqa: E402
+import postgres_cluster  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 

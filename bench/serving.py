@@ -60,7 +60,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
 from bench.finetune_vs_pytorch import minilm_dir, peer_python  # noqa: E402
-from process.atomic_files import write_text  # noqa: E402
+from bert_tf2.process.atomic_files import write_text  # noqa: E402
 
 PEER_VENV = REPO / "bench" / ".venv-serving"
 PEER_PACKAGES = ["torch==2.13.0", "optimum-onnx[onnxruntime]==0.1.0"]
@@ -106,9 +106,9 @@ def hugging_face_copy(run_dir: pathlib.Path, num_labels: int) -> pathlib.Path:
     out = run_dir / "hf"
     if (out / "model.safetensors").exists():
         return out
-    from modeling.checkpoints import load_initial_weights, read_config, save_hf_checkpoint
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertClassifier
+    from bert_tf2.modeling.checkpoints import load_initial_weights, read_config, save_hf_checkpoint
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertClassifier
 
     model = BertClassifier(BertEncoder(read_config(minilm_dir())), num_labels)
     load_initial_weights(model, str(run_dir / "best" / "model"))
@@ -193,7 +193,7 @@ def run_worker(side: str, export_dir: str) -> None:
 
         serve(classify, size)
         return
-    from tasks.classification.litert_serving import LiteRTClassifier
+    from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     fast = LiteRTClassifier.load(export_dir, "int8" if side == "litert-int8" else "float32")
     fast.warm_up((1, 2, 4, 8))
@@ -215,7 +215,7 @@ def percentile(values: list, q: float) -> float:
 
 def wordpieces(texts: list, pairs: bool) -> list:
     """Each request's row length in WordPieces ([CLS] and [SEP]s included, at most 128)."""
-    from data_gen.tokenization import FullTokenizer
+    from bert_tf2.data_gen.tokenization import FullTokenizer
 
     tokenizer = FullTokenizer(pathlib.Path(minilm_dir()) / "vocab.txt")
     if pairs:
@@ -303,7 +303,7 @@ def jitter(export: pathlib.Path, length: int = 32, calls: int = 2000) -> None:
     in blocks of 200 calls: the tail that is neither the texts' lengths nor Python."""
     import numpy as np
 
-    from engine.litert_runtime import _Interpreter
+    from bert_tf2.engine.litert_runtime import _Interpreter
 
     flat = (export / "litert" / "int8.tflite").read_bytes()
     buckets = {threads: _Interpreter(flat, {}, threads) for threads in (1, 2)}
@@ -332,7 +332,7 @@ def breakdown(export: pathlib.Path, texts: dict, requests: int = 1000) -> dict:
     resize to the request's shape (0 when the shape is that of the request before)."""
     import numpy as np
 
-    from tasks.classification.litert_serving import LiteRTClassifier
+    from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     fast = LiteRTClassifier.load(str(export), "int8")
     fast.warm_up((1, 2, 4, 8))

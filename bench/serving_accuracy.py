@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
 from bench.glue import minilm_dir  # noqa: E402
-from process.atomic_files import write_text  # noqa: E402
+from bert_tf2.process.atomic_files import write_text  # noqa: E402
 from serving import commit  # noqa: E402
 
 
@@ -96,9 +96,9 @@ def stage_times(runtime, requests: list) -> dict:
 
 
 def ner(args, shared: pathlib.Path, work: pathlib.Path) -> dict:
-    from tasks.ner import metrics
-    from tasks.ner.litert_serving import LiteRTTagger
-    from tasks.ner.reader import read_conll
+    from bert_tf2.tasks.ner import metrics
+    from bert_tf2.tasks.ner.litert_serving import LiteRTTagger
+    from bert_tf2.tasks.ner.reader import read_conll
 
     export = finetune("run_ner.py", work / "ner", [
         f"--data_dir={shared / 'conll2003'}", "--learning_rate=5e-5",
@@ -122,9 +122,9 @@ def ner(args, shared: pathlib.Path, work: pathlib.Path) -> dict:
 
 
 def squad(args, shared: pathlib.Path, work: pathlib.Path) -> dict:
-    from tasks.squad import metrics
-    from tasks.squad.files import load_squad, write_json
-    from tasks.squad.litert_serving import LiteRTReader
+    from bert_tf2.tasks.squad import metrics
+    from bert_tf2.tasks.squad.files import load_squad, write_json
+    from bert_tf2.tasks.squad.litert_serving import LiteRTReader
 
     dataset = load_squad(shared / "squad" / "dev-v1.1.json")
     data = dataset["data"]

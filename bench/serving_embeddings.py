@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
 from bench.finetune_vs_pytorch import minilm_dir  # noqa: E402
-from process.atomic_files import write_text  # noqa: E402
+from bert_tf2.process.atomic_files import write_text  # noqa: E402
 from bench.serving import (SIDES, Worker, commit, percentile, read_tsv,  # noqa: E402
                            serve_text_signature)
 from bench.serving import worker_command as serving_worker_command  # noqa: E402
@@ -72,7 +72,7 @@ def run_worker(side: str, export_dir: str) -> None:
 
         serve(embed, size)
         return
-    from tasks.feature_extraction.litert_serving import LiteRTEmbedder
+    from bert_tf2.tasks.feature_extraction.litert_serving import LiteRTEmbedder
 
     fast = LiteRTEmbedder.load(export_dir, "int8" if side == "litert-int8" else "float32")
     fast.warm_up((1, 2, 4, 8))
@@ -105,7 +105,7 @@ def measure(workers: dict, sentences: list, args) -> dict:
 def sts_scores(worker: Worker, dev: list) -> dict:
     import numpy as np
 
-    from tasks.classification.metrics import pearson, spearman
+    from bert_tf2.tasks.classification.metrics import pearson, spearman
 
     texts = [t for row in dev for t in (row[7], row[8])]
     vectors = np.asarray(worker.ask(cmd="embed", text_a=texts, batch=32)["vectors"])

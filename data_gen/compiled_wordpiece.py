@@ -18,7 +18,7 @@ punctuation), and its ids are put back in place. The tests hold the ids equal to
 import numba
 import numpy as np
 
-from data_gen.tokenization import LINE_END_ID, join_lines, split_at_line_ends
+from bert_tf2.data_gen.tokenization import LINE_END_ID, join_lines, split_at_line_ends
 
 _EMPTY = -1
 _FNV_BASIS, _FNV_PRIME, _HASH_MASK = 2166136261, 16777619, 0xFFFFFFFF  # 32-bit FNV-1a

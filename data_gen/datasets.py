@@ -43,9 +43,9 @@ from typing import Callable
 
 import numpy as np
 
-from data_gen.batching import (BUCKET_WINDOW, LENGTH_MULTIPLE,  # noqa: F401 (also named here)
+from bert_tf2.data_gen.batching import (BUCKET_WINDOW, LENGTH_MULTIPLE,  # noqa: F401 (also named here)
                                SEQUENCE_FEATURES, Batching, example_lengths, example_row_spans)
-from data_gen.errors import DataError
+from bert_tf2.data_gen.errors import DataError
 
 def rounded_width(longest, full, multiple: int = LENGTH_MULTIPLE):
     """The width of a batch whose longest row is `longest`: rounded up to `multiple`, at most
@@ -138,10 +138,10 @@ def in_memory_dataset(features: dict, batch_size: int, is_training: bool, seed: 
     trimmed (a task adding a derived feature, or packing rows); `sequence_features` are the
     names trimmed; `whole_examples`: training batches of whole examples, not rows. On another
     Keras backend than TensorFlow: the same batches in NumPy (`data_gen.numpy_datasets`)."""
-    from process import environment
+    from bert_tf2.process import environment
 
     if not environment.uses_tensorflow():
-        from data_gen.numpy_datasets import in_memory_batches
+        from bert_tf2.data_gen.numpy_datasets import in_memory_batches
 
         return in_memory_batches(features, batch_size, is_training, seed, input_context,
                                  batching, sequence_features, transform, whole_examples)

@@ -4,7 +4,7 @@ Every reader of task files (GLUE TSV, SQuAD JSON, CoNLL columns, features files)
 message starts with 'PATH:LINE: ' (or 'PATH: ' for whole-file problems) so that users can find the
 fault, and the runners print it as one line.
 """
-from process.errors import UserError
+from bert_tf2.process.errors import UserError
 
 
 class DataError(UserError):

@@ -18,8 +18,8 @@ Not to be confused with `data_gen.packing`, which packs one example's texts into
 """
 from __future__ import annotations
 
-from data_gen.batching import LENGTH_MULTIPLE, SEQUENCE_FEATURES
-from data_gen.datasets import rounded_width
+from bert_tf2.data_gen.batching import LENGTH_MULTIPLE, SEQUENCE_FEATURES
+from bert_tf2.data_gen.datasets import rounded_width
 
 
 def _first_fit_decreasing(lengths, capacity):

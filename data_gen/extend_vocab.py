@@ -1,6 +1,6 @@
 """Puts a domain's worst-split words into a vocabulary's `[unused]` slots, every other id unchanged.
 
-    python -m data_gen.extend_vocab --input_file='domain/*.txt' --vocab_file=base/vocab.txt \
+    python -m bert_tf2.data_gen.extend_vocab --input_file='domain/*.txt' --vocab_file=base/vocab.txt \
         --output_file=adapted/vocab.txt --num_words=500 [--do_lower_case (default)]
         [--input_format=jsonl: the text in each JSON line's "text" field]
 
@@ -36,10 +36,10 @@ import re
 
 from absl import flags, logging
 
-from data_gen import tokenization
-from process import output_lock
-from process.atomic_files import write_text
-from process.errors import SettingsError, as_user_error, run_main
+from bert_tf2.data_gen import tokenization
+from bert_tf2.process import output_lock
+from bert_tf2.process.atomic_files import write_text
+from bert_tf2.process.errors import SettingsError, as_user_error, run_main
 
 UNUSED = re.compile(r"^\[unused\d+\]$")
 
@@ -129,13 +129,13 @@ def extend_checkpoint(path: str, added: list, old_tokens: list, output_dir: str)
     pieces' rows (embeddings and masked-LM bias), written to `output_dir` in its own format."""
     import numpy as np
 
-    from modeling import checkpoints, convert
-    from modeling.encoder import BertEncoder
+    from bert_tf2.modeling import checkpoints, convert
+    from bert_tf2.modeling.encoder import BertEncoder
 
     fmt = checkpoints.detect_format(path)
     if fmt == "keras":
         raise SettingsError(f"--init_checkpoint={path}: a .keras model; give its TF1 or Hugging "
-                            "Face form (python -m modeling.convert)")
+                            "Face form (python -m bert_tf2.modeling.convert)")
     model = convert.load_any(path, fmt)
     encoder = model if isinstance(model, BertEncoder) else model.encoder
     if encoder.config.vocab_size != len(old_tokens):
@@ -161,7 +161,7 @@ FLAGS = flags.FLAGS
 
 def main(argv) -> None:
     del argv
-    from data_gen.learn_vocab import count_words, input_paths
+    from bert_tf2.data_gen.learn_vocab import count_words, input_paths
 
     try:
         paths = input_paths(FLAGS.input_file)

@@ -16,9 +16,9 @@ import logging
 import os
 from typing import Callable, Iterable
 
-from data_gen.records import ShardedRecordWriter
-from process import fault_points
-from process.atomic_files import write_text
+from bert_tf2.data_gen.records import ShardedRecordWriter
+from bert_tf2.process import fault_points
+from bert_tf2.process.atomic_files import write_text
 
 logger = logging.getLogger(__name__)
 

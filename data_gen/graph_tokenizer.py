@@ -29,8 +29,8 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from data_gen import tokenization, vocab_sanity
-from modeling.encoder import INPUT_NAMES
+from bert_tf2.data_gen import tokenization, vocab_sanity
+from bert_tf2.modeling.encoder import INPUT_NAMES
 
 _MAX_UTF8_BYTES_PER_CHAR = 4
 

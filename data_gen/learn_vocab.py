@@ -1,6 +1,6 @@
 """Learns a WordPiece vocab.txt from raw text, laid out like the original BERT vocabularies.
 
-    python -m data_gen.learn_vocab --input_file='corpus/*.txt' --vocab_size=30522 \
+    python -m bert_tf2.data_gen.learn_vocab --input_file='corpus/*.txt' --vocab_size=30522 \
         --output_file=vocab.txt [--do_lower_case (default) | --nodo_lower_case]
 
 Words are counted exactly as the tokenizer will see them (`BasicTokenizer`, same casing), so every
@@ -22,10 +22,10 @@ import os
 
 from absl import flags, logging
 
-from data_gen import tokenization
-from process import output_lock
-from process.atomic_files import write_text
-from process.errors import SettingsError, as_user_error, run_main
+from bert_tf2.data_gen import tokenization
+from bert_tf2.process import output_lock
+from bert_tf2.process.atomic_files import write_text
+from bert_tf2.process.errors import SettingsError, as_user_error, run_main
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 UNUSED_BEFORE_SPECIALS = 99  # [unused0]..[unused98] sit between [PAD] and [UNK] = 100
@@ -53,7 +53,7 @@ def count_words(paths, do_lower_case: bool, skip_invalid_utf8: bool = False,
     are not UTF-8 stop the count with an error naming the file and line, as
     `create_pretraining_data` does (a Latin-1 corpus would otherwise lose every accented letter
     without a word), unless `skip_invalid_utf8` drops them."""
-    from data_gen.pretraining.documents import file_lines, jsonl_documents
+    from bert_tf2.data_gen.pretraining.documents import file_lines, jsonl_documents
 
     basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
     counts = collections.Counter()

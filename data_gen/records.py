@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import os
 
-from data_gen import example_proto, tfrecord_frames
-from data_gen.errors import DataError
-from data_gen.example_proto import FixedLen
-from process import environment, fault_points
-from process.atomic_files import is_remote, temporary_name
+from bert_tf2.data_gen import example_proto, tfrecord_frames
+from bert_tf2.data_gen.errors import DataError
+from bert_tf2.data_gen.example_proto import FixedLen
+from bert_tf2.process import environment, fault_points
+from bert_tf2.process.atomic_files import is_remote, temporary_name
 
 
 def _tf():

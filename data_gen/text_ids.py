@@ -23,7 +23,7 @@ class TextIds:
     def compile(self) -> None:
         if self.compiled:  # a second warm_up: the tables are built already
             return
-        from data_gen.compiled_wordpiece import CompiledWordpiece
+        from bert_tf2.data_gen.compiled_wordpiece import CompiledWordpiece
 
         compiled = CompiledWordpiece(self.tokenizer)
         compiled.tokenize_lines_to_ids(["warm up", "café"])  # loads both compiled paths now

@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
-from data_gen import vocab_sanity
+from bert_tf2.data_gen import vocab_sanity
 
 # The CJK Unified Ideographs blocks of the original `_is_chinese_char` (not Hangul, not kana).
 CJK_RANGES = (
@@ -375,7 +375,7 @@ def load_vocab_tokens(vocab_file) -> list:
     lines = data.split(b"\n")
     if lines and not lines[-1]:
         lines.pop()  # the newline that ends the last line opens no new one
-    from data_gen.errors import decode_line  # a DataError naming the line that is not UTF-8
+    from bert_tf2.data_gen.errors import decode_line  # a DataError naming the line that is not UTF-8
 
     return [decode_line(path, number, line).strip() for number, line in enumerate(lines, 1)]
 
@@ -384,7 +384,7 @@ def special_token_ids(vocab, tokens=("[CLS]", "[SEP]"), source: str = "the vocab
     """The ids of `tokens` in `vocab` (a token -> id mapping, or the tokens by id, where a repeated
     token keeps its last line as `load_vocab` does); a `DataError` names the vocabulary (`source`)
     and the tokens it lacks."""
-    from data_gen.errors import DataError
+    from bert_tf2.data_gen.errors import DataError
 
     ids = vocab if isinstance(vocab, dict) else {token: i for i, token in enumerate(vocab)}
     missing = [token for token in tokens if token not in ids]

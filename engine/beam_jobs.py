@@ -32,7 +32,7 @@ class ShardFn(beam.DoFn):
 
 
 def _file_shards(item: tuple, lines_per_shard: int):
-    from engine.line_shards import file_shards
+    from bert_tf2.engine.line_shards import file_shards
 
     path, first_index = item
     yield from file_shards(path, first_index, lines_per_shard)
@@ -40,7 +40,7 @@ def _file_shards(item: tuple, lines_per_shard: int):
 
 def shard_pipeline(root: beam.Pipeline, files: list, lines_per_shard: int, factory: Callable):
     """The output lines of every shard of `files` (a PCollection of str, in no order)."""
-    from engine.line_shards import file_offsets
+    from bert_tf2.engine.line_shards import file_offsets
 
     return (root
             | "Files" >> beam.Create(file_offsets(files))

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import os
 
-from engine.results import RESULTS_FILE, lower_is_better, read_eval_results, write_eval_results
-from process import environment
-from process.atomic_files import recover_directory, staged_directory
+from bert_tf2.engine.results import RESULTS_FILE, lower_is_better, read_eval_results, write_eval_results
+from bert_tf2.process import environment
+from bert_tf2.process.atomic_files import recover_directory, staged_directory
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def _write_weights(model, folder: str) -> None:
 
         tf.train.Checkpoint(model=model).write(os.path.join(folder, "model"))
     else:
-        from modeling import variable_files
+        from bert_tf2.modeling import variable_files
 
         os.makedirs(folder, exist_ok=True)
         variable_files.save(os.path.join(folder, KERAS_WEIGHTS), {"model": model.weights}, 0)
@@ -85,7 +85,7 @@ class BestCheckpoint:
         self.results = read_eval_results(os.path.join(self.directory, RESULTS_FILE))
         path = _weights_file(self.directory)
         if path.endswith(KERAS_WEIGHTS):
-            from modeling import variable_files
+            from bert_tf2.modeling import variable_files
 
             variable_files.load(path, {"model": model.weights})
         else:

@@ -16,7 +16,7 @@ import logging
 import os
 from typing import Callable
 
-from process.errors import SettingsError
+from bert_tf2.process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ TRAINING_BACKENDS = ("tensorflow", "jax")
 def check_backend() -> None:
     """Training, evaluation and prediction run on TensorFlow and JAX (docs/backends.md): on
     another Keras backend the run is refused before anything is read."""
-    from process import environment
+    from bert_tf2.process import environment
 
     if environment.backend() not in TRAINING_BACKENDS:
         raise SettingsError(f"the runners train and predict on the tensorflow and jax backends, "
@@ -75,8 +75,8 @@ def check_backend() -> None:
 def model_files(settings: RunSettings, vocab_required: bool = True):
     """(BertConfig, vocab path) from `bert_config_file` / `vocab_file`, else from the files
     beside `init_checkpoint`."""
-    from modeling import checkpoints
-    from modeling.config import BertConfig
+    from bert_tf2.modeling import checkpoints
+    from bert_tf2.modeling.config import BertConfig
 
     if settings.bert_config_file:
         config = BertConfig.from_json_file(settings.bert_config_file)
@@ -101,8 +101,8 @@ def check_vocab_fits(config, vocab_file: str) -> None:
     """Every id of `vocab_file` needs a row of the word embeddings: a vocabulary longer than
     `vocab_size` is refused, naming both numbers and both files (a shorter one is fine: the
     original's checkpoints pad the table)."""
-    from data_gen.tokenization import load_vocab_tokens
-    from modeling.config import ConfigError
+    from bert_tf2.data_gen.tokenization import load_vocab_tokens
+    from bert_tf2.modeling.config import ConfigError
 
     size = len(load_vocab_tokens(vocab_file))  # ids are line numbers
     if size > config.vocab_size:
@@ -115,7 +115,7 @@ def check_vocab_fits(config, vocab_file: str) -> None:
 def held_outputs(settings: RunSettings, **others) -> dict:
     """The outputs this process must hold for the run (`process.output_lock.holding`):
     `output_dir` and `others` (`export_dir=...`), for the process that writes them."""
-    from engine.distribution import writes_outputs
+    from bert_tf2.engine.distribution import writes_outputs
 
     check_output_dir(settings.output_dir)
     if not writes_outputs(settings.distribution_strategy):
@@ -133,10 +133,10 @@ def start_run(settings: RunSettings, config, vocab_file: str | None) -> Run:
     yet: `open_output` makes the folders, once every check that can refuse the run passed."""
     import keras
 
-    from engine.distribution import get_strategy, set_precision
-    from engine.trainer_config import worker_dir
+    from bert_tf2.engine.distribution import get_strategy, set_precision
+    from bert_tf2.engine.trainer_config import worker_dir
 
-    from process import environment
+    from bert_tf2.process import environment
 
     if environment.uses_tensorflow():
         keras.utils.set_random_seed(settings.random_seed)
@@ -160,7 +160,7 @@ def check_output_dir(output_dir: str, flag: str = "--output_dir") -> None:
 def open_output(run: Run, settings: RunSettings) -> None:
     """Make the output folders: the first write of a run, after every check passed; remove the
     temporary files a killed run left there (the lock is held: no live writer owns them)."""
-    from process.atomic_files import remove_temporary_files
+    from bert_tf2.process.atomic_files import remove_temporary_files
 
     os.makedirs(settings.output_dir, exist_ok=True)
     os.makedirs(run.work_dir, exist_ok=True)
@@ -184,15 +184,15 @@ def build_trainer(model_fn: Callable, task, strategy, settings: RunSettings,
     `TrainerConfig` fields that differ between pretraining and fine-tuning."""
     import keras
 
-    from engine.trainer_config import TrainerConfig
-    from modeling import checkpoints
-    from modeling.optimization import create_optimizer
-    from process import environment
+    from bert_tf2.engine.trainer_config import TrainerConfig
+    from bert_tf2.modeling import checkpoints
+    from bert_tf2.modeling.optimization import create_optimizer
+    from bert_tf2.process import environment
 
     if environment.uses_tensorflow():
-        from engine.training import Trainer
+        from bert_tf2.engine.training import Trainer
     else:
-        from engine.keras_training import KerasTrainer as Trainer
+        from bert_tf2.engine.keras_training import KerasTrainer as Trainer
 
     report = None
     with strategy.scope():

@@ -17,14 +17,14 @@ import contextlib
 import json
 import os
 
-from process.errors import SettingsError
+from bert_tf2.process.errors import SettingsError
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
 DTYPES = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
 def get_strategy(name: str = "one_device", tpu_address: str | None = None):
-    from process import environment
+    from bert_tf2.process import environment
 
     if not environment.uses_tensorflow():
         return KerasStrategy.create(name)
@@ -128,7 +128,7 @@ class KerasStrategy:
 
     def input_context(self):
         """This process's input pipeline: one per process, each batching its share."""
-        from data_gen.numpy_datasets import HostInputContext
+        from bert_tf2.data_gen.numpy_datasets import HostInputContext
 
         return HostInputContext(self.num_processes, self.process_index, self.num_replicas_in_sync)
 

@@ -22,8 +22,8 @@ import shutil
 
 import tensorflow as tf
 
-from process.atomic_files import recover_directory, staged_directory
-from modeling.encoder import INPUT_NAMES
+from bert_tf2.process.atomic_files import recover_directory, staged_directory
+from bert_tf2.modeling.encoder import INPUT_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def save(module: tf.Module, export_dir: str, extra_files: dict | None = None,
                 json.dump(module.description(), f, indent=2, sort_keys=True)
         if litert != "none":
             if getattr(module, "litert", False):
-                from engine import litert as litert_file
+                from bert_tf2.engine import litert as litert_file
                 litert_file.write(staging, litert)
             else:
                 logger.info("no LiteRT file: this export is served by its SavedModel alone "

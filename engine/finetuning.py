@@ -27,16 +27,16 @@ from typing import Callable
 
 import numpy as np
 
-from engine.best_checkpoint import BestCheckpoint
-from engine.build import (RunSettings, build_trainer, check_batch_split, held_outputs,
+from bert_tf2.engine.best_checkpoint import BestCheckpoint
+from bert_tf2.engine.build import (RunSettings, build_trainer, check_batch_split, held_outputs,
                           model_files, open_output, start_run)
-from engine.results import (RESULTS_FILE, format_results, log_results, read_eval_results,
+from bert_tf2.engine.results import (RESULTS_FILE, format_results, log_results, read_eval_results,
                             write_eval_results)
-from engine.run_config import check_run_config, record_run_config
-from engine.trainer_config import is_boundary
-from engine.distribution import KerasStrategy, processes_of
-from process import environment, evaluation_gate, fault_points, interrupts, output_lock
-from process.errors import SettingsError
+from bert_tf2.engine.run_config import check_run_config, record_run_config
+from bert_tf2.engine.trainer_config import is_boundary
+from bert_tf2.engine.distribution import KerasStrategy, processes_of
+from bert_tf2.process import environment, evaluation_gate, fault_points, interrupts, output_lock
+from bert_tf2.process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +77,8 @@ def finetune(task, settings: FinetuneSettings) -> None:
 
 
 def _finetune(task, settings: FinetuneSettings) -> None:
-    from data_gen.tokenization import FullTokenizer, special_token_ids
-    from engine.task import Setup
+    from bert_tf2.data_gen.tokenization import FullTokenizer, special_token_ids
+    from bert_tf2.engine.task import Setup
 
     task.check(settings)
     if settings.pack_examples and not task.packs_examples:
@@ -196,7 +196,7 @@ def _finetune(task, settings: FinetuneSettings) -> None:
             log_results(task.score(split, predicted), logger,
                         f"Scores of the predictions for {split.name}")
     if settings.export_dir and run.chief:
-        from engine import export
+        from bert_tf2.engine import export
 
         interrupts.at(f"while exporting the SavedModel to {settings.export_dir}")
 
@@ -207,7 +207,7 @@ def _finetune(task, settings: FinetuneSettings) -> None:
 # ------------------------------------------------------------------------------------ settings
 def check_settings(settings: FinetuneSettings) -> None:
     """Usage errors of any fine-tuning run, before anything slow happens."""
-    from engine.build import check_backend
+    from bert_tf2.engine.build import check_backend
 
     check_backend()
     if not settings.output_dir:
@@ -289,7 +289,7 @@ def _per_replica(context, global_batch: int) -> int:
 def batching_of(settings: FinetuneSettings, strategy):
     """The batch shapes the settings ask for; TPUs get full-width rows, one example each. Trimmed
     widths are exact (multiples of 1) on CPUs without XLA, else multiples of 8."""
-    from data_gen.batching import BUCKET_WINDOW, LENGTH_MULTIPLE, Batching
+    from bert_tf2.data_gen.batching import BUCKET_WINDOW, LENGTH_MULTIPLE, Batching
 
     tpu = _is_tpu(strategy)
     # Several JAX processes assemble one global batch from their shares: one width for all.
@@ -341,7 +341,7 @@ class SplitReader:
         return self.splits[split.name]
 
     def convert(self, split) -> None:
-        from data_gen import feature_cache
+        from bert_tf2.data_gen import feature_cache
 
         if split.features is not None:
             return
@@ -461,7 +461,7 @@ def choose_weights(trainer, best_metric: str, trained: bool, evaluated: bool,
             return _best_description(best, best_metric)
         return f"the weights after step {trainer.global_step}", trainer.global_step
     if report is not None and not report.initialised:
-        from modeling.checkpoints import checkpoint_step
+        from bert_tf2.modeling.checkpoints import checkpoint_step
 
         step = checkpoint_step(trainer.init_checkpoint)
         return f"--init_checkpoint {report.source}", step if step is not None else 0
@@ -492,7 +492,7 @@ def _latest_checkpoint(directory: str) -> str | None:
         import tensorflow as tf
 
         return tf.train.latest_checkpoint(directory)
-    from engine.keras_training import latest_checkpoint
+    from bert_tf2.engine.keras_training import latest_checkpoint
 
     return latest_checkpoint(directory)
 

@@ -30,12 +30,12 @@ from typing import Callable
 
 import numpy as np
 
-from engine.trainer_config import (CHECKPOINT_NAME, EmptyInputError, NonFiniteLossError,
+from bert_tf2.engine.trainer_config import (CHECKPOINT_NAME, EmptyInputError, NonFiniteLossError,
                                    TrainerConfig, format_duration, is_boundary, is_chief,
                                    next_boundary, ratios, remove_partial_checkpoints, worker_dir)
-from modeling import variable_files
-from process import fault_points, interrupts
-from process.errors import SettingsError
+from bert_tf2.modeling import variable_files
+from bert_tf2.process import fault_points, interrupts
+from bert_tf2.process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class KerasTrainer:
         values of the non-trainable variables (dropout's generators)."""
         import keras
 
-        from modeling.layers import lookup_gradient_tap
+        from bert_tf2.modeling.layers import lookup_gradient_tap
 
         mapping = list(zip(self._trainable, trainable)) + list(zip(self._frozen, frozen))
         with keras.StatelessScope(state_mapping=mapping) as scope:

@@ -22,7 +22,7 @@ class Shard:
 
 def _open(path: str):
     """Local files directly; `gs://` and other schemes through TensorFlow's file systems."""
-    from process.atomic_files import is_remote
+    from bert_tf2.process.atomic_files import is_remote
 
     if not is_remote(path):
         return open(path, "rb")

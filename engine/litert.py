@@ -22,9 +22,9 @@ import json
 import logging
 import os
 
-from engine.litert_layout import (DESCRIPTION, FOLDER, LiteRTError, model_file, read_description,
+from bert_tf2.engine.litert_layout import (DESCRIPTION, FOLDER, LiteRTError, model_file, read_description,
                                   vocab_file)
-from process.atomic_files import atomic_path
+from bert_tf2.process.atomic_files import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def _check(export_dir: str, flat: bytes, outputs: dict, token_ids) -> None:
     refuse a file whose outputs are not finite, and log how far apart the float outputs are."""
     import numpy as np
 
-    from engine.litert_runtime import LiteRTModel, fixed_axes
+    from bert_tf2.engine.litert_runtime import LiteRTModel, fixed_axes
 
     with open(vocab_file(export_dir), encoding="utf-8") as f:
         vocab_size = sum(1 for _ in f)

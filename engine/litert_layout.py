@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 
-from process.errors import UserError
+from bert_tf2.process.errors import UserError
 
 FOLDER = "litert"
 DESCRIPTION = "serving.json"  # in the SavedModel's assets.extra/ and beside the LiteRT file

@@ -15,14 +15,14 @@ import dataclasses
 import logging
 import os
 
-from data_gen.errors import DataError
-from engine.build import (RunSettings, build_trainer, check_batch_split, held_outputs,
+from bert_tf2.data_gen.errors import DataError
+from bert_tf2.engine.build import (RunSettings, build_trainer, check_batch_split, held_outputs,
                           model_files, open_output, start_run)
-from engine.results import RESULTS_FILE, log_results, write_eval_results
-from engine.run_config import PRETRAINING, check_run_config, record_run_config
-from engine.trainer_config import EmptyInputError
-from process import fault_points, interrupts, output_lock
-from process.errors import SettingsError
+from bert_tf2.engine.results import RESULTS_FILE, log_results, write_eval_results
+from bert_tf2.engine.run_config import PRETRAINING, check_run_config, record_run_config
+from bert_tf2.engine.trainer_config import EmptyInputError
+from bert_tf2.process import fault_points, interrupts, output_lock
+from bert_tf2.process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class PretrainSettings(RunSettings):
 @contextlib.contextmanager
 def unreadable_input_reported(task):
     """TensorFlow's DataLossError on a damaged record file, as a DataError naming the file."""
-    from process import environment
+    from bert_tf2.process import environment
 
     if not environment.uses_tensorflow():  # the NumPy reader names the file itself
         yield
@@ -59,10 +59,10 @@ def pretrain(task, settings: PretrainSettings) -> None:
 
 
 def _pretrain(task, settings: PretrainSettings) -> None:
-    from modeling import checkpoints, convert
-    from process.atomic_files import recover_directory, staged_directory
+    from bert_tf2.modeling import checkpoints, convert
+    from bert_tf2.process.atomic_files import recover_directory, staged_directory
 
-    from engine.build import check_backend
+    from bert_tf2.engine.build import check_backend
 
     check_backend()
     if not (settings.do_train or settings.do_eval):

@@ -14,7 +14,7 @@ import logging
 import numbers
 import os
 
-from process.atomic_files import write_text
+from bert_tf2.process.atomic_files import write_text
 
 RESULTS_FILE = "eval_results.txt"
 # The keys the original's run_classifier and run_pretraining write (Estimator adds `global_step`

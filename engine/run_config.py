@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import os
 
-from process.atomic_files import write_text
-from process.errors import SettingsError
+from bert_tf2.process.atomic_files import write_text
+from bert_tf2.process.errors import SettingsError
 
 RUN_CONFIG = "run_config.json"
 FINE_TUNING = "fine-tuning"
@@ -33,7 +33,7 @@ class RunConfigError(SettingsError):
 
 def read_run_config(output_dir: str) -> dict | None:
     """The recorded run (None when there is none); a damaged file is a one-line error."""
-    from data_gen.errors import DataError
+    from bert_tf2.data_gen.errors import DataError
 
     path = os.path.join(output_dir, RUN_CONFIG)
     if not os.path.isfile(path):
@@ -53,7 +53,7 @@ def read_run_config(output_dir: str) -> dict | None:
 def check_run_config(output_dir: str, identity: dict, training: dict | None,
                      kind: str = FINE_TUNING) -> None:
     """Refuse to mix runs in one `output_dir` (writes nothing)."""
-    from engine.trainer_config import is_training_checkpoint
+    from bert_tf2.engine.trainer_config import is_training_checkpoint
 
     current = _canonical(kind, identity, training)
     previous = read_run_config(output_dir)

@@ -23,8 +23,8 @@ import os
 
 import numpy as np
 
-from data_gen.errors import DataError, decode_line
-from process.errors import SettingsError
+from bert_tf2.data_gen.errors import DataError, decode_line
+from bert_tf2.process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -180,12 +180,12 @@ def _jsonable(value):
 def predict_file(predictor: SavedModelPredictor, input_file: str, output_file: str,
                  lines_per_shard: int = 1000) -> int:
     """The local run: every line of `input_file`, in order, into `output_file` (atomically)."""
-    from engine.line_shards import count_lines, file_shards
-    from engine.streaming import Progress
-    from process.atomic_files import atomic_path
+    from bert_tf2.engine.line_shards import count_lines, file_shards
+    from bert_tf2.engine.streaming import Progress
+    from bert_tf2.process.atomic_files import atomic_path
 
-    from process import output_lock
-    from process.atomic_files import remove_partial_files
+    from bert_tf2.process import output_lock
+    from bert_tf2.process.atomic_files import remove_partial_files
 
     output_lock.check_file_output(output_file, "--output_file")
     predictor.load()

@@ -75,7 +75,7 @@ class Progress:
         return (self.done - self.start_done) / elapsed if elapsed > 0 else 0.0
 
     def log(self) -> None:
-        from engine.trainer_config import format_duration
+        from bert_tf2.engine.trainer_config import format_duration
 
         rate = self.rate()
         text = f"{self.done}" + (f"/{self.total}" if self.total is not None else "")

@@ -12,7 +12,7 @@ import dataclasses
 import math
 import os
 
-from process.errors import UserError
+from bert_tf2.process.errors import UserError
 
 # Training checkpoints are `model.ckpt-N.*`, the original's names, so that the paths users pass
 # (`--init_checkpoint=$OUTPUT_DIR/model.ckpt-N`) resolve. Runs of earlier versions wrote `ckpt-N`;

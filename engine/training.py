@@ -28,11 +28,11 @@ from typing import Callable, Protocol
 import tensorflow as tf
 import keras
 
-from engine.trainer_config import (CHECKPOINT_NAME, CHECKPOINT_PREFIXES,  # noqa: F401
+from bert_tf2.engine.trainer_config import (CHECKPOINT_NAME, CHECKPOINT_PREFIXES,  # noqa: F401
                                    EmptyInputError, NonFiniteLossError, TrainerConfig,
                                    format_duration, is_boundary, is_chief, is_training_checkpoint,
                                    next_boundary, ratios, remove_partial_checkpoints, worker_dir)
-from process import fault_points, interrupts
+from bert_tf2.process import fault_points, interrupts
 
 logger = logging.getLogger(__name__)
 

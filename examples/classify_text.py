@@ -30,8 +30,8 @@ def savedmodel_answers(export_dir: str, sentences: list) -> tuple:
 
 def litert_answers(export_dir: str, sentences: list) -> tuple:
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-    from engine.litert_layout import LiteRTError
-    from tasks.classification.litert_serving import LiteRTClassifier
+    from bert_tf2.engine.litert_layout import LiteRTError
+    from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     try:
         out = LiteRTClassifier.load(export_dir, "int8")(sentences)

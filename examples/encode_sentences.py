@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from modeling import checkpoints, convert
-from modeling.encoder import BertEncoder
+from bert_tf2.modeling import checkpoints, convert
+from bert_tf2.modeling.encoder import BertEncoder
 
 SENTENCES = [
     "A man is playing a guitar on stage.",
@@ -47,7 +47,7 @@ def main():
     parser.add_argument("--output_dir", default="out/demo", help="where the TF1 checkpoint goes")
     args = parser.parse_args()
     logging.getLogger("modeling").setLevel(logging.WARNING)  # the demo prints its own summary
-    from data_gen.tokenization import FullTokenizer
+    from bert_tf2.data_gen.tokenization import FullTokenizer
 
     source = minilm_folder()
     tf1_dir = os.path.join(args.output_dir, "minilm_tf1")

@@ -46,8 +46,8 @@ def baselines(records: str, vocab: str, max_seq_length: int, predictions: int) -
     for the trained model's held-out scores."""
     import numpy as np
 
-    from data_gen.pretraining.dataset import load_records
-    from data_gen.tokenization import load_vocab
+    from bert_tf2.data_gen.pretraining.dataset import load_records
+    from bert_tf2.data_gen.tokenization import load_vocab
 
     features = load_records([records], max_seq_length, predictions)
     ids = features["masked_lm_ids"][features["masked_lm_weights"] > 0]
@@ -83,10 +83,10 @@ def main():
     os.makedirs(out)
     train, held_out = write_documents(os.path.join(out, "text"))
     vocab = os.path.join(out, "vocab.txt")
-    run("learn a WordPiece vocabulary", "-m", "data_gen.learn_vocab", f"--input_file={train}/*.txt",
+    run("learn a WordPiece vocabulary", "-m", "bert_tf2.data_gen.learn_vocab", f"--input_file={train}/*.txt",
         f"--vocab_size={args.vocab_size}", f"--output_file={vocab}", "--num_unused_tokens=99")
     for name, folder, dupe in (("train", train, 10), ("eval", held_out, 1)):
-        run(f"make {name} records", "-m", "data_gen.pretraining.create_pretraining_data",
+        run(f"make {name} records", "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
             f"--input_file={folder}/*.txt", f"--output_file={out}/records/{name}.tfrecord",
             f"--vocab_file={vocab}", "--input_format=prose", f"--dupe_factor={dupe}",
             f"--max_seq_length={args.max_seq_length}", f"--max_predictions_per_seq={predictions}",

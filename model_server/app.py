@@ -39,9 +39,9 @@ from kserve import Model
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferResponse
 
-from model_server import protocol
-from model_server.batching import DynamicBatcher, NotServing, Overloaded
-from process.errors import SettingsError
+from bert_tf2.model_server import protocol
+from bert_tf2.model_server.batching import DynamicBatcher, NotServing, Overloaded
+from bert_tf2.process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -324,7 +324,7 @@ def serve(settings: ServerSettings, runtime=None) -> None:
     """Listen, load, warm up, serve until SIGTERM or Ctrl-C, drain, return. `runtime`: what
     answers (default: `runtimes.load` of the export), anything with `inputs`, `takes_list`,
     `name`, `warm_up()` and a call on rows."""
-    from model_server import runtimes
+    from bert_tf2.model_server import runtimes
 
     chosen = runtime.name if runtime is not None else (
         settings.runtime or runtimes.default_runtime(settings.export_dir))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from engine.litert_layout import FOLDER, model_file, require_export
+from bert_tf2.engine.litert_layout import FOLDER, model_file, require_export
 
 RUNTIMES = ("int8", "float32", "savedmodel")
 WARM_BATCHES = (1, 2, 4, 8)  # the batch sizes run before the server is ready
@@ -50,8 +50,8 @@ class Runtime:
 
 
 def load(export_dir: str, runtime: str | None = None) -> Runtime:
-    from engine.saved_model_predict import LiteRTPredictor, SavedModelPredictor
-    from tasks.litert_runtimes import load_runtime
+    from bert_tf2.engine.saved_model_predict import LiteRTPredictor, SavedModelPredictor
+    from bert_tf2.tasks.litert_runtimes import load_runtime
 
     require_export(export_dir)
     runtime = runtime or default_runtime(export_dir)

@@ -1,3 +1,2 @@
 """BERT's math as Keras 3 layers and models, checkpoint I/O, optimisers. No task data, no flags,
 no process machinery (that is `process/`, the floor below)."""
-from process import environment  # noqa: F401  (quiet TensorFlow before anything imports it)

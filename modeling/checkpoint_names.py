@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from modeling.encoder import BertEncoder
+from bert_tf2.modeling.encoder import BertEncoder
 
 ENCODER_SCOPE = "bert/"
 

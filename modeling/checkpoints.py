@@ -22,10 +22,10 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from modeling import checkpoint_names as names
-from modeling.config import BertConfig
-from process import atomic_files
-from process.errors import UserError
+from bert_tf2.modeling import checkpoint_names as names
+from bert_tf2.modeling.config import BertConfig
+from bert_tf2.process import atomic_files
+from bert_tf2.process.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def resolve_file(path: str | os.PathLike, default_name: str, what: str) -> str:
 # ------------------------------------------------------------------------------------ TF1
 def _tensorflow_available() -> bool:
     """Whether this process reads TF1 checkpoints with TensorFlow (its backend is TensorFlow)."""
-    from process import environment
+    from bert_tf2.process import environment
 
     return environment.uses_tensorflow()
 
@@ -233,7 +233,7 @@ def keras_numpy(variable) -> np.ndarray:
 
 def _bundle_source(prefix: str) -> TensorSource:
     """A TF1 checkpoint read without TensorFlow (`modeling.tensor_bundle`)."""
-    from modeling.tensor_bundle import TensorBundle, TensorBundleError
+    from bert_tf2.modeling.tensor_bundle import TensorBundle, TensorBundleError
 
     try:
         bundle = TensorBundle(prefix)
@@ -263,7 +263,7 @@ def save_tf1_checkpoint(model, prefix: str | os.PathLike, global_step: int = 0) 
     tmp = f"{prefix}.tmp{os.getpid()}"
     variables = names.tf1_variable_map(model)
     if not _tensorflow_available():
-        from modeling import tensor_bundle
+        from bert_tf2.modeling import tensor_bundle
 
         tensors = {n: np.asarray(keras_numpy(v), np.float32) for n, v in variables.items()}
         tensors["global_step"] = np.array(global_step, np.int64)
@@ -313,7 +313,7 @@ def save_hf_checkpoint(model, directory: str | os.PathLike) -> None:
     `config.json` into `directory`."""
     from safetensors.numpy import save_file
 
-    from modeling.encoder import BertEncoder
+    from bert_tf2.modeling.encoder import BertEncoder
 
     os.makedirs(directory, exist_ok=True)
     prefixed = not isinstance(model, BertEncoder)
@@ -376,7 +376,7 @@ def training_checkpoint_prefix(path: str | os.PathLike) -> str | None:
     except CheckpointError:
         return None
     if not _tensorflow_available():
-        from modeling.tensor_bundle import TensorBundle, TensorBundleError
+        from bert_tf2.modeling.tensor_bundle import TensorBundle, TensorBundleError
 
         try:
             entries = TensorBundle(prefix).entries
@@ -402,11 +402,11 @@ def checkpoint_step(path: str | os.PathLike) -> int | None:
     optimiser's iterations) was saved at; None for other formats or when it holds none."""
     variables = variable_file(path)
     if variables is not None:
-        from modeling import variable_files
+        from bert_tf2.modeling import variable_files
 
         return variable_files.step_of(variables)
     if not _tensorflow_available():
-        from modeling.tensor_bundle import TensorBundle, TensorBundleError
+        from bert_tf2.modeling.tensor_bundle import TensorBundle, TensorBundleError
 
         try:
             bundle = TensorBundle(resolve_tf1_prefix(path))
@@ -477,7 +477,7 @@ def variable_file(path: str | os.PathLike) -> str | None:
     """The variables file (`modeling.variable_files`) a runner on JAX wrote at `path`: a training
     checkpoint named as the original names them (`OUTPUT_DIR/model.ckpt-N`), the file itself, or
     a `best/` folder; None for anything else."""
-    from modeling import variable_files
+    from bert_tf2.modeling import variable_files
 
     path = os.fspath(path)
     for candidate in (path, path + variable_files.SUFFIX,
@@ -490,7 +490,7 @@ def variable_file(path: str | os.PathLike) -> str | None:
 def _load_variable_file(model, path: str, allow_new_heads: bool) -> LoadReport:
     """A JAX run's weights: the whole model when it is the same model, else (`allow_new_heads`)
     its encoder, the head left fresh."""
-    from modeling import variable_files
+    from bert_tf2.modeling import variable_files
 
     try:
         variable_files.load(path, {"model": model.weights})

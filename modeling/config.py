@@ -12,9 +12,9 @@ import json
 import os
 from typing import Any
 
-from modeling import activations
-from process import atomic_files
-from process.errors import UserError
+from bert_tf2.modeling import activations
+from bert_tf2.process import atomic_files
+from bert_tf2.process.errors import UserError
 
 # Hugging Face `config.json` keys that mean something other than the original's, or that the
 # original lacks. `layer_norm_eps` is honoured; the rest are metadata.

@@ -1,6 +1,6 @@
 """Convert BERT checkpoints between Google TF1, Hugging Face and Keras formats.
 
-    python -m modeling.convert --from tf1 --input uncased_L-12_H-768_A-12 --to hf --output out/
+    python -m bert_tf2.modeling.convert --from tf1 --input uncased_L-12_H-768_A-12 --to hf --output out/
 
 The model is rebuilt from the source's config with whatever heads the source holds (pretraining,
 classifier or SQuAD), every variable is carried over strictly, and `vocab.txt` comes along.
@@ -14,18 +14,22 @@ import os
 
 from absl import app, flags
 
-from modeling import checkpoints
-from modeling.config import BertConfig
-from modeling.encoder import BertEncoder
-from modeling.models import BertClassifier, BertPretrainer, BertSpanLabeler
-from process import atomic_files, output_lock
-from process.errors import as_user_error, run_main
+from bert_tf2.process import atomic_files, environment, output_lock
+from bert_tf2.process.errors import as_user_error, run_main
+
+# Keras and the modules that load it are imported where they are used: `python -m
+# bert_tf2.modeling.convert` imports this module before `run_main` sets up the process
+# (process.environment), and TensorFlow must load after that.
 
 FLAGS = flags.FLAGS
 
 
-def model_for_source(source: checkpoints.TensorSource, config: BertConfig):
-    """An encoder with the heads the checkpoint holds, so that nothing in it is dropped."""
+def model_for_source(source, config):
+    """An encoder with the heads the checkpoint holds (`source`, a `checkpoints.TensorSource`),
+    so that nothing in it is dropped."""
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertClassifier, BertPretrainer, BertSpanLabeler
+
     encoder = BertEncoder(config)
     shapes = source.shapes
     if "cls/predictions/output_bias" in shapes:
@@ -39,8 +43,13 @@ def model_for_source(source: checkpoints.TensorSource, config: BertConfig):
 
 def load_any(path: str, fmt: str, bert_config_file: str | None = None):
     """The model stored at `path`, rebuilt with its heads and restored strictly."""
+    from bert_tf2.modeling import checkpoints
+    from bert_tf2.modeling.config import BertConfig
+
     if fmt == "keras":
         import keras
+
+        from bert_tf2.modeling import models  # noqa: F401  (registers the classes it rebuilds)
         return keras.models.load_model(
             checkpoints.resolve_file(path, checkpoints.KERAS_FILE, "Keras model file"))
     if bert_config_file:
@@ -57,6 +66,8 @@ def load_any(path: str, fmt: str, bert_config_file: str | None = None):
 
 def save_any(model, output: str, fmt: str, global_step: int = 0) -> list[str]:
     """Write `model` in `fmt` into the folder `output`; returns the files written."""
+    from bert_tf2.modeling import checkpoints
+
     os.makedirs(output, exist_ok=True)
     if fmt == "tf1":
         model.config.to_json_file(os.path.join(output, checkpoints.TF1_CONFIG))
@@ -77,6 +88,8 @@ def save_any(model, output: str, fmt: str, global_step: int = 0) -> list[str]:
 
 def convert(src: str, src_format: str, dst: str, dst_format: str,
             bert_config_file: str | None = None, global_step: int = 0) -> list[str]:
+    from bert_tf2.modeling import checkpoints
+
     model = load_any(src, src_format, bert_config_file)
     written = save_any(model, dst, dst_format, global_step)
     src_folder = src if os.path.isdir(src) else os.path.dirname(src)
@@ -87,7 +100,7 @@ def convert(src: str, src_format: str, dst: str, dst_format: str,
 
 def main(argv):
     del argv
-    logging.getLogger("modeling").setLevel(logging.INFO)
+    logging.getLogger("bert_tf2.modeling").setLevel(logging.INFO)
     for name in ("from", "to", "input", "output"):
         if FLAGS[name].value is None:
             raise app.UsageError(f"--{name} is required")
@@ -104,6 +117,8 @@ def main(argv):
 def define_flags():
     """The CLI's flags, defined only when it runs, so that importing this module (as the runners
     do) defines none."""
+    from bert_tf2.modeling import checkpoints
+
     flags.DEFINE_enum("from", None, checkpoints.FORMATS, "Format of --input.")
     flags.DEFINE_enum("to", None, checkpoints.FORMATS, "Format to write into --output.")
     flags.DEFINE_string("input", None, "Source folder (or TF1 checkpoint prefix, .safetensors or "
@@ -115,6 +130,7 @@ def define_flags():
 
 
 def console_main():
+    environment.configure()  # before define_flags loads Keras for the formats' names
     define_flags()
     run_main(main)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from modeling.config import BertConfig
-from modeling.layers import (AttentionMask, BertEmbeddings, Pooler, TransformerBlock,
+from bert_tf2.modeling.config import BertConfig
+from bert_tf2.modeling.layers import (AttentionMask, BertEmbeddings, Pooler, TransformerBlock,
                              attention_bias, packed_attention_bias, packed_positions)
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")

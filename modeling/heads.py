@@ -7,8 +7,8 @@ checkpoints map one to one. The masked-LM head reuses the encoder's word-embeddi
 import keras
 from keras import ops
 
-from modeling import activations
-from modeling.layers import initializer, layer_norm
+from bert_tf2.modeling import activations
+from bert_tf2.modeling.layers import initializer, layer_norm
 
 
 @keras.saving.register_keras_serializable(package="bert")

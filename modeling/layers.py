@@ -9,8 +9,8 @@ import math
 import keras
 from keras import ops
 
-from modeling import activations
-from process.errors import UserError
+from bert_tf2.modeling import activations
+from bert_tf2.process.errors import UserError
 
 
 def initializer(stddev: float):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from modeling import checkpoint_names as names
-from modeling.encoder import (INPUT_NAMES, BertEncoder, encoder_inputs,
+from bert_tf2.modeling import checkpoint_names as names
+from bert_tf2.modeling.encoder import (INPUT_NAMES, BertEncoder, encoder_inputs,
                               packed_first_token_output, pooled_output)
-from modeling.heads import (BiLstmTaggingHead, ClassificationHead, MaskedLMHead,
+from bert_tf2.modeling.heads import (BiLstmTaggingHead, ClassificationHead, MaskedLMHead,
                             MultipleChoiceHead, NextSentenceHead, SpanHead, TokenTaggingHead)
 
 

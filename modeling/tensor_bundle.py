@@ -27,7 +27,7 @@ import struct
 
 import numpy as np
 
-from process.errors import UserError
+from bert_tf2.process.errors import UserError
 
 _TABLE_MAGIC = 0xDB4775248B80FB57
 _FOOTER_BYTES = 48
@@ -193,7 +193,7 @@ class TensorBundle:
         if len(raw) != entry.size or entry.size != expected:
             raise _error(f"{path}: cannot read {name} ({len(raw)} of {expected} bytes): the file "
                          f"is truncated or damaged; copy the checkpoint again")
-        from modeling import crc32c
+        from bert_tf2.modeling import crc32c
 
         if entry.crc32c is not None and crc32c.masked(raw) != entry.crc32c:
             raise _error(f"{path}: {name} does not match its checksum: the file is damaged; copy "
@@ -250,7 +250,7 @@ def _table_block(entries: list) -> bytes:
 
 
 def _with_trailer(block: bytes) -> bytes:
-    from modeling import crc32c
+    from bert_tf2.modeling import crc32c
 
     return block + b"\x00" + struct.pack("<I", crc32c.masked(block + b"\x00"))
 
@@ -258,7 +258,7 @@ def _with_trailer(block: bytes) -> bytes:
 def write(prefix: str, tensors: dict) -> None:
     """Write `{name: array}` as the TF1 checkpoint `prefix` (one shard); the index is written
     last, so a checkpoint is there only once whole (the caller renames into place)."""
-    from modeling import crc32c
+    from bert_tf2.modeling import crc32c
 
     entries, data_parts, offset = [], [], 0
     for name in sorted(tensors):

@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from process.errors import UserError
+from bert_tf2.process.errors import UserError
 
 FORMAT = "bert-keras-variables-1"
 METADATA_KEY = "bert"

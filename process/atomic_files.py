@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 
-from process import fault_points
+from bert_tf2.process import fault_points
 
 logger = logging.getLogger(__name__)
 

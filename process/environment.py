@@ -1,5 +1,10 @@
 """Process settings for TensorFlow and Keras, in place before TensorFlow is first imported.
 
+Importing this module changes nothing: `configure()` does, and only the programs' entry points call
+it (`process.errors.run_main`, which every runner and command-line tool starts through), so that a
+library imported by someone else's program leaves their environment, import system and logging as
+they were. `configure()` is idempotent.
+
 Keras runs on its TensorFlow backend. TensorFlow's start-up chatter on a machine without a GPU (CUDA
 driver probing, `cuInit` failures, absl's pre-init banner) is written by C++ straight to file
 descriptor 2 before any log level applies. So the first `import tensorflow`, whoever makes it, runs
@@ -22,9 +27,6 @@ import re
 import sys
 import tempfile
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-
 def backend() -> str:
     """Keras's backend for this process: `tensorflow` (the default), `jax` or `torch`."""
     return os.environ.get("KERAS_BACKEND") or "tensorflow"
@@ -33,10 +35,6 @@ def backend() -> str:
 def uses_tensorflow() -> bool:
     """Whether this process runs on TensorFlow (else: no TensorFlow is needed, nor imported)."""
     return backend() == "tensorflow"
-
-# oneDNN's CPU kernels: TensorFlow turns them on by itself only on some CPUs (Intel's, not AMD's,
-# where they made fine-tuning 1.9x faster). A user's own setting, 0 included, is kept.
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 _NOISE = re.compile(
     r"All log messages before absl::InitializeLog|Could not find cuda drivers|failed call to cuInit"
@@ -87,10 +85,18 @@ class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-_user_set_log_level = ("TF_CPP_MIN_LOG_LEVEL" in os.environ
-                       and os.environ.get("BERT_QUIET_TF") != "1")
-if (not _user_set_log_level and "tensorflow" not in sys.modules
-        and not any(isinstance(f, _QuietTensorFlowImport) for f in sys.meta_path)):
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    os.environ["BERT_QUIET_TF"] = "1"
-    sys.meta_path.insert(0, _QuietTensorFlowImport())
+def configure() -> None:
+    """A program's process settings, before Keras or TensorFlow is imported: Keras on TensorFlow
+    unless `KERAS_BACKEND` names another, oneDNN's CPU kernels on, TensorFlow's quiet start-up.
+    A user's own setting of any of these variables is kept."""
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    # oneDNN's CPU kernels: TensorFlow turns them on by itself only on some CPUs (Intel's, not
+    # AMD's, where they made fine-tuning 1.9x faster). A user's own setting, 0 included, is kept.
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    user_set_log_level = ("TF_CPP_MIN_LOG_LEVEL" in os.environ
+                          and os.environ.get("BERT_QUIET_TF") != "1")
+    if (not user_set_log_level and "tensorflow" not in sys.modules
+            and not any(isinstance(f, _QuietTensorFlowImport) for f in sys.meta_path)):
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        os.environ["BERT_QUIET_TF"] = "1"
+        sys.meta_path.insert(0, _QuietTensorFlowImport())

@@ -23,7 +23,7 @@ import re
 import sys
 from typing import Callable
 
-from process import interrupts
+from bert_tf2.process import environment, interrupts
 
 TRACEBACK_VARIABLE = "BERT_TRACEBACK"
 USAGE_STATUS = 2
@@ -192,8 +192,10 @@ def parse_known_flags(argv: list) -> list:
 
 def run_main(main: Callable, flags_parser: Callable | None = None) -> None:
     """absl's `app.run(main)` with one-line user errors and flag errors, and Ctrl-C and SIGTERM
-    reported in one line (`interrupts`)."""
+    reported in one line (`interrupts`); the process's settings (`environment.configure`) are
+    made here, the one place every program starts through."""
     from absl import app
 
+    environment.configure()
     interrupts.install()
     app.run(guarded(main), flags_parser=parse_flags_or_exit(flags_parser))

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 
-from process.atomic_files import write_text
+from bert_tf2.process.atomic_files import write_text
 
 VARIABLE = "BERT_EVALUATION_GATE"
 POLL_S = 0.02

@@ -26,8 +26,8 @@ import os
 import sys
 import time
 
-from process import errors
-from process.errors import UserError
+from bert_tf2.process import errors
+from bert_tf2.process.errors import UserError
 
 
 class OutputInUseError(UserError):
@@ -49,7 +49,7 @@ def lock_path(output) -> str:
 
 def check_file_output(path, flag: str) -> None:
     """An output file's path must not name a folder (refused before anything is written)."""
-    from process.errors import SettingsError
+    from bert_tf2.process.errors import SettingsError
 
     if path and "://" not in os.fspath(path) and os.path.isdir(path):
         raise SettingsError(f"{flag} {path}: is a folder; name the file to write")
@@ -132,7 +132,7 @@ FILE = "file"
 def _make_parents(parent: str, output: str, what: str) -> list:
     """Create `parent` and its missing ancestors; returns those made, deepest first. A file in
     the way is a `SettingsError` naming it."""
-    from process.errors import SettingsError
+    from bert_tf2.process.errors import SettingsError
 
     made = []
     while not os.path.isdir(parent):

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 
-from process.atomic_files import atomic_path, write_text
-from search.statistics import expected_best_curve, spread
+from bert_tf2.process.atomic_files import atomic_path, write_text
+from bert_tf2.search.statistics import expected_best_curve, spread
 
 PLOT_FILE = "expected_validation_performance.png"
 STATES = {"COMPLETE": "finished", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running",

@@ -18,8 +18,8 @@ import os
 import subprocess
 import sys
 
-from process.errors import SettingsError
-from search.space import RESERVED, config_name
+from bert_tf2.process.errors import SettingsError
+from bert_tf2.search.space import RESERVED, config_name
 
 # The fine-tuning runners a search can run (module names).
 RUNNERS = ("run_classifier", "run_squad", "run_ner", "run_multiple_choice")
@@ -43,9 +43,9 @@ for argv in command_lines:
 metric = None
 if sys.argv[2:] == ["--check_metric"] and errors and errors[0] is None:
     # The key best/ is kept by, against the keys the task's evaluation writes.
-    import runner_flags
-    from engine.finetuning import check_best_metric
-    from process.errors import UserError
+    from bert_tf2 import runner_flags
+    from bert_tf2.engine.finetuning import check_best_metric
+    from bert_tf2.process.errors import UserError
     FLAGS.unparse_flags()
     FLAGS([sys.argv[1]] + command_lines[0])
     task = None

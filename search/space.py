@@ -14,7 +14,7 @@ import itertools
 import math
 import re
 
-from process.errors import SettingsError
+from bert_tf2.process.errors import SettingsError
 
 # The paper (Devlin et al. 2019, appendix A.3): learning rate, batch size and epochs, chosen on dev.
 PAPER_GRID = (("learning_rate", ("5e-5", "4e-5", "3e-5", "2e-5")),

@@ -21,7 +21,7 @@ import hashlib
 import os
 import urllib.parse
 
-from process.errors import SettingsError
+from bert_tf2.process.errors import SettingsError
 
 STUDY_FILE = "study.db"
 LOCK_FILE = ".schedule.lock"

@@ -32,18 +32,18 @@ import socket
 import time
 import warnings
 
-from engine.best_checkpoint import BEST_DIR
-from engine.results import RESULTS_FILE, lower_is_better, read_eval_results
-from engine.run_config import read_run_config
-from process import interrupts
-from process.atomic_files import recover_directory, staged_directory, write_text
-from process.errors import SettingsError, UserError
-from search import report
-from search.runner_check import flag_value
-from search.space import SearchSpace, config_name, flag_text, flags_of
-from search.storage import (STUDY_FILE, SchedulingLock, connection_error, is_server, normalized,
+from bert_tf2.engine.best_checkpoint import BEST_DIR
+from bert_tf2.engine.results import RESULTS_FILE, lower_is_better, read_eval_results
+from bert_tf2.engine.run_config import read_run_config
+from bert_tf2.process import interrupts
+from bert_tf2.process.atomic_files import recover_directory, staged_directory, write_text
+from bert_tf2.process.errors import SettingsError, UserError
+from bert_tf2.search import report
+from bert_tf2.search.runner_check import flag_value
+from bert_tf2.search.space import SearchSpace, config_name, flag_text, flags_of
+from bert_tf2.search.storage import (STUDY_FILE, SchedulingLock, connection_error, is_server, normalized,
                             redacted)
-from search.trial_process import run_trial
+from bert_tf2.search.trial_process import run_trial
 
 logger = logging.getLogger(__name__)
 

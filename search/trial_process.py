@@ -22,8 +22,8 @@ import sys
 import time
 from typing import Callable
 
-from engine.results import RESULTS_FILE, read_eval_results
-from process import evaluation_gate
+from bert_tf2.engine.results import RESULTS_FILE, read_eval_results
+from bert_tf2.process import evaluation_gate
 
 # Runs in the child before the runner: ask Linux for SIGTERM when the parent dies, then become the
 # runner (the request survives exec). If the parent is already gone, stop.

@@ -6,14 +6,14 @@ import importlib
 import json
 import os
 
-from engine.litert_layout import DESCRIPTION, FOLDER, LiteRTError, require_export
+from bert_tf2.engine.litert_layout import DESCRIPTION, FOLDER, LiteRTError, require_export
 
 RUNTIMES = {
-    "classification": "tasks.classification.litert_serving:LiteRTClassifier",
-    "feature_extraction": "tasks.feature_extraction.litert_serving:LiteRTEmbedder",
-    "multiple_choice": "tasks.multiple_choice.litert_serving:LiteRTChooser",
-    "ner": "tasks.ner.litert_serving:LiteRTTagger",
-    "squad": "tasks.squad.litert_serving:LiteRTReader",
+    "classification": "bert_tf2.tasks.classification.litert_serving:LiteRTClassifier",
+    "feature_extraction": "bert_tf2.tasks.feature_extraction.litert_serving:LiteRTEmbedder",
+    "multiple_choice": "bert_tf2.tasks.multiple_choice.litert_serving:LiteRTChooser",
+    "ner": "bert_tf2.tasks.ner.litert_serving:LiteRTTagger",
+    "squad": "bert_tf2.tasks.squad.litert_serving:LiteRTReader",
 }
 
 

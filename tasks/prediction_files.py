@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from process.atomic_files import write_text
+from bert_tf2.process.atomic_files import write_text
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -16,15 +16,16 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from process import environment  # noqa: E402,F401
+from bert_tf2.process import environment  # noqa: E402
+environment.configure()  # noqa: E402  # before Keras and TensorFlow
 
 import numpy as np  # noqa: E402
 
 
 def build(minilm_dir):
-    from modeling import checkpoints
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertClassifier
+    from bert_tf2.modeling import checkpoints
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertClassifier
 
     config = checkpoints.read_config(minilm_dir)
     config = dataclasses.replace(config, hidden_dropout_prob=0.0,
@@ -48,10 +49,10 @@ def encode(minilm_dir, batch, out):
 def train(minilm_dir, batch, out, dtype="float32"):
     import keras
 
-    from engine.distribution import get_strategy, set_precision
-    from engine.trainer_config import TrainerConfig
-    from modeling.optimization import create_optimizer
-    from tasks.classification.task import ClassificationTask
+    from bert_tf2.engine.distribution import get_strategy, set_precision
+    from bert_tf2.engine.trainer_config import TrainerConfig
+    from bert_tf2.modeling.optimization import create_optimizer
+    from bert_tf2.tasks.classification.task import ClassificationTask
 
     keras.utils.set_random_seed(1)
     set_precision(dtype)
@@ -75,7 +76,7 @@ def train(minilm_dir, batch, out, dtype="float32"):
     if environment.uses_tensorflow():
         import tensorflow as tf
 
-        from engine.training import Trainer
+        from bert_tf2.engine.training import Trainer
 
         trainer = Trainer(model, optimizer, task, strategy, config)
         grads, metrics = trainer._grads(inputs)
@@ -92,7 +93,7 @@ def train(minilm_dir, batch, out, dtype="float32"):
             results[f"loss_{step}"] = totals["loss"][0].numpy()
             results[f"weights_{step}"] = [v.numpy() for v in model.trainable_variables]
     else:
-        from engine.keras_training import KerasTrainer
+        from bert_tf2.engine.keras_training import KerasTrainer
 
         trainer = KerasTrainer(model, optimizer, task, strategy, config)
         results["grads"], _ = trainer.gradients(inputs)

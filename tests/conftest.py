@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from process import environment  # noqa: F401
+from bert_tf2.process import environment
+environment.configure()  # before Keras and TensorFlow
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -69,7 +70,7 @@ def vocab_ids(vocab_file) -> dict:
 @pytest.fixture(scope="session")
 def tokenizer(vocab_file):
     """The original's uncased FullTokenizer on the real vocabulary."""
-    from data_gen.tokenization import FullTokenizer
+    from bert_tf2.data_gen.tokenization import FullTokenizer
 
     return FullTokenizer(str(vocab_file), do_lower_case=True)
 
@@ -126,9 +127,9 @@ def tiny_checkpoint(tmp_path_factory, minilm_dir):
     """A random TF1 checkpoint (bert_config.json, vocab.txt, bert_model.ckpt.*)."""
     import keras
 
-    from modeling import checkpoints
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
+    from bert_tf2.modeling import checkpoints
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.modeling.encoder import BertEncoder
 
     folder = tmp_path_factory.mktemp("tiny_bert")
     keras.utils.set_random_seed(3)

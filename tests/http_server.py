@@ -11,7 +11,7 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.conftest import REPO
+from conftest import REPO
 
 
 def free_port() -> int:

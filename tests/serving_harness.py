@@ -14,8 +14,8 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from model_server import runtimes  # noqa: E402
-from model_server.app import ServerSettings, serve  # noqa: E402
+from bert_tf2.model_server import runtimes  # noqa: E402
+from bert_tf2.model_server.app import ServerSettings, serve  # noqa: E402
 
 
 class Held:

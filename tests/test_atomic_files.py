@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from process.atomic_files import (atomic_path, recover_directory, replace_directory,
+from bert_tf2.process.atomic_files import (atomic_path, recover_directory, replace_directory,
                                    staging_directory, write_text)
 
 

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
+from conftest import REPO
 
 STEP = str(REPO / "tests" / "backend_step.py")
 
@@ -35,7 +35,7 @@ def on_backend(backend: str, *args, env=None, timeout=900):
 def mrpc_batch(shared_data, tokenizer, tmp_path_factory):
     """Eight real MRPC pairs packed at width 64 ([CLS], [SEP], "the" and padding repeat within
     the batch, as in any real batch), their labels, and a fixed fresh head."""
-    from data_gen.packing import pack, truncate_seq_pair
+    from bert_tf2.data_gen.packing import pack, truncate_seq_pair
 
     rows = (shared_data / "glue" / "MRPC" / "dev.tsv").read_text(encoding="utf-8").split("\n")[1:9]
     ids, masks, segments, labels = [], [], [], []
@@ -184,8 +184,8 @@ def test_tf1_checkpoints_read_and_write_without_tensorflow(tf1_tiny_dir, minilm_
     TensorFlow."""
     import tensorflow as tf
 
-    from modeling import checkpoints, tensor_bundle
-    from modeling.encoder import BertEncoder
+    from bert_tf2.modeling import checkpoints, tensor_bundle
+    from bert_tf2.modeling.encoder import BertEncoder
 
     config = checkpoints.read_config(minilm_dir)
     encoder = BertEncoder(config)
@@ -224,7 +224,7 @@ def test_tf1_checkpoints_read_and_write_without_tensorflow(tf1_tiny_dir, minilm_
 def test_a_damaged_tf1_checkpoint_is_named_without_tensorflow(tf1_tiny_dir, tmp_path):
     import shutil
 
-    from modeling.tensor_bundle import TensorBundle, TensorBundleError
+    from bert_tf2.modeling.tensor_bundle import TensorBundle, TensorBundleError
 
     for name in ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"):
         shutil.copy(tf1_tiny_dir / name, tmp_path / name)

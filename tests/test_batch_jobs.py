@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from tests.conftest import run_script
-from tests.test_run_classifier import glue_slice, read_tsv
+from conftest import run_script
+from test_run_classifier import glue_slice, read_tsv
 
 BEAM = ["--", "--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 
@@ -35,7 +35,7 @@ def test_extraction_on_beam_equals_the_local_tool(shared_data, tiny_checkpoint, 
               "--max_seq_length=48", "--batch_size=8", "--lines_per_shard=50"]
     run_script("extract_features.py", *common, f"--input_file={tmp_path / 'all.txt'}",
                f"--output_file={tmp_path / 'local.jsonl'}")
-    run_script("-m", "tasks.feature_extraction.beam_pipeline", *common,
+    run_script("-m", "bert_tf2.tasks.feature_extraction.beam_pipeline", *common,
                f"--input_file={tmp_path / 'a.txt'},{tmp_path / 'b.txt'}",
                f"--output_file={tmp_path / 'beam' / 'part'}", "--num_output_shards=3", *BEAM)
     local = (tmp_path / "local.jsonl").read_text(encoding="utf-8").splitlines()
@@ -108,8 +108,8 @@ def test_squad_and_multiple_choice_saved_models(shared_data, tiny_checkpoint, tm
     """Questions through an exported SQuAD model give the runner's predictions.json answers;
     multiple-choice rows with 2, 3 and 5 choices (padded with "" in a batch) give its
     test_predictions.tsv probabilities; the Beam run gives the local lines."""
-    from tasks.squad.files import load_squad, write_json
-    from tests.test_multiple_choice import generic_rows, write_jsonl
+    from bert_tf2.tasks.squad.files import load_squad, write_json
+    from test_multiple_choice import generic_rows, write_jsonl
 
     source = load_squad(shared_data / "squad" / "dev-v1.1.json")["data"][3]
     dataset = {"version": "1.1", "data": [{"title": source["title"],

@@ -6,13 +6,13 @@ import pytest
 import tensorflow as tf
 from safetensors.numpy import load_file, save_file
 
-from modeling import checkpoints
-from modeling.checkpoint_names import hf_name, tf1_name_from_hf, tf1_variable_map
-from modeling.config import BertConfig
-from modeling.encoder import BertEncoder
-from modeling.models import BertClassifier, BertPretrainer, BertSpanLabeler
-from tests.reference_bert import ReferenceBert, hf_to_tf1_names
-from tests.test_encoder_numerics import assert_close, padded_batch
+from bert_tf2.modeling import checkpoints
+from bert_tf2.modeling.checkpoint_names import hf_name, tf1_name_from_hf, tf1_variable_map
+from bert_tf2.modeling.config import BertConfig
+from bert_tf2.modeling.encoder import BertEncoder
+from bert_tf2.modeling.models import BertClassifier, BertPretrainer, BertSpanLabeler
+from reference_bert import ReferenceBert, hf_to_tf1_names
+from test_encoder_numerics import assert_close, padded_batch
 
 
 def raw_tf1(prefix):
@@ -212,7 +212,7 @@ def test_new_heads_need_explicit_permission_and_are_listed(tf1_tiny_dir, tiny_co
     with pytest.raises(checkpoints.CheckpointError, match="allow_new_heads=True"):
         checkpoints.load_checkpoint(BertClassifier(BertEncoder(tiny_config), 2), tf1_tiny_dir)
     model = BertClassifier(BertEncoder(tiny_config), 2)
-    with caplog.at_level("INFO", logger="modeling.checkpoints"):
+    with caplog.at_level("INFO", logger="bert_tf2.modeling.checkpoints"):
         report = checkpoints.load_checkpoint(model, tf1_tiny_dir, allow_new_heads=True)
     assert report.initialised == ["output_weights", "output_bias"]
     assert "cls/predictions/output_bias" in report.unused and len(report.unused) == 7

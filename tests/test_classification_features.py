@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen import packing
-from tasks.classification import features as cf
-from data_gen.errors import DataError
-from tasks.classification.reader import InputExample
-from data_gen.graph_tokenizer import truncated_lengths
+from bert_tf2.data_gen import packing
+from bert_tf2.tasks.classification import features as cf
+from bert_tf2.data_gen.errors import DataError
+from bert_tf2.tasks.classification.reader import InputExample
+from bert_tf2.data_gen.graph_tokenizer import truncated_lengths
 
 MAX_LEN = 32
 LABELS = ["0", "1"]

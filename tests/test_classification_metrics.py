@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from tasks.classification import metrics as gm
+from bert_tf2.tasks.classification import metrics as gm
 
 
 def confusion(tp, tn, fp, fn):

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from tasks.classification import reader as cp
-from data_gen.errors import DataError
-from tasks.classification.processors import PROCESSORS, get_processor
-from tasks.classification.reader import InputExample
+from bert_tf2.tasks.classification import reader as cp
+from bert_tf2.data_gen.errors import DataError
+from bert_tf2.tasks.classification.processors import PROCESSORS, get_processor
+from bert_tf2.tasks.classification.reader import InputExample
 
 BOM = "\ufeff"
 UNBALANCED = 'He said "yes'  # an unbalanced quote: must survive verbatim (no quoting in TSV)

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from modeling.config import BertConfig, ConfigError
+from bert_tf2.modeling.config import BertConfig, ConfigError
 
 
 def test_released_config_round_trips_with_unknown_keys(tf1_tiny_dir, tmp_path):

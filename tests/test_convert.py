@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from modeling import convert
-from modeling.checkpoint_names import tf1_variable_map
-from tests.test_checkpoints import assert_bit_identical, raw_tf1
+from bert_tf2.modeling import convert
+from bert_tf2.modeling.checkpoint_names import tf1_variable_map
+from test_checkpoints import assert_bit_identical, raw_tf1
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "modeling.convert", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "bert_tf2.modeling.convert", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
 
 

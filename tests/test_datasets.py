@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen import datasets
-from data_gen.errors import DataError
+from bert_tf2.data_gen import datasets
+from bert_tf2.data_gen.errors import DataError
 
 
 def synthetic_features(lengths, max_len, seed=0, vocab=50):
@@ -186,8 +186,8 @@ def test_trim_to_the_exact_longest_example_with_width_multiple_1():
 
 
 def test_the_driver_asks_for_exact_widths_only_on_a_cpu_without_xla():
-    from engine.distribution import get_strategy
-    from engine.finetuning import FinetuneSettings, batching_of
+    from bert_tf2.engine.distribution import get_strategy
+    from bert_tf2.engine.finetuning import FinetuneSettings, batching_of
 
     if tf.config.list_logical_devices("GPU"):
         pytest.skip("this machine has a GPU; the test checks the CPU-only choice")
@@ -220,9 +220,9 @@ def test_trim_in_training_batches():
 def test_trimming_changes_no_logit():
     import keras
 
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertClassifier
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertClassifier
 
     keras.utils.set_random_seed(0)
     config = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2,

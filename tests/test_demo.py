@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, read_results, run_script
+from conftest import REPO, read_results, run_script
 
 EXAMPLES = REPO / "examples"
 DATA = EXAMPLES / "docstring_topics"

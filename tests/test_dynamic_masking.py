@@ -2,7 +2,7 @@
 import numpy as np
 import tensorflow as tf
 
-from data_gen.pretraining.dynamic_masking import mask_batch, unmask, with_dynamic_masking
+from bert_tf2.data_gen.pretraining.dynamic_masking import mask_batch, unmask, with_dynamic_masking
 
 CLS, SEP, MASK, VOCAB = 101, 102, 103, 1000
 

@@ -6,12 +6,12 @@ import pytest
 import tensorflow as tf
 from safetensors.numpy import load_file
 
-from modeling import checkpoints
-from modeling.config import BertConfig
-from modeling.encoder import BertEncoder
-from modeling.layers import SequenceLengthError
-from modeling.models import BertPretrainer
-from tests.reference_bert import ReferenceBert, gelu_exact, gelu_tanh, hf_to_tf1_names
+from bert_tf2.modeling import checkpoints
+from bert_tf2.modeling.config import BertConfig
+from bert_tf2.modeling.encoder import BertEncoder
+from bert_tf2.modeling.layers import SequenceLengthError
+from bert_tf2.modeling.models import BertPretrainer
+from reference_bert import ReferenceBert, gelu_exact, gelu_tanh, hf_to_tf1_names
 
 TOL = 1e-5
 
@@ -98,7 +98,7 @@ def test_minilm_real_weights_match_numpy(minilm, minilm_dir):
 
 
 def _head_variables(model):
-    from modeling.checkpoint_names import is_head, tf1_variable_map
+    from bert_tf2.modeling.checkpoint_names import is_head, tf1_variable_map
     return {n: v for n, v in tf1_variable_map(model).items() if is_head(n)}
 
 
@@ -115,7 +115,7 @@ def test_padding_does_not_change_real_tokens(tf1_tiny_dir):
 
 
 def test_gelu_forms():
-    from modeling.activations import gelu, gelu_exact as keras_gelu_exact
+    from bert_tf2.modeling.activations import gelu, gelu_exact as keras_gelu_exact
     x = np.linspace(-6, 6, 1001)
     assert_close(gelu(x.astype(np.float32)), gelu_tanh(x), tol=1e-6, what="tanh gelu")
     assert_close(keras_gelu_exact(x.astype(np.float32)), gelu_exact(x), tol=1e-6,

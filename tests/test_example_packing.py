@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen import datasets
-from data_gen.example_packing import pack_batch
-from modeling.layers import packed_attention_bias, packed_positions
-from tests.test_datasets import synthetic_features
+from bert_tf2.data_gen import datasets
+from bert_tf2.data_gen.example_packing import pack_batch
+from bert_tf2.modeling.layers import packed_attention_bias, packed_positions
+from test_datasets import synthetic_features
 
 
 def unpack(packed, lengths):
@@ -85,9 +85,9 @@ def test_packed_positions_and_attention_bias():
 def minilm_classifier(minilm_dir):
     import keras
 
-    from modeling import checkpoints
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertClassifier
+    from bert_tf2.modeling import checkpoints
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertClassifier
 
     keras.utils.set_random_seed(3)
     model = BertClassifier(BertEncoder(checkpoints.read_config(minilm_dir)), num_labels=2)
@@ -96,8 +96,8 @@ def minilm_classifier(minilm_dir):
 
 
 def glue_features(shared_data, tokenizer, task, count):
-    from tasks.classification.features import example_records, load_features
-    from tasks.classification.processors import get_processor
+    from bert_tf2.tasks.classification.features import example_records, load_features
+    from bert_tf2.tasks.classification.processors import get_processor
 
     processor = get_processor(task.lower())
     data_dir = str(shared_data / "glue" / task)
@@ -116,7 +116,7 @@ def glue_features(shared_data, tokenizer, task, count):
 @pytest.mark.parametrize("task", ["MRPC", "CoLA"])
 def test_packed_logits_equal_each_example_alone_on_real_weights(
         task, minilm_classifier, shared_data, tokenizer):
-    from tasks.tensors import model_inputs
+    from bert_tf2.tasks.tensors import model_inputs
 
     features = glue_features(shared_data, tokenizer, task, 96)
     alone = np.asarray(minilm_classifier(model_inputs(features), training=False)["logits"])
@@ -134,7 +134,7 @@ def test_packed_logits_equal_each_example_alone_on_real_weights(
 
 
 def test_packed_training_batches_hold_the_unpacked_batches_examples(shared_data, tokenizer):
-    from tasks.classification.task import ClassificationTask
+    from bert_tf2.tasks.classification.task import ClassificationTask
 
     features = glue_features(shared_data, tokenizer, "CoLA", 200)
     task = ClassificationTask("cola", str(shared_data / "glue" / "CoLA"))
@@ -160,7 +160,7 @@ def test_packed_loss_and_gradients_equal_the_unpacked_ones(minilm_classifier, sh
                                                            tokenizer):
     """Training through packed rows moves the weights as unpacked rows do: with dropout off the
     task's loss and every gradient agree (MiniLM, 32 real CoLA sentences in a few rows)."""
-    from tasks.classification.task import ClassificationTask
+    from bert_tf2.tasks.classification.task import ClassificationTask
 
     features = glue_features(shared_data, tokenizer, "CoLA", 32)
     task = ClassificationTask("cola", str(shared_data / "glue" / "CoLA"))

@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen import example_proto, records
-from data_gen.example_proto import FixedLen
-from engine.task import Setup
-from tasks.classification.task import ClassificationTask
-from tasks.multiple_choice.task import MultipleChoiceTask
-from tasks.ner.task import NerTask
-from tasks.squad.task import SquadTask
-from tests.conftest import REPO
-from tests.test_run_classifier import glue_slice
-from tests.test_run_ner import conll_slice
-from tests.test_run_squad import paragraphs
-from tests.test_tasks import settings
+from bert_tf2.data_gen import example_proto, records
+from bert_tf2.data_gen.example_proto import FixedLen
+from bert_tf2.engine.task import Setup
+from bert_tf2.tasks.classification.task import ClassificationTask
+from bert_tf2.tasks.multiple_choice.task import MultipleChoiceTask
+from bert_tf2.tasks.ner.task import NerTask
+from bert_tf2.tasks.squad.task import SquadTask
+from conftest import REPO
+from test_run_classifier import glue_slice
+from test_run_ner import conll_slice
+from test_run_squad import paragraphs
+from test_tasks import settings
 
 
 def _tf_spec(spec):
@@ -97,13 +97,13 @@ def test_every_task_record_is_tensorflows_bytes_and_parses_the_same(task_records
 
 
 def test_pretraining_records_parse_as_tensorflow_parses_them(tmp_path, vocab_file, shared_data):
-    from data_gen.pretraining import schema
+    from bert_tf2.data_gen.pretraining import schema
 
     source = shared_data / "corpus" / "tinyshakespeare" / "input.txt"
     lines = source.read_text(encoding="utf-8").splitlines()[:1500]
     (tmp_path / "doc.txt").write_text("\n".join(lines), encoding="utf-8")
     out = tmp_path / "pre.tfrecord"
-    subprocess.run([sys.executable, "-m", "data_gen.pretraining.create_pretraining_data",
+    subprocess.run([sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
                     f"--input_file={tmp_path / 'doc.txt'}", f"--output_file={out}",
                     f"--vocab_file={vocab_file}", "--max_seq_length=64",
                     "--max_predictions_per_seq=10", "--dupe_factor=2"], check=True, cwd=REPO,

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from conftest import REPO
 
 TEXT_OPS = REPO / "tests" / "fixtures" / "tensorflow_text_2.20.0_ops.txt"
 CORE_OPS = """
@@ -52,16 +52,16 @@ def serving_modules(vocab: str) -> dict:
     weights), with the options that add graph: windows, thresholds, SQuAD 2.0."""
     import keras
 
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-    from modeling.models import (BertClassifier, BertMultipleChoice, BertSpanLabeler,
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import (BertClassifier, BertMultipleChoice, BertSpanLabeler,
                                  BertTokenClassifier)
-    from tasks.classification.serving import ClassifierServing
-    from tasks.feature_extraction.serving import EmbeddingServing
-    from tasks.multiple_choice.serving import MultipleChoiceServing
-    from tasks.ner.serving import NerServing
-    from tasks.squad.serving import SquadServing
-    from tests.conftest import TINY
+    from bert_tf2.tasks.classification.serving import ClassifierServing
+    from bert_tf2.tasks.feature_extraction.serving import EmbeddingServing
+    from bert_tf2.tasks.multiple_choice.serving import MultipleChoiceServing
+    from bert_tf2.tasks.ner.serving import NerServing
+    from bert_tf2.tasks.squad.serving import SquadServing
+    from conftest import TINY
 
     keras.utils.set_random_seed(1)
 
@@ -85,7 +85,7 @@ def serving_modules(vocab: str) -> dict:
 
 
 def test_every_export_uses_only_ops_stock_tf_serving_has(allowed_ops, minilm_dir, tmp_path):
-    from engine import export
+    from bert_tf2.engine import export
 
     seen = {}
     for name, module in serving_modules(str(minilm_dir / "vocab.txt")).items():

@@ -1,4 +1,4 @@
-"""data_gen.extend_vocab: domain words into the [unused] slots, by hand on a small vocabulary, then
+"""bert_tf2.data_gen.extend_vocab: domain words into the [unused] slots, by hand on a small vocabulary, then
 on the real MiniLM vocabulary and the Reuters training text, and its refusals in one line."""
 import collections
 import json
@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from data_gen import extend_vocab, tokenization
-from process.errors import SettingsError
-from tests.conftest import run_script
+from bert_tf2.data_gen import extend_vocab, tokenization
+from bert_tf2.process.errors import SettingsError
+from conftest import run_script
 
 SMALL = ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused2]",
          "a", "b", "c", "d", "t", "o", "n", "s", "##a", "##b", "##c", "##d", "##t", "##o", "##n",
@@ -65,7 +65,7 @@ def reuters_text(tmp_path_factory, shared_data):
 def test_json_lines_count_the_same_words_as_their_text(reuters_text, shared_data, vocab_file,
                                                        tmp_path):
     """--input_format=jsonl reads each line's "text": the same words as the text written out."""
-    from data_gen.learn_vocab import count_words
+    from bert_tf2.data_gen.learn_vocab import count_words
 
     stories = shared_data / "reuters21578" / "train.jsonl"
     as_text = count_words([str(reuters_text)], True)
@@ -74,7 +74,7 @@ def test_json_lines_count_the_same_words_as_their_text(reuters_text, shared_data
     first = tmp_path / "first.jsonl"
     with stories.open(encoding="utf-8") as lines:
         first.write_text("".join(next(lines) for _ in range(200)), encoding="utf-8")
-    run_script("-m", "data_gen.extend_vocab", f"--input_file={first}", "--input_format=jsonl",
+    run_script("-m", "bert_tf2.data_gen.extend_vocab", f"--input_file={first}", "--input_format=jsonl",
                f"--vocab_file={vocab_file}", f"--output_file={tmp_path / 'vocab.txt'}",
                "--num_words=3")
     added = [t for t, o in zip(tokenization.load_vocab_tokens(tmp_path / "vocab.txt"),
@@ -84,7 +84,7 @@ def test_json_lines_count_the_same_words_as_their_text(reuters_text, shared_data
 
 def test_reuters_words_into_minilm_s_unused_slots(reuters_text, vocab_file, tmp_path):
     output = tmp_path / "vocab.txt"
-    result = run_script("-m", "data_gen.extend_vocab", f"--input_file={reuters_text}",
+    result = run_script("-m", "bert_tf2.data_gen.extend_vocab", f"--input_file={reuters_text}",
                         f"--vocab_file={vocab_file}", f"--output_file={output}",
                         "--num_words=300")
     old = tokenization.load_vocab_tokens(vocab_file)
@@ -125,7 +125,7 @@ def test_refusals_are_one_line_and_write_nothing(reuters_text, vocab_file, tmp_p
          "words.txt:2: 'u.s.' is not one word"),
     ]
     for flags, message in cases:
-        result = run_script("-m", "data_gen.extend_vocab", f"--input_file={reuters_text}",
+        result = run_script("-m", "bert_tf2.data_gen.extend_vocab", f"--input_file={reuters_text}",
                             f"--output_file={tmp_path / 'out.txt'}", *flags, check=False)
         last = result.stderr.strip().splitlines()[-1]
         assert result.returncode != 0 and "Traceback" not in result.stderr
@@ -135,7 +135,7 @@ def test_refusals_are_one_line_and_write_nothing(reuters_text, vocab_file, tmp_p
 
 def tensors(path):
     """Every tensor of a checkpoint (TF1 prefix or folder, or Hugging Face folder), by TF1 name."""
-    from modeling import checkpoints
+    from bert_tf2.modeling import checkpoints
 
     source = checkpoints.source_for(str(path))
     return {name: source.read(name) for name in source.shapes}
@@ -168,11 +168,11 @@ def test_a_tf1_pretraining_checkpoint_gets_mean_rows(tmp_path, minilm_dir, reute
                                                      words_file):
     import keras
 
-    from modeling import checkpoints
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertPretrainer
-    from tests.conftest import TINY
+    from bert_tf2.modeling import checkpoints
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertPretrainer
+    from conftest import TINY
 
     base = tmp_path / "base"
     base.mkdir()
@@ -185,7 +185,7 @@ def test_a_tf1_pretraining_checkpoint_gets_mean_rows(tmp_path, minilm_dir, reute
     config.to_json_file(str(base / "bert_config.json"))
     checkpoints.copy_vocab(str(minilm_dir / "vocab.txt"), str(base))
     out = tmp_path / "adapted"
-    run_script("-m", "data_gen.extend_vocab", f"--input_file={reuters_text}",
+    run_script("-m", "bert_tf2.data_gen.extend_vocab", f"--input_file={reuters_text}",
                f"--vocab_file={base / 'vocab.txt'}", f"--output_file={out / 'vocab.txt'}",
                f"--words_file={words_file}", f"--init_checkpoint={base / 'bert_model.ckpt'}")
     old = tokenization.load_vocab_tokens(base / "vocab.txt")
@@ -202,10 +202,10 @@ def test_a_tf1_pretraining_checkpoint_gets_mean_rows(tmp_path, minilm_dir, reute
 
 def test_hugging_face_weights_get_mean_rows_and_round_trip(tmp_path, minilm_dir, reuters_text,
                                                            words_file):
-    from modeling import convert
+    from bert_tf2.modeling import convert
 
     out = tmp_path / "adapted"
-    result = run_script("-m", "data_gen.extend_vocab", f"--input_file={reuters_text}",
+    result = run_script("-m", "bert_tf2.data_gen.extend_vocab", f"--input_file={reuters_text}",
                         f"--vocab_file={minilm_dir / 'vocab.txt'}",
                         f"--output_file={out / 'vocab.txt'}", f"--words_file={words_file}",
                         f"--init_checkpoint={minilm_dir}")
@@ -231,16 +231,16 @@ def test_continued_pretraining_from_the_adapted_sentence_encoder(tmp_path, minil
                                                                  shared_data):
     """MiniLM has no masked-LM head: run_pretraining starts one fresh, says so, and finds the
     config beside --init_checkpoint; records made with the new vocabulary hold the new ids."""
-    from data_gen.records import read_records
+    from bert_tf2.data_gen.records import read_records
 
     adapted = tmp_path / "adapted"
-    run_script("-m", "data_gen.extend_vocab", f"--input_file={reuters_text}",
+    run_script("-m", "bert_tf2.data_gen.extend_vocab", f"--input_file={reuters_text}",
                f"--vocab_file={minilm_dir / 'vocab.txt'}", f"--output_file={adapted / 'vocab.txt'}",
                f"--words_file={words_file}", f"--init_checkpoint={minilm_dir}")
     stories = tmp_path / "stories.jsonl"  # the first 60 Reuters stories, as the docs' command
     with (shared_data / "reuters21578" / "train.jsonl").open(encoding="utf-8") as lines:
         stories.write_text("".join(next(lines) for _ in range(60)), encoding="utf-8")
-    run_script("-m", "data_gen.pretraining.create_pretraining_data", f"--input_file={stories}",
+    run_script("-m", "bert_tf2.data_gen.pretraining.create_pretraining_data", f"--input_file={stories}",
                "--input_format=jsonl",
                f"--output_file={tmp_path / 'r.tfrecord'}", f"--vocab_file={adapted / 'vocab.txt'}",
                "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=1")

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import REPO, run_script
-from tests.reference_bert import ReferenceBert
+from conftest import REPO, run_script
+from reference_bert import ReferenceBert
 
 ORACLE = r"""
 import json, sys, types
@@ -140,8 +140,8 @@ def test_zero_shot_sts_b_with_minilm(shared_data, minilm_dir, tmp_path):
     """Mean-pooled, normalised all-MiniLM-L6-v2 vectors: cosine against the gold scores of the
     1,500 STS-B dev pairs. Correct pooling and masking land near the published figures. The
     export's int8 LiteRT file (its fast path) loses under half a point of that."""
-    from tasks.classification.metrics import pearson, spearman
-    from tasks.feature_extraction.litert_serving import LiteRTEmbedder
+    from bert_tf2.tasks.classification.metrics import pearson, spearman
+    from bert_tf2.tasks.feature_extraction.litert_serving import LiteRTEmbedder
 
     rows = stsb_rows(shared_data)
     (tmp_path / "sentences.txt").write_text(

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen.windows import fixed_stride_spans, max_context_windows
-from tests.conftest import run_script, serve_texts
-from tests.reference_bert import ReferenceBert
+from bert_tf2.data_gen.windows import fixed_stride_spans, max_context_windows
+from conftest import run_script, serve_texts
+from reference_bert import ReferenceBert
 
 
 def test_windows_and_where_each_token_is_read_by_hand(tokenizer):
-    from tasks.feature_extraction.features import featurize, featurize_windows
-    from tasks.feature_extraction.reader import Line
+    from bert_tf2.tasks.feature_extraction.features import featurize, featurize_windows
+    from bert_tf2.tasks.feature_extraction.reader import Line
 
     inverse = {i: token for token, i in tokenizer.vocab.items()}
 
@@ -76,8 +76,8 @@ def windowed(tmp_path_factory, shared_data, tiny_checkpoint):
 
 def reference_values(tiny_checkpoint, tokenizer, line):
     """Each token's layers (-1 and 0) from the NumPy BERT run on its max-context window."""
-    from tasks.feature_extraction.features import featurize_windows
-    from tasks.feature_extraction.reader import parse
+    from bert_tf2.tasks.feature_extraction.features import featurize_windows
+    from bert_tf2.tasks.feature_extraction.reader import parse
 
     windows = featurize_windows(parse(0, line), tokenizer, 32, 12)
     reader = tf.train.load_checkpoint(str(tiny_checkpoint / "bert_model.ckpt"))

@@ -17,9 +17,9 @@ import sys
 
 import pytest
 
-from process.fault_points import KILL_VARIABLE, POINTS
-from tests.conftest import REPO
-from tests.test_run_classifier import glue_slice
+from bert_tf2.process.fault_points import KILL_VARIABLE, POINTS
+from conftest import REPO
+from test_run_classifier import glue_slice
 
 # Runs whose TensorBoard event files are named by time and host; their folders' names are compared.
 EVENT_FOLDERS = ("train", "eval")
@@ -152,7 +152,7 @@ def multiple_choice_command(data, checkpoint, out):
 
 
 def squad_data(shared_data, folder):
-    from tasks.squad.files import load_squad, write_json
+    from bert_tf2.tasks.squad.files import load_squad, write_json
 
     squad = load_squad(shared_data / "squad" / "dev-v1.1.json")
     folder.mkdir()
@@ -164,13 +164,13 @@ def squad_data(shared_data, folder):
 
 
 def ner_data(shared_data, folder):
-    from tests.test_run_ner import conll_slice
+    from test_run_ner import conll_slice
 
     return conll_slice(shared_data, folder, {"train.txt": 800, "valid.txt": 300})
 
 
 def multiple_choice_data(shared_data, folder):
-    from tests.test_multiple_choice import generic_rows, write_jsonl
+    from test_multiple_choice import generic_rows, write_jsonl
 
     folder.mkdir()
     write_jsonl(folder / "train.jsonl", generic_rows(24))
@@ -211,7 +211,7 @@ def test_each_fine_tuning_runner_killed_in_evaluation_and_prediction_ends_the_sa
 @pytest.fixture(scope="module")
 def records(shared_data, tiny_checkpoint, tmp_path_factory):
     path = tmp_path_factory.mktemp("records") / "records.tfrecord"
-    made = run(["-m", "data_gen.pretraining.create_pretraining_data",
+    made = run(["-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
                 f"--input_file={shared_data}/corpus/wikitext-2/valid.txt",
                 f"--output_file={path}", f"--vocab_file={tiny_checkpoint}/vocab.txt",
                 "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=1"])
@@ -245,7 +245,7 @@ def test_pretraining_killed_at_every_phase_ends_as_the_uninterrupted_run(records
 def pretraining_data_command(shared_data, checkpoint, folder):
     """create_pretraining_data on WikiText-2 valid into two shards of `folder`, two workers and
     pools small enough that there are several."""
-    return ["-m", "data_gen.pretraining.create_pretraining_data",
+    return ["-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
             f"--input_file={shared_data}/corpus/wikitext-2/valid.txt",
             f"--output_file={folder}/a.tfrecord,{folder}/b.tfrecord",
             f"--vocab_file={checkpoint}/vocab.txt", "--max_seq_length=64",
@@ -317,7 +317,7 @@ def wait_until_stopped(process, deadline=600):
 
 def frozen(command, point):
     """`command` started and frozen (SIGSTOP) at fault point `point`, holding its outputs."""
-    from process.fault_points import STOP_VARIABLE
+    from bert_tf2.process.fault_points import STOP_VARIABLE
 
     process = subprocess.Popen([sys.executable, *command], cwd=REPO, text=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -7,9 +7,9 @@ import os
 import pytest
 import tensorflow as tf
 
-from data_gen import feature_cache
+from bert_tf2.data_gen import feature_cache
 
-LOGGER = "data_gen.feature_cache"
+LOGGER = "bert_tf2.data_gen.feature_cache"
 
 
 def records(n, tag=b"r"):

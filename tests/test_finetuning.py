@@ -4,16 +4,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen.datasets import in_memory_dataset
-from engine import finetuning
-from engine.build import RunSettings, build_trainer
-from engine.best_checkpoint import BestCheckpoint
-from engine.distribution import get_strategy
-from engine.results import read_eval_results
-from modeling.config import BertConfig
-from modeling.encoder import BertEncoder
-from modeling.models import BertClassifier
-from tasks.classification.task import ClassificationTask
+from bert_tf2.data_gen.datasets import in_memory_dataset
+from bert_tf2.engine import finetuning
+from bert_tf2.engine.build import RunSettings, build_trainer
+from bert_tf2.engine.best_checkpoint import BestCheckpoint
+from bert_tf2.engine.distribution import get_strategy
+from bert_tf2.engine.results import read_eval_results
+from bert_tf2.modeling.config import BertConfig
+from bert_tf2.modeling.encoder import BertEncoder
+from bert_tf2.modeling.models import BertClassifier
+from bert_tf2.tasks.classification.task import ClassificationTask
 
 SEQ, VOCAB = 16, 50
 
@@ -156,9 +156,9 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 sys.path.insert(0, sys.argv[1])
-from tests import test_finetuning as t
-from engine import finetuning
-from data_gen.datasets import in_memory_dataset
+import test_finetuning as t
+from bert_tf2.engine import finetuning
+from bert_tf2.data_gen.datasets import in_memory_dataset
 
 out = sys.argv[2]
 mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -175,9 +175,9 @@ single = trainer.model({"input_word_ids": data["input_ids"], "input_mask": data[
 order = np.argsort(outputs["example_index"][real])
 np.testing.assert_allclose(outputs["logits"][real][order], single, atol=1e-5)
 # The driver's prediction pass gives every row back once, in row order.
-from engine.task import Split
-from tasks.classification.task import ClassificationTask
-from data_gen.datasets import Batching
+from bert_tf2.engine.task import Split
+from bert_tf2.tasks.classification.task import ClassificationTask
+from bert_tf2.data_gen.datasets import Batching
 rows = finetuning.predict(trainer, ClassificationTask(), Split("dev", [], features=data), 4, 0,
                           Batching())
 np.testing.assert_array_equal(rows["example_index"], np.arange(21))
@@ -209,7 +209,7 @@ def test_two_replicas_predict_every_example_and_resume_in_step(tmp_path):
     import subprocess
     import sys
 
-    from tests.conftest import REPO
+    from conftest import REPO
 
     result = subprocess.run([sys.executable, "-c", MIRRORED, str(REPO), str(tmp_path)],
                             capture_output=True, text=True, cwd=REPO)
@@ -220,8 +220,8 @@ def test_fine_tuning_starts_from_a_pretraining_runs_checkpoint(tmp_path):
     """--init_checkpoint=<a run_pretraining output_dir>: the encoder is taken, the head is new."""
     import keras
 
-    from modeling import checkpoints
-    from modeling.models import BertPretrainer
+    from bert_tf2.modeling import checkpoints
+    from bert_tf2.modeling.models import BertPretrainer
 
     keras.utils.set_random_seed(1)
     config = BertConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2,

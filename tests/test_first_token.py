@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.test_example_packing import glue_features, minilm_classifier  # noqa: F401
+from test_example_packing import glue_features, minilm_classifier  # noqa: F401
 
 
 def reference_logits(model, inputs, training=False):
@@ -17,8 +17,8 @@ def reference_logits(model, inputs, training=False):
 
 def test_first_token_output_is_the_sequence_outputs_first_token(minilm_classifier, shared_data,
                                                                 tokenizer):
-    from modeling.encoder import first_token_output
-    from tasks.tensors import model_inputs
+    from bert_tf2.modeling.encoder import first_token_output
+    from bert_tf2.tasks.tensors import model_inputs
 
     inputs = model_inputs(glue_features(shared_data, tokenizer, "MRPC", 24))
     full = np.asarray(minilm_classifier.encoder(inputs)["sequence_output"])[:, 0]
@@ -29,7 +29,7 @@ def test_first_token_output_is_the_sequence_outputs_first_token(minilm_classifie
 
 def test_classifier_logits_and_gradients_equal_the_full_graph(minilm_classifier, shared_data,
                                                               tokenizer):
-    from tasks.tensors import model_inputs
+    from bert_tf2.tasks.tensors import model_inputs
 
     features = glue_features(shared_data, tokenizer, "MRPC", 24)
     inputs = model_inputs(features)
@@ -55,7 +55,7 @@ def test_classifier_logits_and_gradients_equal_the_full_graph(minilm_classifier,
 
 def test_training_mode_runs_dropout_on_the_first_token_path(minilm_classifier, shared_data,
                                                             tokenizer):
-    from tasks.tensors import model_inputs
+    from bert_tf2.tasks.tensors import model_inputs
 
     inputs = model_inputs(glue_features(shared_data, tokenizer, "MRPC", 8))
     a = np.asarray(minilm_classifier(inputs, training=True)["logits"])
@@ -67,9 +67,9 @@ def test_training_mode_runs_dropout_on_the_first_token_path(minilm_classifier, s
 def test_multiple_choice_logits_equal_the_full_graph(minilm_dir):
     import keras
 
-    from modeling import checkpoints
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertMultipleChoice
+    from bert_tf2.modeling import checkpoints
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertMultipleChoice
 
     keras.utils.set_random_seed(5)
     model = BertMultipleChoice(BertEncoder(checkpoints.read_config(minilm_dir)), num_choices=4)

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen import tokenization, vocab_sanity
-from data_gen.graph_tokenizer import GraphTokenizer, InputPacker, truncated_lengths
-from data_gen.tokenization import BasicTokenizer, FullTokenizer
-from tests.test_tokenization import HOSTILE, random_texts
+from bert_tf2.data_gen import tokenization, vocab_sanity
+from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer, InputPacker, truncated_lengths
+from bert_tf2.data_gen.tokenization import BasicTokenizer, FullTokenizer
+from test_tokenization import HOSTILE, random_texts
 
 CASINGS = pytest.mark.parametrize("do_lower_case", [True, False], ids=["lower", "cased"])
 
@@ -286,8 +286,8 @@ def test_functional_model_round_trips_through_a_keras_file(text_model, minilm_vo
 
 
 def test_feeds_the_encoder(minilm_vocab):
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.modeling.encoder import BertEncoder
 
     config = BertConfig(vocab_size=30522, hidden_size=8, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=16)

@@ -17,12 +17,12 @@ import time
 
 import pytest
 
-from process.fault_points import STOP_VARIABLE
-from tests.conftest import REPO
-from tests.test_faults import (assert_same_run, classifier, extract_features_command, listing,
+from bert_tf2.process.fault_points import STOP_VARIABLE
+from conftest import REPO
+from test_faults import (assert_same_run, classifier, extract_features_command, listing,
                                pretraining_command, pretraining_data_command, run, sst2_lines,
                                wait_until_stopped)
-from tests.test_faults import mrpc, records  # noqa: F401  (fixtures)
+from test_faults import mrpc, records  # noqa: F401  (fixtures)
 
 ONE_LINE = re.compile(r"^(?P<program>\S+): interrupted by (?P<signal>Ctrl-C \(SIGINT\)|SIGTERM) "
                       r"(?P<where>.+); nothing half-written is left; the same command "
@@ -224,7 +224,7 @@ def test_extract_features_interrupted_in_a_part_resumes_after_the_complete_ones(
 # ----------------------------------------------------------------------------- a second Ctrl-C
 SLOW_CLEAN_UP = textwrap.dedent("""
     import sys, time
-    from process.errors import run_main
+    from bert_tf2.process.errors import run_main
 
     def main(argv):
         try:

@@ -12,11 +12,11 @@ import sys
 import numpy as np
 import pytest
 
-from process.fault_points import KILL_VARIABLE
-from tests.conftest import REPO, read_results, read_tsv, run_script
-from tests.test_faults import listing
-from tests.test_run_classifier import glue_slice
-from tests.test_run_ner import conll_slice
+from bert_tf2.process.fault_points import KILL_VARIABLE
+from conftest import REPO, read_results, read_tsv, run_script
+from test_faults import listing
+from test_run_classifier import glue_slice
+from test_run_ner import conll_slice
 
 pytest.importorskip("jax", reason="jax is not installed (make test installs setup.py's jax extra)")
 
@@ -219,7 +219,7 @@ def test_what_jax_cannot_do_is_refused_in_one_line(mrpc, tiny_checkpoint, no_ten
 @pytest.fixture(scope="module")
 def pretraining_records(shared_data, tiny_checkpoint, no_tensorflow, tmp_path_factory):
     path = tmp_path_factory.mktemp("records") / "records.tfrecord"
-    run_jax(no_tensorflow, "-m", "-m", "data_gen.pretraining.create_pretraining_data",
+    run_jax(no_tensorflow, "-m", "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
             f"--input_file={shared_data}/corpus/wikitext-2/valid.txt", f"--output_file={path}",
             f"--vocab_file={tiny_checkpoint}/vocab.txt", "--max_seq_length=64",
             "--max_predictions_per_seq=10", "--dupe_factor=1")
@@ -332,8 +332,8 @@ def test_extract_features_on_jax_and_pytorch_writes_tensorflows_lines(
 
 def test_sigterm_on_jax_is_one_line_and_the_rerun_ends_as_the_uninterrupted_run(
         classifier_runs, mrpc, tiny_checkpoint, no_tensorflow, tmp_path):
-    from process.fault_points import STOP_VARIABLE
-    from tests.test_faults import wait_until_stopped
+    from bert_tf2.process.fault_points import STOP_VARIABLE
+    from test_faults import wait_until_stopped
 
     out = tmp_path / "out"
     command = [sys.executable, *[str(REPO / part) if part.endswith(".py") else part
@@ -365,7 +365,7 @@ def test_two_processes_train_as_one_process(mrpc, tiny_checkpoint, no_tensorflow
     through TF_CONFIG as on TensorFlow (`jax.distributed`), each reading its share of every
     batch, train, evaluate and predict as one process at the same global batch; the chief alone
     writes the outputs, the other its scratch folder."""
-    from tests.test_multi_worker import free_ports
+    from test_multi_worker import free_ports
 
     flags = ["--bucket_by_length=false"]  # several processes read untrimmed, unbucketed rows
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]

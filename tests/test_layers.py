@@ -18,7 +18,7 @@ import pathlib
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from conftest import REPO
 
 LAYERS = {"process": 1, "modeling": 2, "data_gen": 3, "engine": 4, "tasks": 5, "search": 5,
           "model_server": 5}
@@ -40,8 +40,20 @@ def project_modules():
         yield from sorted((REPO / package).rglob("*.py"))
 
 
+PACKAGE = "bert_tf2"
+
+
+def project_part(module: str) -> str | None:
+    """`bert_tf2.tasks.squad.files` -> `tasks.squad.files`; None outside the package."""
+    prefix = PACKAGE + "."
+    return module[len(prefix):] if module.startswith(prefix) else None
+
+
 def layer_of(module: str) -> int | None:
-    top = module.split(".")[0]
+    part = project_part(module)
+    if part is None:
+        return None  # the standard library and third parties
+    top = part.split(".")[0]
     if top in LAYERS:
         return LAYERS[top]
     if top.startswith("run_") or top == "runner_flags":
@@ -81,6 +93,22 @@ def test_imports_only_go_down():
     assert not upward, "imports that go up a layer:\n" + "\n".join(upward)
 
 
+# The names the project's modules had at the top of site-packages before the one package.
+BARE_NAMES = set(LAYERS) | {"inference", "runner_flags", "serve", "create_pretraining_data",
+                            "batch_predict", "extract_features", "export_litert"}
+
+
+def test_every_import_of_the_project_names_its_package():
+    """`from modeling import ...` would load a second copy of a module (from the checkout, beside
+    the installed `bert_tf2.modeling`), with classes that are not the package's."""
+    files = [*project_modules(), *REPO.glob("tests/*.py"), *REPO.glob("bench/*.py"),
+             *REPO.glob("examples/*.py")]
+    bare = [f"{relative(path)}:{line} imports {module}" for path in files
+            for line, module in imported_modules(path)
+            if module.split(".")[0] in BARE_NAMES or module.split(".")[0].startswith("run_")]
+    assert not bare, "imports without the bert_tf2 package:\n" + "\n".join(bare)
+
+
 def test_tasks_do_not_import_each_other():
     crossing = []
     shared = {path.stem for path in (REPO / "tasks").glob("*.py")}  # tensors, prediction_files
@@ -89,7 +117,7 @@ def test_tasks_do_not_import_each_other():
         if len(parts) < 2:
             continue  # tasks/tensors.py, tasks/__init__.py: shared by all tasks
         for line, module in imported_modules(path):
-            names = module.split(".")
+            names = (project_part(module) or "").split(".")
             if names[0] == "tasks" and len(names) > 1 and names[1] not in (parts[0], *shared):
                 crossing.append(f"{relative(path)}:{line} imports {module}")
     assert not crossing, "a task imports another task:\n" + "\n".join(crossing)
@@ -100,10 +128,11 @@ def test_the_search_knows_no_task_and_no_task_knows_the_search():
     crossing = [f"{relative(path)}:{line} imports {module}"
                 for package, other in (("search", "tasks"), ("tasks", "search"))
                 for path in sorted((REPO / package).rglob("*.py"))
-                for line, module in imported_modules(path) if module.split(".")[0] == other]
+                for line, module in imported_modules(path)
+                if (project_part(module) or "").split(".")[0] == other]
     assert not crossing, "\n".join(crossing)
     # The search process loads no TensorFlow: its trials do.
-    assert top_packages_loaded(["search.study", "search.report", "search.runner_check"],
+    assert top_packages_loaded(["bert_tf2.search.study", "bert_tf2.search.report", "bert_tf2.search.runner_check"],
                                {"tensorflow", "keras", "tasks", "modeling", "data_gen"}) == []
 
 
@@ -121,7 +150,7 @@ def test_only_front_doors_read_flags():
 def test_the_layer_rule_sees_an_upward_import(tmp_path):
     """The check above can fail: an import of a task from modeling is an upward import."""
     bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    from tasks.squad import metrics\n")
+    bad.write_text("def f():\n    from bert_tf2.tasks.squad import metrics\n")
     assert [layer_of(m) for _, m in imported_modules(bad)] == [LAYERS["tasks"]]
     assert LAYERS["tasks"] > LAYERS["modeling"]
 
@@ -129,7 +158,8 @@ def test_the_layer_rule_sees_an_upward_import(tmp_path):
 def top_packages_loaded(modules: list, packages: set) -> list:
     """Which of `packages` a fresh process has loaded after importing `modules`."""
     script = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
-              f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {packages!r}))\n")
+              f"print(sorted({{m.removeprefix('{PACKAGE}.').split('.')[0] for m in sys.modules}}"
+              f" & {packages!r}))\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -137,7 +167,7 @@ def top_packages_loaded(modules: list, packages: set) -> list:
 
 
 def test_the_encoder_loads_without_data_gen_engine_or_tasks():
-    assert top_packages_loaded(["modeling.encoder"],
+    assert top_packages_loaded(["bert_tf2.modeling.encoder"],
                                {"data_gen", "engine", "tasks", "runner_flags"}) == []
 
 
@@ -162,7 +192,7 @@ def test_modeling_holds_no_process_machinery():
 
 def test_the_ground_floor_loads_alone():
     """Every module of `process/` imports without TensorFlow, Keras or any floor above it."""
-    modules = sorted(f"process.{p.stem}" for p in (REPO / "process").glob("*.py")
+    modules = sorted(f"{PACKAGE}.process.{p.stem}" for p in (REPO / "process").glob("*.py")
                      if p.stem != "__init__")
     assert top_packages_loaded(modules, {"tensorflow", "keras", "modeling", "data_gen", "engine",
                                          "tasks", "runner_flags"}) == []

@@ -1,4 +1,4 @@
-"""`python -m data_gen.learn_vocab`: the original layout, every character, clear errors."""
+"""`python -m bert_tf2.data_gen.learn_vocab`: the original layout, every character, clear errors."""
 import collections
 import os
 import subprocess
@@ -9,15 +9,15 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
-from data_gen import learn_vocab, vocab_sanity
-from data_gen.tokenization import BasicTokenizer, FullTokenizer, load_vocab_tokens
-from process.errors import UserError
+from bert_tf2.data_gen import learn_vocab, vocab_sanity
+from bert_tf2.data_gen.tokenization import BasicTokenizer, FullTokenizer, load_vocab_tokens
+from bert_tf2.process.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "data_gen.learn_vocab", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "bert_tf2.data_gen.learn_vocab", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, run_script
-from tests.test_run_classifier import glue_slice
+from conftest import REPO, run_script
+from test_run_classifier import glue_slice
 
 DOCSTRINGS = REPO / "examples" / "docstring_topics"
 
@@ -59,7 +59,7 @@ def served(export, **texts):
 
 
 def test_export_writes_int8_and_its_description(single_export):
-    from engine.litert_layout import read_description
+    from bert_tf2.engine.litert_layout import read_description
 
     assert sorted(p.name for p in (single_export / "litert").iterdir()) == [
         "float32.tflite", "int8.tflite", "serving.json"]
@@ -74,7 +74,7 @@ def test_export_writes_int8_and_its_description(single_export):
 
 
 def test_float32_file_answers_raw_text_as_the_savedmodel(single_export):
-    from tasks.classification.litert_serving import LiteRTClassifier
+    from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     dev = [row[2] for row in read_tsv(DOCSTRINGS / "dev.tsv")[1:]]
     dev += ["", "   ", "Ünïcödé àccents, CJK 中文 and an emoji 🙂 too", "x " * 200]
@@ -87,7 +87,7 @@ def test_float32_file_answers_raw_text_as_the_savedmodel(single_export):
     labels = fast(dev)["label"]
     assert labels == [label.decode() for label in expected["label"]]
     # The same ids as the runner's conversion, row by row.
-    from data_gen.tokenization import FullTokenizer
+    from bert_tf2.data_gen.tokenization import FullTokenizer
     tokenizer = FullTokenizer(single_export / "assets.extra" / "vocab.txt")
     inputs = fast.inputs(dev[:3])
     for row, text in zip(inputs["input_word_ids"], dev[:3]):
@@ -96,7 +96,7 @@ def test_float32_file_answers_raw_text_as_the_savedmodel(single_export):
 
 
 def test_int8_file_agrees_with_float32_on_held_out_sentences(single_export):
-    from tasks.classification.litert_serving import LiteRTClassifier
+    from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     dev = [row[2] for row in read_tsv(DOCSTRINGS / "dev.tsv")[1:]]
     float32 = LiteRTClassifier.load(str(single_export), "float32")(dev)
@@ -107,7 +107,7 @@ def test_int8_file_agrees_with_float32_on_held_out_sentences(single_export):
 
 
 def test_pairs_and_an_empty_second_text_as_the_savedmodel(pair_export):
-    from tasks.classification.litert_serving import LiteRTClassifier
+    from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     export, data = pair_export
     rows = read_tsv(data / "dev.tsv")[1:]
@@ -121,7 +121,7 @@ def test_pairs_and_an_empty_second_text_as_the_savedmodel(pair_export):
 
 
 def test_one_interpreter_answers_every_shape_as_a_row_alone(pair_export):
-    from tasks.classification.litert_serving import LiteRTClassifier
+    from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     export, _ = pair_export
     fast = LiteRTClassifier.load(str(export), group_rows=4)
@@ -163,7 +163,7 @@ def _partitions(count):
 
 
 def test_cut_points_find_the_least_cost_groups_of_every_partition():
-    from engine.litert_runtime import GroupCost, cut_points
+    from bert_tf2.engine.litert_runtime import GroupCost, cut_points
 
     rng = np.random.default_rng(3)
     for trial in range(200):
@@ -190,7 +190,7 @@ def test_cut_points_find_the_least_cost_groups_of_every_partition():
 
 
 def test_group_cost_is_timed_from_three_shapes(monkeypatch):
-    import engine.litert_runtime as runtime
+    import bert_tf2.engine.litert_runtime as runtime
 
     class Clock:  # each run advances it by the true cost, in microseconds per token
         now = 0.0
@@ -217,8 +217,8 @@ def test_group_cost_is_timed_from_three_shapes(monkeypatch):
 def test_a_row_that_finds_the_process_idle_runs_on_one_thread(pair_export):
     import time
 
-    from engine.litert_runtime import IDLE_SECONDS
-    from tasks.classification.litert_serving import LiteRTClassifier
+    from bert_tf2.engine.litert_runtime import IDLE_SECONDS
+    from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     export, data = pair_export
     rows = read_tsv(data / "dev.tsv")[1:]
@@ -239,8 +239,8 @@ def test_a_row_that_finds_the_process_idle_runs_on_one_thread(pair_export):
 
 
 def test_mistakes_are_one_line(pair_export, single_export, tmp_path):
-    from engine.litert_layout import LiteRTError
-    from tasks.classification.litert_serving import LiteRTClassifier
+    from bert_tf2.engine.litert_layout import LiteRTError
+    from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     export, _ = pair_export
     with pytest.raises(LiteRTError, match="not an export"):
@@ -282,8 +282,8 @@ def test_a_cut_litert_file_is_one_line_naming_the_command_that_remakes_it(single
     naming the file and the export_litert.py command, not with a traceback."""
     import shutil
 
-    from engine.litert_layout import LiteRTError
-    from tasks.classification.litert_serving import LiteRTClassifier
+    from bert_tf2.engine.litert_layout import LiteRTError
+    from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     export = tmp_path / "serving"
     shutil.copytree(single_export, export)
@@ -359,13 +359,13 @@ def test_regression_and_multi_label_outputs_as_the_savedmodel(kind, minilm_dir, 
     multi-label probabilities, 0/1 per label at the export's thresholds, and the label names."""
     import keras
 
-    from engine import export
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertClassifier
-    from tasks.classification.litert_serving import LiteRTClassifier
-    from tasks.classification.serving import ClassifierServing
-    from tests.conftest import TINY
+    from bert_tf2.engine import export
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertClassifier
+    from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
+    from bert_tf2.tasks.classification.serving import ClassifierServing
+    from conftest import TINY
 
     keras.utils.set_random_seed(7)
     vocab = str(minilm_dir / "vocab.txt")
@@ -398,7 +398,7 @@ class _Unconvertible:
     def __new__(cls):
         import tensorflow as tf
 
-        from engine.export import token_id_spec
+        from bert_tf2.engine.export import token_id_spec
 
         class Module(tf.Module):
             litert = False
@@ -420,7 +420,7 @@ class _Unconvertible:
 
 
 def test_an_export_that_cannot_be_converted_is_one_line(minilm_dir, tmp_path):
-    from engine import export
+    from bert_tf2.engine import export
 
     export.save(_Unconvertible(), str(tmp_path / "serving"),
                 {"vocab.txt": str(minilm_dir / "vocab.txt")})
@@ -435,10 +435,10 @@ def random_export(module_of, minilm_dir, path, litert="float32", initializer_ran
     """A tiny random BERT (seeded) in a task's serving module, exported with a LiteRT file."""
     import keras
 
-    from engine import export
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-    from tests.conftest import TINY
+    from bert_tf2.engine import export
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.modeling.encoder import BertEncoder
+    from conftest import TINY
 
     keras.utils.set_random_seed(7)
     vocab = str(minilm_dir / "vocab.txt")
@@ -452,12 +452,12 @@ def test_multiple_choice_fast_path_as_the_savedmodel(shared_data, minilm_dir, tm
     """Real SWAG rows, ragged: a question or none, a choice "" and fewer choices than the model
     scores. float32 gives serve_text's probabilities; int8 its clear choices; batch_predict
     --litert writes the SavedModel's lines."""
-    from engine import litert
-    from engine.litert_layout import LiteRTError
-    from modeling.models import BertMultipleChoice
-    from tasks.multiple_choice.litert_serving import LiteRTChooser
-    from tasks.multiple_choice.reader import read_examples
-    from tasks.multiple_choice.serving import MultipleChoiceServing
+    from bert_tf2.engine import litert
+    from bert_tf2.engine.litert_layout import LiteRTError
+    from bert_tf2.modeling.models import BertMultipleChoice
+    from bert_tf2.tasks.multiple_choice.litert_serving import LiteRTChooser
+    from bert_tf2.tasks.multiple_choice.reader import read_examples
+    from bert_tf2.tasks.multiple_choice.serving import MultipleChoiceServing
 
     def module(encoder, vocab):
         model = BertMultipleChoice(encoder, 4)
@@ -514,9 +514,9 @@ def test_multiple_choice_fast_path_as_the_savedmodel(shared_data, minilm_dir, tm
 def test_embedding_fast_path_as_the_savedmodel(minilm_dir, tmp_path):
     """Mean-pooled normalised and [CLS] vectors, short, empty and over-long texts: float32 gives
     serve_text's vectors; int8 vectors point the same way (cosine > 0.99)."""
-    from engine import litert
-    from tasks.feature_extraction.litert_serving import LiteRTEmbedder
-    from tasks.feature_extraction.serving import EmbeddingServing
+    from bert_tf2.engine import litert
+    from bert_tf2.tasks.feature_extraction.litert_serving import LiteRTEmbedder
+    from bert_tf2.tasks.feature_extraction.serving import EmbeddingServing
 
     texts = [row[2] for row in read_tsv(DOCSTRINGS / "dev.tsv")[1:]]
     texts += ["", "Ünïcödé àccents, CJK 中文 and an emoji 🙂 too", "x " * 200]

@@ -9,11 +9,11 @@ import random
 import numpy as np
 import pytest
 
-from tests.conftest import read_results, read_tsv, run_script, serve_texts
+from conftest import read_results, read_tsv, run_script, serve_texts
 
 
 def windows(tokens_a, tokens_b, max_seq_length, doc_stride):
-    from tasks.classification.features import document_windows
+    from bert_tf2.tasks.classification.features import document_windows
 
     return document_windows(list(tokens_a), None if tokens_b is None else list(tokens_b),
                             max_seq_length, doc_stride)
@@ -51,8 +51,8 @@ def test_pair_windows_by_hand():
 
 
 def test_a_document_s_rows_carry_its_labels_and_index(tokenizer):
-    from tasks.classification.features import convert_document, convert_example
-    from tasks.classification.reader import InputExample
+    from bert_tf2.tasks.classification.features import convert_document, convert_example
+    from bert_tf2.tasks.classification.reader import InputExample
 
     words = " ".join(["the"] * 25)
     example = InputExample("d-0", words, None, ("acq", "earn"), "0")
@@ -70,7 +70,7 @@ def test_a_document_s_rows_carry_its_labels_and_index(tokenizer):
 
 
 def test_pooled_logits_against_a_loop():
-    from tasks.classification.window_pooling import pool_windows
+    from bert_tf2.tasks.classification.window_pooling import pool_windows
 
     rng = np.random.default_rng(1)
     owner = np.array([0, 0, 0, 1, 2, 2, 3, 3, 3, 3])
@@ -84,7 +84,7 @@ def test_pooled_logits_against_a_loop():
 
 
 def test_graph_pooling_equals_numpy_pooling():
-    from tasks.classification.window_pooling import pool_window_logits, pool_windows
+    from bert_tf2.tasks.classification.window_pooling import pool_window_logits, pool_windows
 
     rng = np.random.default_rng(2)
     owner = np.repeat(np.arange(6), [1, 4, 2, 1, 7, 3])
@@ -113,7 +113,7 @@ def batches(dataset, count):
 
 
 def test_training_batches_hold_whole_documents():
-    from data_gen.datasets import Batching, in_memory_dataset
+    from bert_tf2.data_gen.datasets import Batching, in_memory_dataset
 
     features = whole_document_features()
     owner = features["example_index"]
@@ -149,8 +149,8 @@ def test_training_batches_hold_whole_documents():
 
 
 def test_whole_documents_need_consecutive_rows_and_a_full_batch():
-    from data_gen.datasets import Batching, in_memory_dataset
-    from data_gen.errors import DataError
+    from bert_tf2.data_gen.datasets import Batching, in_memory_dataset
+    from bert_tf2.data_gen.errors import DataError
 
     features = whole_document_features()
     with pytest.raises(DataError, match="6 training examples are fewer than one batch of 8"):
@@ -173,7 +173,7 @@ class RowLogits:
 
 
 def document_task(pooling, multi_label):
-    from tasks.classification.task import ClassificationTask
+    from bert_tf2.tasks.classification.task import ClassificationTask
 
     task = ClassificationTask("multilabel" if multi_label else "mrpc", "unused", doc_stride=8,
                               window_pooling=pooling, window_loss="document")
@@ -226,9 +226,9 @@ def test_served_windows_are_the_runner_s(vocab_file, tokenizer):
     lengths and strides: the graph's rows equal `convert_document`'s, in order."""
     import tensorflow as tf
 
-    from tasks.classification.features import convert_document
-    from tasks.classification.reader import InputExample
-    from tasks.classification.serving import ClassifierServing
+    from bert_tf2.tasks.classification.features import convert_document
+    from bert_tf2.tasks.classification.reader import InputExample
+    from bert_tf2.tasks.classification.serving import ClassifierServing
 
     words = ["the", "cat", "sat", "on", "a", "mat", "unaffable", "tokenization", "1987"]
     rng = random.Random(5)
@@ -285,8 +285,8 @@ def long_run(tmp_path_factory, shared_data, tiny_checkpoint):
 
 
 def test_runner_trains_on_windows_and_answers_once_per_document(long_run, tokenizer):
-    from data_gen.windows import fixed_stride_spans
-    from tasks.classification.features import load_features
+    from bert_tf2.data_gen.windows import fixed_stride_spans
+    from bert_tf2.tasks.classification.features import load_features
 
     out, data = long_run["out"], long_run["data"]
     texts = {split: [json.loads(x)["text"] for x in (data / f"{split}.jsonl").open()]
@@ -375,7 +375,7 @@ def test_max_pooling_rescored_from_the_same_weights(long_run, tmp_path):
     texts = [json.loads(x)["text"] for x in (long_run["data"] / "dev.jsonl").open()]
     model = tf.saved_model.load(str(long_run["root"] / "export"))
     serving = model.signatures["serve_token_ids"]
-    from tasks.classification.features import load_features
+    from bert_tf2.tasks.classification.features import load_features
 
     features = load_features(str(long_run["out"] / "dev.tf_record"), 64, regression=False,
                              multi_label_size=90)

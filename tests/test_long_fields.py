@@ -13,12 +13,12 @@ import tracemalloc
 
 import pytest
 
-from data_gen.packing import pack, truncate_seq_pair
-from tasks.classification import features as classification
-from tasks.classification.processors import get_processor
-from tasks.multiple_choice import features as multiple_choice
-from tasks.multiple_choice.reader import read_swag
-from tests.conftest import read_tsv, run_script
+from bert_tf2.data_gen.packing import pack, truncate_seq_pair
+from bert_tf2.tasks.classification import features as classification
+from bert_tf2.tasks.classification.processors import get_processor
+from bert_tf2.tasks.multiple_choice import features as multiple_choice
+from bert_tf2.tasks.multiple_choice.reader import read_swag
+from conftest import read_tsv, run_script
 
 LIMIT = 131072  # the csv module's own default field limit
 
@@ -130,8 +130,8 @@ def test_a_book_in_one_json_line_is_read_whole_and_windowed(tmp_path, tokenizer,
 
 
 def test_a_book_as_a_squad_context_and_question(tmp_path, tokenizer, book):
-    from tasks.squad.features import SquadSettings, convert_example
-    from tasks.squad.reader import read_squad_examples
+    from bert_tf2.tasks.squad.features import SquadSettings, convert_example
+    from bert_tf2.tasks.squad.reader import read_squad_examples
 
     context = book[:300000]
     answer = "Emma Woodhouse"
@@ -150,8 +150,8 @@ def test_a_book_as_a_squad_context_and_question(tmp_path, tokenizer, book):
 
 
 def test_a_long_conll_token_and_sentence(tmp_path, tokenizer, book):
-    from tasks.ner.features import convert_sentence
-    from tasks.ner.reader import read_conll
+    from bert_tf2.tasks.ner.features import convert_sentence
+    from bert_tf2.tasks.ner.reader import read_conll
 
     words = book[:200000].split()
     lines = ["-DOCSTART- -X- -X- O", "", *(f"{w} NN O O" for w in words),

@@ -3,8 +3,8 @@ import math
 
 import numpy as np
 
-from modeling import losses
-from tasks.pretraining.task import PretrainingTask
+from bert_tf2.modeling import losses
+from bert_tf2.tasks.pretraining.task import PretrainingTask
 
 
 def log_softmax(x):

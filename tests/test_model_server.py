@@ -14,9 +14,9 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
-from tests.http_server import call, free_port, server
-from tests.test_litert import pair_export, served  # noqa: F401  (the module's fixture)
+from conftest import REPO
+from http_server import call, free_port, server
+from test_litert import pair_export, served  # noqa: F401  (the module's fixture)
 
 pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed: pip install "
                     "'bert-tf2[serve]'")
@@ -255,11 +255,11 @@ def test_multiple_choice_and_embedding_exports_answer_as_serve_text(shared_data,
                                                                     tmp_path):
     """Any export is served: multiple choice (a list of choices per row, ragged) and an
     embedder (one input: bare texts in rows and columns), float32 against serve_text."""
-    from modeling.models import BertMultipleChoice
-    from tasks.feature_extraction.serving import EmbeddingServing
-    from tasks.multiple_choice.reader import read_examples
-    from tasks.multiple_choice.serving import MultipleChoiceServing
-    from tests.test_litert import random_export
+    from bert_tf2.modeling.models import BertMultipleChoice
+    from bert_tf2.tasks.feature_extraction.serving import EmbeddingServing
+    from bert_tf2.tasks.multiple_choice.reader import read_examples
+    from bert_tf2.tasks.multiple_choice.serving import MultipleChoiceServing
+    from test_litert import random_export
 
     choosing = random_export(lambda encoder, vocab: MultipleChoiceServing(
         BertMultipleChoice(encoder, 4), vocab, True, 48, 4), minilm_dir, tmp_path / "choose")
@@ -293,7 +293,7 @@ def test_the_listening_socket_is_tcp_by_name():
     """asyncio sets TCP_NODELAY on accepted connections only for a socket made with
     IPPROTO_TCP; without it, Nagle's algorithm held every answer on a keep-alive connection
     40 ms (measured: 44 ms against 3.5 ms per request with requests.Session)."""
-    from model_server.app import bind
+    from bert_tf2.model_server.app import bind
 
     sock = bind("127.0.0.1", 0)
     try:

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from data_gen.errors import DataError
-from tests.conftest import read_results, read_tsv, run_script, serve_texts
+from bert_tf2.data_gen.errors import DataError
+from conftest import read_results, read_tsv, run_script, serve_texts
 
 
 def write_jsonl(path, records):
@@ -16,7 +16,7 @@ def write_jsonl(path, records):
 
 
 def processor():
-    from tasks.classification.processors import get_processor
+    from bert_tf2.tasks.classification.processors import get_processor
 
     return get_processor("multilabel")
 
@@ -101,7 +101,7 @@ def test_invalid_utf8_and_a_repeated_label_file_line(tmp_path):
 
 
 def test_generic_label_column_holds_several_labels(tmp_path):
-    from tasks.classification.processors import get_processor
+    from bert_tf2.tasks.classification.processors import get_processor
 
     (tmp_path / "train.tsv").write_text("text\ttopics\nrain and wheat\twheat|grain\nbank\tacq\n")
     (tmp_path / "test.tsv").write_text("text\ttopics\nsome text\t\n")
@@ -127,9 +127,9 @@ def test_generic_label_column_holds_several_labels(tmp_path):
 
 # ------------------------------------------------------------------------------------ features
 def test_label_sets_become_multi_hot_rows_and_back(tmp_path, tokenizer):
-    from tests.test_classification_features import write_records
-    from tasks.classification.features import example_records, load_features
-    from tasks.classification.reader import InputExample
+    from test_classification_features import write_records
+    from bert_tf2.tasks.classification.features import example_records, load_features
+    from bert_tf2.tasks.classification.reader import InputExample
 
     labels = ["acq", "corn", "grain", "wheat"]
     examples = [InputExample("t-0", "wheat and corn", None, ("wheat", "corn"), "0"),
@@ -145,8 +145,8 @@ def test_label_sets_become_multi_hot_rows_and_back(tmp_path, tokenizer):
 
 # ------------------------------------------------------------------------------------ math
 def test_loss_is_the_mean_binary_cross_entropy():
-    from modeling.losses import multi_label_loss
-    from tasks.classification.task import ClassificationTask
+    from bert_tf2.modeling.losses import multi_label_loss
+    from bert_tf2.tasks.classification.task import ClassificationTask
 
     rng = np.random.default_rng(0)
     logits = rng.normal(0, 4, (6, 5)).astype(np.float32)
@@ -164,7 +164,7 @@ def test_loss_is_the_mean_binary_cross_entropy():
 
 
 def test_metrics_against_a_hand_count():
-    from tasks.classification.metrics import multi_label_metrics, per_label_metrics
+    from bert_tf2.tasks.classification.metrics import multi_label_metrics, per_label_metrics
 
     gold = np.array([[1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 0, 0]])
     pred = np.array([[1, 0, 0], [1, 0, 1], [0, 1, 0], [0, 0, 0]])
@@ -183,7 +183,7 @@ def test_metrics_against_a_hand_count():
 
 
 def test_thresholds_tuned_by_hand():
-    from tasks.classification.thresholds import tune_thresholds
+    from bert_tf2.tasks.classification.thresholds import tune_thresholds
 
     probs = np.array([[0.9, 0.30, 0.2], [0.6, 0.35, 0.1], [0.2, 0.10, 0.4], [0.45, 0.6, 0.1]])
     gold = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 0], [1, 0, 0]])
@@ -229,7 +229,7 @@ def gold_matrix(path, labels):
 
 
 def test_runner_scores_writes_and_thresholds(reuters_run):
-    from tasks.classification.metrics import multi_label_metrics, per_label_metrics
+    from bert_tf2.tasks.classification.metrics import multi_label_metrics, per_label_metrics
 
     out, data = reuters_run["out"], reuters_run["data"]
     labels = (data / "labels.txt").read_text().split()
@@ -365,10 +365,10 @@ def test_generic_tsv_with_multi_label_through_the_runner(reuters_run, tmp_path):
 def test_label_bias_starts_at_the_training_log_odds(reuters_run):
     """--init_label_bias: a fresh head's biases are log(p / (1 - p)) of each label's share of the
     training documents (kept within [1e-4, 1 - 1e-4])."""
-    from engine.task import Split
-    from modeling.config import BertConfig
-    from tasks.classification.task import ClassificationTask, label_log_odds
-    from tests.conftest import TINY
+    from bert_tf2.engine.task import Split
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.tasks.classification.task import ClassificationTask, label_log_odds
+    from conftest import TINY
 
     np.testing.assert_allclose(label_log_odds([0.5, 0.1, 0.0, 1.0]),
                                [0.0, np.log(1 / 9), np.log(1e-4 / (1 - 1e-4)),
@@ -376,7 +376,7 @@ def test_label_bias_starts_at_the_training_log_odds(reuters_run):
     data = reuters_run["data"]
     labels = (data / "labels.txt").read_text().split()
     task = ClassificationTask("multilabel", str(data), init_label_bias=True)
-    from tasks.classification.processors import get_processor
+    from bert_tf2.tasks.classification.processors import get_processor
 
     task.processor, task.multi_label, task.labels = get_processor("multilabel"), True, labels
     task.read(Split("train", [str(data / "train.jsonl")]))

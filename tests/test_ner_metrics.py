@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from tasks.ner import metrics as conlleval
-from tasks.ner.metrics import Chunk, chunks, evaluate, report
+from bert_tf2.tasks.ner import metrics as conlleval
+from bert_tf2.tasks.ner.metrics import Chunk, chunks, evaluate, report
 
 
 def counts(scores):
@@ -233,7 +233,7 @@ def iob2_to_iob1(tags):
 
 
 def test_real_dev_set(shared_data):
-    from tasks.ner.reader import read_conll
+    from bert_tf2.tasks.ner.reader import read_conll
 
     gold = [s.labels for s in read_conll(str(shared_data / "conll2003" / "valid.txt"))]
     scores = evaluate(gold, gold)

@@ -6,9 +6,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from data_gen.datasets import BUCKET_WINDOW, Batching, in_memory_dataset
-from data_gen.numpy_datasets import HostInputContext, in_memory_batches
-from tasks.ner.features import _add_label_weights
+from bert_tf2.data_gen.datasets import BUCKET_WINDOW, Batching, in_memory_dataset
+from bert_tf2.data_gen.numpy_datasets import HostInputContext, in_memory_batches
+from bert_tf2.tasks.ner.features import _add_label_weights
 
 
 def _features(count=203, length=32, seed=0):
@@ -116,7 +116,7 @@ def test_whole_examples_keep_every_window_of_a_document_together():
 
 
 def test_too_few_training_examples_is_named():
-    from data_gen.errors import DataError
+    from bert_tf2.data_gen.errors import DataError
 
     with pytest.raises(DataError, match="5 training examples are fewer than one batch of 8"):
         in_memory_batches(_features(count=5), 8, True)

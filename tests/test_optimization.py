@@ -3,7 +3,7 @@ import keras
 import numpy as np
 import pytest
 
-from modeling.optimization import (AdamWeightDecay, Lamb, WarmupPolynomialDecay,
+from bert_tf2.modeling.optimization import (AdamWeightDecay, Lamb, WarmupPolynomialDecay,
                                    create_optimizer)
 
 
@@ -109,10 +109,10 @@ def test_create_optimizer_uses_the_schedule():
 
 def test_decay_exclusions_on_bert_variables_match_the_original_names(tf1_tiny_dir):
     """Keras variable paths must exclude exactly what the original's TF1 names exclude."""
-    from modeling.checkpoint_names import tf1_variable_map
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertPretrainer
+    from bert_tf2.modeling.checkpoint_names import tf1_variable_map
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertPretrainer
     model = BertPretrainer(BertEncoder(BertConfig.from_json_file(tf1_tiny_dir / "bert_config.json")))
     for optimizer_class in (AdamWeightDecay, Lamb):
         optimizer = optimizer_class()

@@ -12,10 +12,10 @@ import tensorflow as tf
 pytest.importorskip("apache_beam", reason="apache-beam is not installed: the Beam pipeline "
                     "needs the beam extra (pip install -e '.[beam]')")
 
-from data_gen.pretraining.create_pretraining_data import create_pretraining_data  # noqa: E402
-from data_gen.pretraining.documents import InputOptions  # noqa: E402
-from data_gen.pretraining.dataset import load_records  # noqa: E402
-from data_gen.pretraining.instances import InstanceSettings  # noqa: E402
+from bert_tf2.data_gen.pretraining.create_pretraining_data import create_pretraining_data  # noqa: E402
+from bert_tf2.data_gen.pretraining.documents import InputOptions  # noqa: E402
+from bert_tf2.data_gen.pretraining.dataset import load_records  # noqa: E402
+from bert_tf2.data_gen.pretraining.instances import InstanceSettings  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,7 +30,7 @@ def test_beam_pipeline_matches_the_local_run(tmp_path, shared_data, minilm_dir):
     vocab = str(minilm_dir / "vocab.txt")
     prefix = str(tmp_path / "beam" / "train")
     completed = subprocess.run(
-        [sys.executable, "-m", "data_gen.pretraining.beam_pipeline", f"--input_file={','.join(wikitext)}",
+        [sys.executable, "-m", "bert_tf2.data_gen.pretraining.beam_pipeline", f"--input_file={','.join(wikitext)}",
          "--input_format=wikitext", f"--output_file={prefix}", "--num_output_shards=3",
          f"--vocab_file={vocab}", "--dupe_factor=2", "--pool_bytes=300000",
          "--", "--runner=DirectRunner", "--direct_num_workers=1"],
@@ -55,7 +55,7 @@ def test_a_bad_input_fails_the_pipeline_with_the_file_and_line(tmp_path, minilm_
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"Fine.\n\nCaf\xe9.\n")
     completed = subprocess.run(
-        [sys.executable, "-m", "data_gen.pretraining.beam_pipeline", f"--input_file={bad}",
+        [sys.executable, "-m", "bert_tf2.data_gen.pretraining.beam_pipeline", f"--input_file={bad}",
          f"--output_file={tmp_path / 'out' / 'train'}", f"--vocab_file={minilm_dir / 'vocab.txt'}",
          "--", "--runner=DirectRunner"],
         cwd=REPO, capture_output=True, text=True, timeout=600)

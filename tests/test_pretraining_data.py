@@ -11,12 +11,12 @@ import sys
 import numpy as np
 import pytest
 
-from data_gen.pretraining import masking
-from data_gen.pretraining.create_pretraining_data import create_pretraining_data
-from data_gen.pretraining.documents import InputOptions, stream_documents
-from data_gen.pretraining.dataset import load_records
-from data_gen.pretraining.instances import InstanceSettings
-from data_gen.tokenization import load_vocab
+from bert_tf2.data_gen.pretraining import masking
+from bert_tf2.data_gen.pretraining.create_pretraining_data import create_pretraining_data
+from bert_tf2.data_gen.pretraining.documents import InputOptions, stream_documents
+from bert_tf2.data_gen.pretraining.dataset import load_records
+from bert_tf2.data_gen.pretraining.instances import InstanceSettings
+from bert_tf2.data_gen.tokenization import load_vocab
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,7 +42,7 @@ def corpus_run(tmp_path_factory, wikitext, vocab_file):
     out = tmp_path_factory.mktemp("corpus")
     shards = [str(out / "train-0.tfrecord"), str(out / "train-1.tfrecord")]
     completed = subprocess.run(
-        [sys.executable, "-m", "data_gen.pretraining.create_pretraining_data",
+        [sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
          f"--input_file={','.join(wikitext)}", "--input_format=wikitext",
          f"--output_file={','.join(shards)}", f"--vocab_file={vocab_file}", "--num_workers=2",
          "--pool_bytes=600000"],

@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen.pretraining.create_pretraining_data import create_pretraining_data
-from data_gen.pretraining.documents import InputOptions
-from data_gen.pretraining.dataset import load_records, pretraining_dataset
-from data_gen.pretraining.instances import InstanceSettings
+from bert_tf2.data_gen.pretraining.create_pretraining_data import create_pretraining_data
+from bert_tf2.data_gen.pretraining.documents import InputOptions
+from bert_tf2.data_gen.pretraining.dataset import load_records, pretraining_dataset
+from bert_tf2.data_gen.pretraining.instances import InstanceSettings
 
 
 @pytest.fixture(scope="module")

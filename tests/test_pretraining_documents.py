@@ -4,8 +4,8 @@ import logging
 
 import pytest
 
-from data_gen.pretraining import documents
-from data_gen.pretraining.documents import InputFormatError, InputOptions
+from bert_tf2.data_gen.pretraining import documents
+from bert_tf2.data_gen.pretraining.documents import InputFormatError, InputOptions
 
 
 def write(path, data: bytes):

@@ -5,10 +5,10 @@ import sys
 
 import pytest
 
-from data_gen.pretraining import pool_worker
-from data_gen.pretraining.create_pretraining_data import create_pretraining_data
-from data_gen.pretraining.documents import InputFormatError, InputOptions
-from data_gen.pretraining.instances import InstanceSettings
+from bert_tf2.data_gen.pretraining import pool_worker
+from bert_tf2.data_gen.pretraining.create_pretraining_data import create_pretraining_data
+from bert_tf2.data_gen.pretraining.documents import InputFormatError, InputOptions
+from bert_tf2.data_gen.pretraining.instances import InstanceSettings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TWO_DOCUMENTS = b"The first document.\nIt has two sentences.\n\nThe second one.\n"
@@ -128,14 +128,14 @@ def test_cli_exits_1_with_the_message_and_writes_nothing(tmp_path, vocab_file):
     missing = str(tmp_path / "nothing-*.txt")
     out = tmp_path / "out"
     completed = subprocess.run(
-        [sys.executable, "-m", "data_gen.pretraining.create_pretraining_data", f"--input_file={missing}",
+        [sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data", f"--input_file={missing}",
          f"--output_file={out}/train.tfrecord", f"--vocab_file={vocab_file}"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 1
     assert f"--input_file: '{missing}' matches no file" in completed.stderr
     assert not out.exists()
     completed = subprocess.run(
-        [sys.executable, "-m", "data_gen.pretraining.create_pretraining_data", "--input_file=x.txt"],
+        [sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data", "--input_file=x.txt"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     # A required flag left out is a flag error: one line, exit status 2.
     assert completed.returncode == 2 and "--output_file" in completed.stderr

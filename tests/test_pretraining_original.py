@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen.pretraining.create_pretraining_data import create_pretraining_data
-from data_gen.pretraining.dataset import load_records
-from data_gen.pretraining.documents import InputOptions, stream_documents
-from data_gen.pretraining.instances import InstanceSettings
+from bert_tf2.data_gen.pretraining.create_pretraining_data import create_pretraining_data
+from bert_tf2.data_gen.pretraining.dataset import load_records
+from bert_tf2.data_gen.pretraining.documents import InputOptions, stream_documents
+from bert_tf2.data_gen.pretraining.instances import InstanceSettings
 
 if importlib.util.find_spec("bert") is None:
     pytest.skip("the oracle bert-tensorflow==1.0.4 (Google's original scripts) is not installed: "

@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
-from data_gen.pretraining import nsp_pools
-from data_gen.pretraining import parallel
-from data_gen.pretraining import pool_worker
-from data_gen.pretraining.documents import InputFormatError
-from data_gen.pretraining.instances import InstanceSettings
+from bert_tf2.data_gen.pretraining import nsp_pools
+from bert_tf2.data_gen.pretraining import parallel
+from bert_tf2.data_gen.pretraining import pool_worker
+from bert_tf2.data_gen.pretraining.documents import InputFormatError
+from bert_tf2.data_gen.pretraining.instances import InstanceSettings
 
 
 def test_bucket_count_follows_input_size():

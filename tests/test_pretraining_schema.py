@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen.pretraining import schema as pretraining_schema
+from bert_tf2.data_gen.pretraining import schema as pretraining_schema
 
 
 def _tf_example(features: dict) -> tf.train.Example:

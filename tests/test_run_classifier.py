@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import read_results, read_tsv, run_script
+from conftest import read_results, read_tsv, run_script
 
 
 def glue_slice(shared_data, task, destination, rows):
@@ -130,9 +130,9 @@ print(json.dumps({"label": [x.decode() for x in out["label"].numpy()],
 
 
 def test_saved_model_in_a_fresh_process_predicts_as_the_runner(mrpc_run, tmp_path):
-    from tasks.classification.features import convert_example, load_features
-    from tasks.classification.reader import InputExample
-    from data_gen.tokenization import FullTokenizer
+    from bert_tf2.tasks.classification.features import convert_example, load_features
+    from bert_tf2.tasks.classification.reader import InputExample
+    from bert_tf2.data_gen.tokenization import FullTokenizer
 
     dev = read_tsv(mrpc_run["data"] / "dev.tsv")[1:]
     features = load_features(str(mrpc_run["out"] / "dev.tf_record"), 64, regression=False)

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from tasks.ner.reader import read_conll
-from tasks.ner import metrics as conlleval
-from tests.conftest import read_results, run_script
+from bert_tf2.tasks.ner.reader import read_conll
+from bert_tf2.tasks.ner import metrics as conlleval
+from conftest import read_results, run_script
 
 
 def run_ner(*flags, check=True):
@@ -92,7 +92,7 @@ def test_training_scores_every_epoch_as_conlleval(ner_run):
 
 
 def test_long_sentences_use_several_windows_and_every_word_is_tagged(ner_run):
-    from tasks.ner.features import load_features
+    from bert_tf2.tasks.ner.features import load_features
 
     features = load_features(str(ner_run["out"] / "eval.tf_record"), 32)
     sentences = read_conll(str(ner_run["data"] / "valid.txt"))
@@ -145,10 +145,10 @@ def test_feature_based_mode_trains_only_the_bilstm(shared_data, tiny_checkpoint,
     import numpy as np
     import tensorflow as tf
 
-    from modeling.checkpoint_names import encoder_variable_map
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertFeatureTagger
+    from bert_tf2.modeling.checkpoint_names import encoder_variable_map
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertFeatureTagger
 
     labels = json.loads((out / "run_config.json").read_text())["identity"]["labels"]
     config = BertConfig.from_json_file(str(tiny_checkpoint / "bert_config.json"))
@@ -188,7 +188,7 @@ def test_saved_model_in_a_fresh_process_tags_as_the_runner(ner_run, tmp_path, mi
     """Raw sentences (the valid slice's words joined by spaces) through the SavedModel: the same
     tags as the runner's eval_predictions.txt for every sentence that fits one window; longer
     ones are windowed at any piece (see modeling/ner_serving.py) and still get a tag per word."""
-    from data_gen.tokenization import FullTokenizer
+    from bert_tf2.data_gen.tokenization import FullTokenizer
 
     words, _, predicted = read_predictions(ner_run["out"] / "eval_predictions.txt")
     texts = tmp_path / "texts.json"
@@ -217,7 +217,7 @@ def test_litert_path_tags_every_sentence_as_the_runner(ner_run):
     """The export's LiteRT file (float32, made by export_litert.py) through `LiteRTTagger`: the
     runner's windows and reading rule, so the runner's tags for every sentence, long ones too;
     the int8 file the export wrote agrees with it on nearly every word."""
-    from tasks.ner.litert_serving import LiteRTTagger
+    from bert_tf2.tasks.ner.litert_serving import LiteRTTagger
 
     export = ner_run["root"] / "export"
     run_script("export_litert.py", f"--saved_model={export}", "--quantization=float32")
@@ -238,8 +238,8 @@ def test_the_export_served_over_http_tags_as_its_fast_path(ner_run):
     """serve.py on the export's int8 file: TF Serving's predict in rows and columns, the words
     and tags of `LiteRTTagger` called directly, long sentences (several windows) included."""
     pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed")
-    from tasks.ner.litert_serving import LiteRTTagger
-    from tests.http_server import call, server
+    from bert_tf2.tasks.ner.litert_serving import LiteRTTagger
+    from http_server import call, server
 
     export = ner_run["root"] / "export"
     words, _, _ = read_predictions(ner_run["out"] / "eval_predictions.txt")

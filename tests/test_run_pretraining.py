@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from modeling import checkpoints
-from modeling.encoder import BertEncoder
-from modeling.models import BertPretrainer
+from bert_tf2.modeling import checkpoints
+from bert_tf2.modeling.encoder import BertEncoder
+from bert_tf2.modeling.models import BertPretrainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -32,7 +32,7 @@ def corpus(shared_data, minilm_dir, tmp_path_factory):
     text = (shared_data / "corpus" / "wikitext-2" / "valid.txt").read_bytes()[:300_000]
     (root / "wiki.txt").write_bytes(text)
     for length, predictions in ((64, 10), (128, 20)):
-        result = python("-m", "data_gen.pretraining.create_pretraining_data", f"--input_file={root}/wiki.txt",
+        result = python("-m", "bert_tf2.data_gen.pretraining.create_pretraining_data", f"--input_file={root}/wiki.txt",
                         f"--output_file={root}/records-{length}.tfrecord",
                         f"--vocab_file={minilm_dir}/vocab.txt", f"--max_seq_length={length}",
                         f"--max_predictions_per_seq={predictions}", "--dupe_factor=1")

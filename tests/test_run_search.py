@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from tests.conftest import REPO
-from tests.test_run_classifier import glue_slice
+from conftest import REPO
+from test_run_classifier import glue_slice
 
 
 @pytest.fixture(scope="module")
@@ -325,7 +325,7 @@ def test_any_runner_ner_with_seeds_chooses_by_its_own_metric(tmp_path, shared_da
                                                               tiny_checkpoint):
     """run_ner keeps best/ by entity F1: the search reads that from the runs and reports the
     spread of one recipe over two seeds."""
-    from tests.test_run_ner import conll_slice
+    from test_run_ner import conll_slice
 
     data = conll_slice(shared_data, tmp_path / "conll", {"train.txt": 2500, "valid.txt": 700})
     search = tmp_path / "search"

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from tasks.squad.files import load_squad, make_v2, write_json
-from tasks.squad import metrics as squad_metrics
-from tests.conftest import read_results, run_script
+from bert_tf2.tasks.squad.files import load_squad, make_v2, write_json
+from bert_tf2.tasks.squad import metrics as squad_metrics
+from conftest import read_results, run_script
 
 
 def run_squad(*flags, check=True):
@@ -143,7 +143,7 @@ def test_litert_path_answers_as_the_runners_predictions(squad_run):
     """The export's LiteRT file (float32, made by export_litert.py) through `LiteRTReader`: the
     runner's windows and decoding, so its predictions.json answers and n-best probabilities;
     the int8 file the export wrote agrees on nearly every answer."""
-    from tasks.squad.litert_serving import LiteRTReader
+    from bert_tf2.tasks.squad.litert_serving import LiteRTReader
 
     export = squad_run["root"] / "export"
     run_script("export_litert.py", f"--saved_model={export}", "--quantization=float32")
@@ -167,8 +167,8 @@ def test_the_export_served_over_http_answers_as_its_fast_path(squad_run):
     """serve.py on the export's int8 file: TF Serving's predict in rows, the answers and
     probabilities of `LiteRTReader` called directly."""
     pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed")
-    from tasks.squad.litert_serving import LiteRTReader
-    from tests.http_server import call, server
+    from bert_tf2.tasks.squad.litert_serving import LiteRTReader
+    from http_server import call, server
 
     export = squad_run["root"] / "export"
     dev = json.loads(squad_run["dev"].read_text())

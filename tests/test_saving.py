@@ -3,12 +3,12 @@ import keras
 import numpy as np
 import pytest
 
-from modeling import checkpoints
-from modeling.config import BertConfig
-from modeling.encoder import BertEncoder
-from modeling.models import (BertClassifier, BertMultipleChoice, BertPretrainer, BertSpanLabeler,
+from bert_tf2.modeling import checkpoints
+from bert_tf2.modeling.config import BertConfig
+from bert_tf2.modeling.encoder import BertEncoder
+from bert_tf2.modeling.models import (BertClassifier, BertMultipleChoice, BertPretrainer, BertSpanLabeler,
                              BertTokenClassifier)
-from tests.test_encoder_numerics import padded_batch
+from test_encoder_numerics import padded_batch
 
 
 @pytest.fixture()

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from search.space import PAPER_GRID, SearchSpace, SearchSpaceError, config_name, parse_dimension
-from search.statistics import expected_best, expected_best_curve, spread
-from search.trial_process import run_trial
+from bert_tf2.search.space import PAPER_GRID, SearchSpace, SearchSpaceError, config_name, parse_dimension
+from bert_tf2.search.statistics import expected_best, expected_best_curve, spread
+from bert_tf2.search.trial_process import run_trial
 
 MRPC_LIKE = [0.842, 0.861, 0.813, 0.868, 0.684, 0.855, 0.850]  # one degenerate restart
 
@@ -114,7 +114,7 @@ def test_a_flag_searched_twice_is_refused():
 FAKE_RUN = r"""
 import os, signal, sys
 sys.path.insert(0, sys.argv[2])
-from process import evaluation_gate
+from bert_tf2.process import evaluation_gate
 out = sys.argv[1]
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
 os.makedirs(out, exist_ok=True)
@@ -162,7 +162,7 @@ def test_a_watched_run_reports_each_evaluation_and_stops_when_pruned(tmp_path):
 
 def test_an_ungated_run_does_not_wait_and_a_gate_nobody_opens_times_out(tmp_path, monkeypatch,
                                                                         caplog):
-    from process import evaluation_gate
+    from bert_tf2.process import evaluation_gate
 
     monkeypatch.delenv(evaluation_gate.VARIABLE, raising=False)
     start = time.monotonic()
@@ -180,7 +180,7 @@ def test_an_ungated_run_does_not_wait_and_a_gate_nobody_opens_times_out(tmp_path
 
 
 def test_the_runner_check_loads_every_fine_tuning_runners_flags():
-    from search.runner_check import RUNNERS, check_command_lines
+    from bert_tf2.search.runner_check import RUNNERS, check_command_lines
 
     for runner in RUNNERS:
         check_command_lines(runner, [["--learning_rate=3e-5", "--train_batch_size=16"]], ["x"])
@@ -191,7 +191,7 @@ def test_the_runner_check_loads_every_fine_tuning_runners_flags():
 def test_an_evaluation_is_compared_at_the_epoch_it_closes():
     """Epoch ends are rounded steps (MRPC less 408 pairs at batch 16: 203.75 steps an epoch,
     evaluated at step 204); the last evaluation is at num_train_steps; half epochs round up."""
-    from search.study import SearchSettings, epoch_of
+    from bert_tf2.search.study import SearchSettings, epoch_of
 
     settings = SearchSettings("x", "run_classifier", ["--num_train_epochs=2.5"], SearchSpace([]))
     assert [epoch_of(g, 407, settings, {"num_train_epochs": "2"}) for g in (204, 407)] == [1, 2]
@@ -202,7 +202,7 @@ def test_an_evaluation_is_compared_at_the_epoch_it_closes():
 
 def test_only_a_configurations_first_run_is_pruned():
     """Further seeds and restarts measure the spread: pruning their low runs would flatter it."""
-    from search.study import EvaluationWatcher, Search, SearchSettings, Slot
+    from bert_tf2.search.study import EvaluationWatcher, Search, SearchSettings, Slot
 
     search = Search(SearchSettings("x", "run_classifier", [], SearchSpace([]), seeds=3,
                                    restarts=2))

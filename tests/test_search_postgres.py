@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from tests import postgres_cluster
-from tests.conftest import REPO
-from tests.test_run_search import (best_score, logged_runs, mrpc, run,  # noqa: F401 (fixture)
+import postgres_cluster
+from conftest import REPO
+from test_run_search import (best_score, logged_runs, mrpc, run,  # noqa: F401 (fixture)
                                    runner_flags, search_command, table)
 
 GRID = ["--grid=learning_rate=1e-3,2e-4", "--grid=num_train_epochs=2", "--seeds=2"]

@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from model_server import protocol
-from model_server.batching import DynamicBatcher, NotServing, Overloaded
+from bert_tf2.model_server import protocol
+from bert_tf2.model_server.batching import DynamicBatcher, NotServing, Overloaded
 
 PAIR = ["text_a", "text_b"]
 PAIR_LISTS = {"text_a": False, "text_b": False}

@@ -13,11 +13,11 @@ import sys
 import numpy as np
 import pytest
 
-from tasks.squad import features as squad_data
-from tasks.squad.reader import read_squad_examples
-from tasks.squad.files import load_squad, make_v2, split_articles, write_json
-from data_gen.tokenization import FullTokenizer
-from tasks.squad import postprocess as squad_postprocess
+from bert_tf2.tasks.squad import features as squad_data
+from bert_tf2.tasks.squad.reader import read_squad_examples
+from bert_tf2.tasks.squad.files import load_squad, make_v2, split_articles, write_json
+from bert_tf2.data_gen.tokenization import FullTokenizer
+from bert_tf2.tasks.squad import postprocess as squad_postprocess
 
 if importlib.util.find_spec("bert") is None:
     pytest.skip("the oracle bert-tensorflow==1.0.4 (Google's original scripts) is not installed: "
@@ -281,7 +281,7 @@ def test_records_round_trip(tmp_path, squad, tokenizer):
     write_json(path, head)
     examples = read_squad_examples(str(path), is_training=True)
     features = list(squad_data.convert_examples(examples, tokenizer, SMALL, True))
-    from data_gen.records import ShardedRecordWriter
+    from bert_tf2.data_gen.records import ShardedRecordWriter
 
     records = str(tmp_path / "train.tf_record")
     with ShardedRecordWriter([records]) as writer:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tasks.squad.files import load_squad, main, make_v2, split_articles
-from tasks.squad.metrics import squad_v1_scores, squad_v2_scores
+from bert_tf2.tasks.squad.files import load_squad, main, make_v2, split_articles
+from bert_tf2.tasks.squad.metrics import squad_v1_scores, squad_v2_scores
 
 
 def _questions(dataset_json: dict) -> list:

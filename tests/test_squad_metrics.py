@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from tasks.squad.metrics import (exact_match, f1_score, find_best_thresh, normalize_answer,
+from bert_tf2.tasks.squad.metrics import (exact_match, f1_score, find_best_thresh, normalize_answer,
                                     squad_v1_scores, squad_v2_scores)
 
 
@@ -74,7 +74,7 @@ def test_v1_scores_max_over_golds_and_missing(caplog):
     # q2: [santa clara california] vs [santa clara]: P = 2/3, R = 1 -> F1 0.8; EM 0
     # q3: EM 1, F1 1;  q4: missing -> 0
     # EM = 100 * 1/4 = 25;  F1 = 100 * (6/7 + 0.8 + 1 + 0) / 4 = 66.428571...
-    with caplog.at_level(logging.WARNING, logger="tasks.squad.metrics"):
+    with caplog.at_level(logging.WARNING, logger="bert_tf2.tasks.squad.metrics"):
         scores = squad_v1_scores(dataset, predictions)
     assert scores == pytest.approx({"exact_match": 25.0, "f1": 100 * (6 / 7 + 1.8) / 4, "total": 4})
     assert scores["f1"] == pytest.approx(66.4285714, abs=1e-6)
@@ -106,7 +106,7 @@ def test_v2_splits_and_empty_answers():
 
 def test_v2_without_no_answer_questions_has_no_noans_keys(caplog):
     dataset = _dataset(("a", ["Denver Broncos"]), ("b", ["Santa Clara"]))
-    with caplog.at_level(logging.WARNING, logger="tasks.squad.metrics"):
+    with caplog.at_level(logging.WARNING, logger="bert_tf2.tasks.squad.metrics"):
         scores = squad_v2_scores(dataset, {"a": "broncos"})
     # b has no prediction: left out of every average. a: P = 1, R = 1/2 -> F1 = 2/3
     assert scores == pytest.approx({"exact": 0.0, "f1": 200 / 3, "total": 1,

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_gen import vocab_sanity
-from data_gen.graph_tokenizer import GraphTokenizer
-from data_gen.tokenization import BasicTokenizer, FullTokenizer
-from tests.test_tokenization import HOSTILE, random_texts
+from bert_tf2.data_gen import vocab_sanity
+from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer
+from bert_tf2.data_gen.tokenization import BasicTokenizer, FullTokenizer
+from test_tokenization import HOSTILE, random_texts
 
 SEQ, STRIDE, QUERY = 128, 32, 64
 TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -42,16 +42,16 @@ def vocab_file(minilm_dir) -> pathlib.Path:
 def span_model():
     import keras
 
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-    from modeling.models import BertSpanLabeler
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertSpanLabeler
 
     keras.utils.set_random_seed(11)
     return BertSpanLabeler(BertEncoder(BertConfig.from_dict(TINY)))
 
 
 def serving_module(span_model, vocab_file, version_2: bool):
-    from tasks.squad.serving import SquadServing
+    from bert_tf2.tasks.squad.serving import SquadServing
 
     return SquadServing(span_model, vocab_file, do_lower_case=True, max_seq_length=SEQ,
                         doc_stride=STRIDE, max_query_length=QUERY, version_2=version_2)
@@ -60,7 +60,7 @@ def serving_module(span_model, vocab_file, version_2: bool):
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory, span_model, vocab_file):
     """`version_2 -> (module, export_dir)`."""
-    from engine import export as serving
+    from bert_tf2.engine import export as serving
 
     root = tmp_path_factory.mktemp("squad_export")
     out = {}
@@ -299,7 +299,7 @@ def test_v2_null_decisions_and_odds_are_the_originals(oracle, served, span_model
                                                       threshold):
     """At threshold 0 (the export's) and at the median of the null odds, where half the answers
     are null."""
-    from tasks.squad.serving import SquadServing
+    from bert_tf2.tasks.squad.serving import SquadServing
 
     examples, original = oracle[True]["examples"], oracle[True]
     if threshold == "zero":
@@ -470,7 +470,7 @@ def test_unicode_spaces_and_marks_in_the_context(exports, tokenizers):
 
 
 def test_invalid_settings_are_refused(span_model, vocab_file):
-    from tasks.squad.serving import SquadServing
+    from bert_tf2.tasks.squad.serving import SquadServing
 
     with pytest.raises(ValueError, match="max_query_length"):
         SquadServing(span_model, vocab_file, True, max_seq_length=67, max_query_length=64)

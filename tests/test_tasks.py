@@ -11,17 +11,17 @@ import math
 import numpy as np
 import pytest
 
-from data_gen.records import ShardedRecordWriter
-from engine.finetuning import FinetuneSettings, check_best_metric, finetune
-from engine.task import Setup
-from process.errors import SettingsError
-from tasks.classification.task import ClassificationTask
-from tasks.ner.task import NerTask
-from tasks.squad.task import SquadTask
-from tests.conftest import read_results, read_tsv
-from tests.test_run_classifier import glue_slice
-from tests.test_run_ner import conll_slice
-from tests.test_run_squad import paragraphs
+from bert_tf2.data_gen.records import ShardedRecordWriter
+from bert_tf2.engine.finetuning import FinetuneSettings, check_best_metric, finetune
+from bert_tf2.engine.task import Setup
+from bert_tf2.process.errors import SettingsError
+from bert_tf2.tasks.classification.task import ClassificationTask
+from bert_tf2.tasks.ner.task import NerTask
+from bert_tf2.tasks.squad.task import SquadTask
+from conftest import read_results, read_tsv
+from test_run_classifier import glue_slice
+from test_run_ner import conll_slice
+from test_run_squad import paragraphs
 
 SEQ = 64
 
@@ -191,7 +191,7 @@ def test_the_driver_fine_tunes_evaluates_predicts_and_exports_in_process(
     assert run_config["identity"]["max_seq_length"] == SEQ
     assert run_config["training"]["num_train_steps"] == 4
     # A second run with another task in the same output_dir is refused before it writes.
-    from engine.run_config import RunConfigError
+    from bert_tf2.engine.run_config import RunConfigError
 
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
     cola = glue_slice(shared_data, "CoLA", tmp_path / "cola", {"train": 8, "dev": 8})

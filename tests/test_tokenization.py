@@ -11,8 +11,8 @@ import warnings
 
 import pytest
 
-from data_gen import tokenization, vocab_sanity
-from data_gen.tokenization import BasicTokenizer, FullTokenizer, WordpieceTokenizer
+from bert_tf2.data_gen import tokenization, vocab_sanity
+from bert_tf2.data_gen.tokenization import BasicTokenizer, FullTokenizer, WordpieceTokenizer
 
 
 # ------------------------------------------------------------------ the oracle

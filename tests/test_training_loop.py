@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from modeling.checkpoint_names import tf1_variable_map
-from modeling.config import BertConfig
-from engine.distribution import get_strategy
-from modeling.encoder import BertEncoder
-from modeling.models import BertPretrainer
-from modeling.optimization import create_optimizer
-from tasks.pretraining.task import PretrainingTask, pretrainer_inputs
-from engine.training import NonFiniteLossError, Trainer, TrainerConfig
+from bert_tf2.modeling.checkpoint_names import tf1_variable_map
+from bert_tf2.modeling.config import BertConfig
+from bert_tf2.engine.distribution import get_strategy
+from bert_tf2.modeling.encoder import BertEncoder
+from bert_tf2.modeling.models import BertPretrainer
+from bert_tf2.modeling.optimization import create_optimizer
+from bert_tf2.tasks.pretraining.task import PretrainingTask, pretrainer_inputs
+from bert_tf2.engine.training import NonFiniteLossError, Trainer, TrainerConfig
 
 VOCAB, LENGTH, PREDICTIONS = 60, 16, 3
 
@@ -109,7 +109,7 @@ def test_resume_from_an_earlier_versions_names_and_remove_a_partial_checkpoint(t
     import logging
     import shutil
 
-    from modeling.checkpoints import resolve_tf1_prefix
+    from bert_tf2.modeling.checkpoints import resolve_tf1_prefix
 
     straight, data = trainer(tmp_path / "straight", steps=20, batch=8)
     straight.train(data)
@@ -125,7 +125,7 @@ def test_resume_from_an_earlier_versions_names_and_remove_a_partial_checkpoint(t
     partial.mkdir()
     shutil.copy(run / "ckpt-10.index", partial / "part-00000-of-00001.index")
     second, data = trainer(run, steps=20, batch=8, seed=99)
-    with caplog.at_level(logging.INFO, logger="engine.training"):
+    with caplog.at_level(logging.INFO, logger="bert_tf2.engine.training"):
         second.train(data)
     assert not partial.exists()
     assert f"removed {partial}, a partial checkpoint left by an interrupted run" in caplog.text

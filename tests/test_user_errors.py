@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, run_script
-from tests.test_run_classifier import glue_slice
+from conftest import REPO, run_script
+from test_run_classifier import glue_slice
 
 
 def snapshot(folder):
@@ -44,7 +44,7 @@ def finished(tmp_path_factory, shared_data, tiny_checkpoint):
                "--train_batch_size=16", "--num_train_epochs=1", f"--output_dir={out}",
                "--do_train", "--do_eval", "--do_predict", f"--export_dir={root / 'export'}")
     records = root / "records-64.tfrecord"
-    run_script("-m", "data_gen.pretraining.create_pretraining_data",
+    run_script("-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
                f"--input_file={shared_data}/corpus/wikitext-2/valid.txt",
                f"--output_file={records}", f"--vocab_file={tiny_checkpoint}/vocab.txt",
                "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=1")
@@ -197,7 +197,7 @@ def data_tool_vocabulary_without_mask(case, tmp_path):
 
 def converter_truncated_checkpoint(case, tmp_path):
     truncated_checkpoint(case, tmp_path)
-    return ["-m", "modeling.convert", "--from=tf1", "--to=hf",
+    return ["-m", "bert_tf2.modeling.convert", "--from=tf1", "--to=hf",
             f"--input={tmp_path / 'ckpt'}", f"--output={case['out']}/converted"]
 
 
@@ -308,7 +308,7 @@ def flag(*flags, script="classifier"):
                     f"--output_file={case['out']}/records.tfrecord",
                     f"--vocab_file={case['checkpoint']}/vocab.txt", *flags]
         if script == "vocab":
-            return ["-m", "data_gen.learn_vocab", f"--input_file={case['glue']}/train.tsv",
+            return ["-m", "bert_tf2.data_gen.learn_vocab", f"--input_file={case['glue']}/train.tsv",
                     f"--output_file={case['out']}/vocab.txt", *flags]
         return classifier(case, case["glue"], "--do_train", *flags)
     return build
@@ -381,7 +381,7 @@ def latin1_corpus(case, tmp_path):
     text = (case["shared"] / "corpus" / "wikitext-2" / "valid.txt").read_text(encoding="utf-8")
     (tmp_path / "latin1.txt").write_bytes(
         text[:20000].replace("the", "th\u00e9").encode("latin-1", "replace"))
-    return ["-m", "data_gen.learn_vocab", f"--input_file={tmp_path / 'latin1.txt'}",
+    return ["-m", "bert_tf2.data_gen.learn_vocab", f"--input_file={tmp_path / 'latin1.txt'}",
             "--vocab_size=2000", f"--output_file={tmp_path / 'out' / 'vocab.txt'}"]
 
 

@@ -5,8 +5,8 @@ import random
 import numpy as np
 import tensorflow as tf
 
-from data_gen import graph_windows
-from data_gen.windows import fixed_stride_spans, max_context_windows, word_aligned_spans
+from bert_tf2.data_gen import graph_windows
+from bert_tf2.data_gen.windows import fixed_stride_spans, max_context_windows, word_aligned_spans
 
 
 def test_word_aligned_spans_by_hand():

@@ -1,7 +1,7 @@
 """The same transformation as an Apache Beam pipeline, for corpora beyond one machine.
 
     pip install .[beam]
-    python -m data_gen.pretraining.beam_pipeline --input_file='gs://bucket/corpus/*.txt' \\
+    python -m bert_tf2.data_gen.pretraining.beam_pipeline --input_file='gs://bucket/corpus/*.txt' \\
         --output_file=gs://bucket/records/train --num_output_shards=256 \\
         --vocab_file=gs://bucket/vocab.txt -- \\
         --runner=DataflowRunner --project=P --region=R --temp_location=gs://bucket/tmp \\
@@ -28,15 +28,15 @@ from absl import flags, logging
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from data_gen.pretraining import documents
-from data_gen.pretraining import nsp_pools
-from data_gen.pretraining import flags as pretraining_flags
-from data_gen.pretraining.documents import InputOptions
-from data_gen.pretraining.instances import InstanceSettings
-from data_gen.pretraining.records import RecordMaker
-from data_gen.pretraining.stats import PretrainingStats
-from process import output_lock
-from process.errors import as_user_error, parse_known_flags, run_main
+from bert_tf2.data_gen.pretraining import documents
+from bert_tf2.data_gen.pretraining import nsp_pools
+from bert_tf2.data_gen.pretraining import flags as pretraining_flags
+from bert_tf2.data_gen.pretraining.documents import InputOptions
+from bert_tf2.data_gen.pretraining.instances import InstanceSettings
+from bert_tf2.data_gen.pretraining.records import RecordMaker
+from bert_tf2.data_gen.pretraining.stats import PretrainingStats
+from bert_tf2.process import output_lock
+from bert_tf2.process.errors import as_user_error, parse_known_flags, run_main
 
 FLAGS = flags.FLAGS
 STATS_TAG = "stats"

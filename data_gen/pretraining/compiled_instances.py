@@ -18,8 +18,8 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from data_gen.pretraining import mersenne
-from data_gen.pretraining.mersenne import randbelow, randint, random_float, shuffle
+from bert_tf2.data_gen.pretraining import mersenne
+from bert_tf2.data_gen.pretraining.mersenne import randbelow, randint, random_float, shuffle
 
 MAX_RANDOM_DOCUMENT_DRAWS = 10
 KIND_MASK, KIND_RANDOM, KIND_UNCHANGED = 0, 1, 2  # what a chosen token became

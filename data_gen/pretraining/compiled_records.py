@@ -12,9 +12,9 @@ from typing import Iterator, NamedTuple
 import numba
 import numpy as np
 
-from data_gen import tfrecord_frames
-from data_gen.pretraining import schema
-from data_gen.tfrecord_frames import FOOTER_BYTES, HEADER_BYTES, frame
+from bert_tf2.data_gen import tfrecord_frames
+from bert_tf2.data_gen.pretraining import schema
+from bert_tf2.data_gen.tfrecord_frames import FOOTER_BYTES, HEADER_BYTES, frame
 
 # Sorted key order; ids say which feature each is in the compiled code.
 _INPUT_IDS, _INPUT_MASK, _MASKED_IDS, _MASKED_POSITIONS, _WEIGHTS, _NSP, _SEGMENT_IDS = range(7)

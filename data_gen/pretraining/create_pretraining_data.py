@@ -1,6 +1,6 @@
 """Pretraining TFRecords from raw documents: the original's algorithm, streaming and in parallel.
 
-    python -m data_gen.pretraining.create_pretraining_data --input_file=corpus/*.txt \\
+    python -m bert_tf2.data_gen.pretraining.create_pretraining_data --input_file=corpus/*.txt \\
         --output_file=out/train-0.tfrecord,out/train-1.tfrecord --vocab_file=vocab.txt \\
         --num_workers=2
 
@@ -28,20 +28,20 @@ import time
 import numpy as np
 from absl import app, flags, logging
 
-from data_gen.pretraining import documents
-from data_gen.pretraining import nsp_pools
-from data_gen.pretraining import pool_worker
-from data_gen.pretraining import flags as pretraining_flags
-from data_gen.pretraining.documents import InputOptions
-from data_gen.pretraining.instances import InstanceSettings
-from data_gen.pretraining.parallel import OrderedPool, start_method
-from data_gen.pretraining.records import REQUIRED_TOKENS, RecordMaker
-from data_gen.pretraining.stats import PretrainingStats
-from data_gen.records import ShardedRecordWriter, check_output_files
-from data_gen.tokenization import load_vocab, special_token_ids
-from process import interrupts, output_lock
-from process.atomic_files import remove_partial_files, write_text
-from process.errors import SettingsError, as_user_error, run_main
+from bert_tf2.data_gen.pretraining import documents
+from bert_tf2.data_gen.pretraining import nsp_pools
+from bert_tf2.data_gen.pretraining import pool_worker
+from bert_tf2.data_gen.pretraining import flags as pretraining_flags
+from bert_tf2.data_gen.pretraining.documents import InputOptions
+from bert_tf2.data_gen.pretraining.instances import InstanceSettings
+from bert_tf2.data_gen.pretraining.parallel import OrderedPool, start_method
+from bert_tf2.data_gen.pretraining.records import REQUIRED_TOKENS, RecordMaker
+from bert_tf2.data_gen.pretraining.stats import PretrainingStats
+from bert_tf2.data_gen.records import ShardedRecordWriter, check_output_files
+from bert_tf2.data_gen.tokenization import load_vocab, special_token_ids
+from bert_tf2.process import interrupts, output_lock
+from bert_tf2.process.atomic_files import remove_partial_files, write_text
+from bert_tf2.process.errors import SettingsError, as_user_error, run_main
 
 FLAGS = flags.FLAGS
 

@@ -10,9 +10,9 @@ values, faster). Without tf.data's autotuning model, as every input pipeline her
 """
 import tensorflow as tf
 
-from data_gen.datasets import without_autotune_model
-from data_gen.pretraining import schema
-from data_gen.pretraining.schema import SHUFFLE_BUFFER_RECORDS
+from bert_tf2.data_gen.datasets import without_autotune_model
+from bert_tf2.data_gen.pretraining import schema
+from bert_tf2.data_gen.pretraining.schema import SHUFFLE_BUFFER_RECORDS
 
 
 def pretraining_dataset(input_files, batch_size: int, max_seq_length: int,
@@ -51,7 +51,7 @@ def pretraining_dataset(input_files, batch_size: int, max_seq_length: int,
 
 def load_records(input_files, max_seq_length: int, max_predictions_per_seq: int) -> dict:
     """Every record of `input_files`, in file order, as NumPy arrays (for inspection and checks)."""
-    from data_gen.records import read_records
+    from bert_tf2.data_gen.records import read_records
 
     return read_records(list(input_files),
                         schema.fixed_spec(max_seq_length, max_predictions_per_seq))

@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 
 from absl import logging
 
-from process.errors import SettingsError, UserError
+from bert_tf2.process.errors import SettingsError, UserError
 
 
 class InputFormatError(UserError):

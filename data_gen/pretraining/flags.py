@@ -1,10 +1,10 @@
 """Flags of the local and the Beam front doors: the original's, with its defaults, and ours."""
 from absl import flags
 
-from data_gen.pretraining import documents
-from data_gen.pretraining import nsp_pools
-from data_gen.pretraining.documents import InputOptions
-from data_gen.pretraining.instances import InstanceSettings
+from bert_tf2.data_gen.pretraining import documents
+from bert_tf2.data_gen.pretraining import nsp_pools
+from bert_tf2.data_gen.pretraining.documents import InputOptions
+from bert_tf2.data_gen.pretraining.instances import InstanceSettings
 
 FLAGS = flags.FLAGS
 

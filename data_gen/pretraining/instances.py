@@ -22,8 +22,8 @@ is drawn, and the label is always 0.
 import random
 from typing import NamedTuple
 
-from data_gen.pretraining import masking
-from process.errors import SettingsError
+from bert_tf2.data_gen.pretraining import masking
+from bert_tf2.process.errors import SettingsError
 
 MAX_RANDOM_DOCUMENT_DRAWS = 10
 

@@ -37,9 +37,9 @@ from typing import Iterable
 
 import numpy as np
 
-from data_gen.pretraining.compiled_instances import TokenizedPool
-from data_gen.pretraining.documents import InputFormatError
-from process.errors import SettingsError
+from bert_tf2.data_gen.pretraining.compiled_instances import TokenizedPool
+from bert_tf2.data_gen.pretraining.documents import InputFormatError
+from bert_tf2.process.errors import SettingsError
 
 MIN_DOCUMENTS_WITH_NSP = 2  # a random next document must be able to differ from the current one
 DEFAULT_POOL_BYTES = 2_000_000

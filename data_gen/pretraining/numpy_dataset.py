@@ -21,11 +21,11 @@ from typing import Iterator
 
 import numpy as np
 
-from data_gen import example_proto, tfrecord_frames
-from data_gen.errors import DataError
-from data_gen.numpy_datasets import Batches
-from data_gen.pretraining import schema
-from data_gen.pretraining.schema import SHUFFLE_BUFFER_RECORDS
+from bert_tf2.data_gen import example_proto, tfrecord_frames
+from bert_tf2.data_gen.errors import DataError
+from bert_tf2.data_gen.numpy_datasets import Batches
+from bert_tf2.data_gen.pretraining import schema
+from bert_tf2.data_gen.pretraining.schema import SHUFFLE_BUFFER_RECORDS
 
 
 def _records(path: str) -> Iterator[bytes]:

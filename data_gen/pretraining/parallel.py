@@ -20,8 +20,8 @@ import signal
 import sys
 from typing import Callable, Iterable, Iterator
 
-from process import interrupts
-from process.errors import SettingsError
+from bert_tf2.process import interrupts
+from bert_tf2.process.errors import SettingsError
 
 
 class OrderedPool:

@@ -13,11 +13,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from data_gen.pretraining import nsp_pools
-from data_gen.pretraining.documents import InputOptions, InputRange, range_documents
-from data_gen.pretraining.instances import InstanceSettings
-from data_gen.pretraining.records import RecordMaker
-from data_gen.pretraining.stats import PretrainingStats
+from bert_tf2.data_gen.pretraining import nsp_pools
+from bert_tf2.data_gen.pretraining.documents import InputOptions, InputRange, range_documents
+from bert_tf2.data_gen.pretraining.instances import InstanceSettings
+from bert_tf2.data_gen.pretraining.records import RecordMaker
+from bert_tf2.data_gen.pretraining.stats import PretrainingStats
 
 _maker = None  # this process's RecordMaker, built once by `start`
 _maker_args = None  # what it was built from

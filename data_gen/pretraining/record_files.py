@@ -19,9 +19,9 @@ import struct
 import numba
 import numpy as np
 
-from data_gen import tfrecord_frames
-from data_gen.errors import DataError
-from data_gen.pretraining import schema
+from bert_tf2.data_gen import tfrecord_frames
+from bert_tf2.data_gen.errors import DataError
+from bert_tf2.data_gen.pretraining import schema
 
 _REMAKE = "make it again with create_pretraining_data"
 
@@ -62,7 +62,7 @@ def first_record(path: str) -> bytes:
 
 def record_lengths(path: str, record: bytes) -> dict:
     """Feature name -> number of values in one serialized `tf.train.Example`."""
-    from data_gen import example_proto
+    from bert_tf2.data_gen import example_proto
 
     try:
         example = example_proto.decode(record)

@@ -15,13 +15,13 @@ from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
 
-from data_gen.compiled_wordpiece import CompiledWordpiece
-from data_gen.pretraining import compiled_instances
-from data_gen.pretraining.compiled_instances import TokenizedPool
-from data_gen.pretraining.compiled_records import FramedRecords, framed_records
-from data_gen.pretraining.instances import InstanceSettings
-from data_gen.pretraining.stats import PretrainingStats
-from data_gen.tokenization import FullTokenizer, special_token_ids
+from bert_tf2.data_gen.compiled_wordpiece import CompiledWordpiece
+from bert_tf2.data_gen.pretraining import compiled_instances
+from bert_tf2.data_gen.pretraining.compiled_instances import TokenizedPool
+from bert_tf2.data_gen.pretraining.compiled_records import FramedRecords, framed_records
+from bert_tf2.data_gen.pretraining.instances import InstanceSettings
+from bert_tf2.data_gen.pretraining.stats import PretrainingStats
+from bert_tf2.data_gen.tokenization import FullTokenizer, special_token_ids
 
 REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")  # [UNK]: for characters it lacks
 TOKENIZE_BATCH_BYTES = 1 << 18  # characters of text per tokenizer call (`tokenize_documents`)

@@ -14,7 +14,7 @@ tests check; the original wrote the same message with map order left to the libr
 import struct
 from typing import NamedTuple, Sequence
 
-from data_gen import example_proto
+from bert_tf2.data_gen import example_proto
 
 
 class Feature(NamedTuple):

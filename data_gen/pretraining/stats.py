@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 
-from data_gen.pretraining import compiled_instances, masking
+from bert_tf2.data_gen.pretraining import compiled_instances, masking
 
 LENGTH_BINS = 16  # length histogram bins across [0, max_seq_length]
 _KIND_NAMES = {compiled_instances.KIND_MASK: masking.MASK,

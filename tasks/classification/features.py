@@ -23,12 +23,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from data_gen import records
-from data_gen.batching import SEQUENCE_FEATURES
-from data_gen.errors import DataError
-from data_gen.packing import pack, truncate_seq_pair
-from data_gen.windows import pair_windows
-from tasks.classification.reader import InputExample
+from bert_tf2.data_gen import records
+from bert_tf2.data_gen.batching import SEQUENCE_FEATURES
+from bert_tf2.data_gen.errors import DataError
+from bert_tf2.data_gen.packing import pack, truncate_seq_pair
+from bert_tf2.data_gen.windows import pair_windows
+from bert_tf2.tasks.classification.reader import InputExample
 
 
 def convert_example(example: InputExample, index: int, label_map: dict | None,

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from data_gen.packing import truncate_seq_pair
-from data_gen.text_ids import TextIds
-from data_gen.tokenization import FullTokenizer, special_token_ids
-from engine.litert_layout import LiteRTError, refuse_windows, vocab_file
-from engine.litert_runtime import LiteRTModel, padded_inputs
+from bert_tf2.data_gen.packing import truncate_seq_pair
+from bert_tf2.data_gen.text_ids import TextIds
+from bert_tf2.data_gen.tokenization import FullTokenizer, special_token_ids
+from bert_tf2.engine.litert_layout import LiteRTError, refuse_windows, vocab_file
+from bert_tf2.engine.litert_runtime import LiteRTModel, padded_inputs
 
 
 class LiteRTClassifier:

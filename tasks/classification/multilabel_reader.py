@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import os
 
-from data_gen.errors import DataError, decode_line
-from tasks.classification.reader import DataProcessor, InputExample
+from bert_tf2.data_gen.errors import DataError, decode_line
+from bert_tf2.tasks.classification.reader import DataProcessor, InputExample
 
 LABELS_FILE = "labels.txt"
 

@@ -34,8 +34,8 @@ import math
 import os
 from typing import NamedTuple
 
-from data_gen import csv_files
-from data_gen.errors import DataError, not_utf8
+from bert_tf2.data_gen import csv_files
+from bert_tf2.data_gen.errors import DataError, not_utf8
 
 
 @dataclasses.dataclass(frozen=True)

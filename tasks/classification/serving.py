@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from data_gen.graph_tokenizer import GraphTokenizer, InputPacker
-from data_gen.graph_windows import Layout, map_in_batches, window_positions
-from engine.export import token_id_spec
-from tasks.classification.window_pooling import pool_window_logits
+from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer, InputPacker
+from bert_tf2.data_gen.graph_windows import Layout, map_in_batches, window_positions
+from bert_tf2.engine.export import token_id_spec
+from bert_tf2.tasks.classification.window_pooling import pool_window_logits
 
 
 class ClassifierServing(tf.Module):

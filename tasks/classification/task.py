@@ -38,12 +38,12 @@ import os
 import numpy as np
 from keras import ops
 
-from data_gen.errors import DataError
-from engine.task import FinetuningTask, Split
-from modeling import losses
-from process.errors import SettingsError
-from tasks.classification.window_pooling import POOLINGS, pool_window_logits, pool_windows
-from tasks.tensors import model_inputs
+from bert_tf2.data_gen.errors import DataError
+from bert_tf2.engine.task import FinetuningTask, Split
+from bert_tf2.modeling import losses
+from bert_tf2.process.errors import SettingsError
+from bert_tf2.tasks.classification.window_pooling import POOLINGS, pool_window_logits, pool_windows
+from bert_tf2.tasks.tensors import model_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class ClassificationTask(FinetuningTask):
 
     # ------------------------------------------------------------------ driver interface
     def check(self, settings) -> None:
-        from tasks.classification.processors import get_processor
+        from bert_tf2.tasks.classification.processors import get_processor
 
         for name, value in (("task_name", self.task_name), ("data_dir", self.data_dir)):
             if not value:
@@ -149,10 +149,10 @@ class ClassificationTask(FinetuningTask):
         return identity
 
     def metric_names(self) -> list:
-        from tasks.classification.metrics import glue_metrics
+        from bert_tf2.tasks.classification.metrics import glue_metrics
 
         if self.multi_label:
-            from tasks.classification.metrics import multi_label_metrics
+            from bert_tf2.tasks.classification.metrics import multi_label_metrics
 
             return sorted({"loss", *multi_label_metrics(np.eye(2), np.eye(2))})
         labels = np.array([0.0, 1.0]) if self.regression else np.array([0, 1])
@@ -186,7 +186,7 @@ class ClassificationTask(FinetuningTask):
         return examples
 
     def records(self, split: Split):
-        from tasks.classification.features import example_records
+        from bert_tf2.tasks.classification.features import example_records
 
         training = split.name == self.processor.train_split()
         return example_records(split.examples, self.labels, self.setup.max_seq_length,
@@ -195,7 +195,7 @@ class ClassificationTask(FinetuningTask):
                                max_windows=self.max_windows if training else 0)
 
     def load_features(self, path: str) -> dict:
-        from tasks.classification.features import load_features
+        from bert_tf2.tasks.classification.features import load_features
 
         return load_features(path, self.setup.max_seq_length, regression=not self.labels,
                              multi_label_size=len(self.labels) if self.multi_label else 0)
@@ -204,8 +204,8 @@ class ClassificationTask(FinetuningTask):
         """With `batching.pack`, training batches hold the same examples as unpacked ones
         (a fresh permutation, not bucketed) packed into fewer rows (`data_gen.example_packing`);
         evaluation and prediction batches are never packed."""
-        from data_gen.datasets import in_memory_dataset
-        from data_gen.example_packing import pack_batch
+        from bert_tf2.data_gen.datasets import in_memory_dataset
+        from bert_tf2.data_gen.example_packing import pack_batch
 
         if self.window_loss == "document" and is_training:  # whole documents, not bucketed
             return in_memory_dataset(features, batch_size, is_training, seed=seed,
@@ -222,8 +222,8 @@ class ClassificationTask(FinetuningTask):
                                  input_context=input_context, batching=batching)
 
     def build_model(self, config):
-        from modeling.encoder import BertEncoder
-        from modeling.models import BertClassifier
+        from bert_tf2.modeling.encoder import BertEncoder
+        from bert_tf2.modeling.models import BertClassifier
 
         model = BertClassifier(BertEncoder(config), num_labels=len(self.labels) or 1)
         if self.init_label_bias and self.label_frequencies is not None:
@@ -281,11 +281,11 @@ class ClassificationTask(FinetuningTask):
         return labels[first]
 
     def score(self, split: Split, logits) -> dict:
-        from tasks.classification.metrics import glue_metrics
+        from bert_tf2.tasks.classification.metrics import glue_metrics
 
         labels = self._labels(split)
         if self.multi_label:
-            from tasks.classification.metrics import multi_label_metrics
+            from bert_tf2.tasks.classification.metrics import multi_label_metrics
 
             results = multi_label_metrics(labels, self.predicted(logits))
         else:
@@ -313,7 +313,7 @@ class ClassificationTask(FinetuningTask):
         if self.multi_label:  # the stable binary cross-entropy, averaged over the labels
             return np.mean(np.maximum(logits, 0) - logits * labels
                            + np.log1p(np.exp(-np.abs(logits))), axis=-1)
-        from tasks.prediction_files import log_softmax
+        from bert_tf2.tasks.prediction_files import log_softmax
 
         return -log_softmax(logits)[np.arange(len(labels)), labels]
 
@@ -327,8 +327,8 @@ class ClassificationTask(FinetuningTask):
         self._write_table(self._file(output_dir, "eval_predictions", split, eval_splits), split,
                           logits)
         if self.multi_label:
-            from tasks.classification.metrics import per_label_metrics
-            from tasks.prediction_files import write_label_table
+            from bert_tf2.tasks.classification.metrics import per_label_metrics
+            from bert_tf2.tasks.prediction_files import write_label_table
 
             write_label_table(self._file(output_dir, "eval_per_label", split, eval_splits),
                               self.labels, per_label_metrics(self._labels(split),
@@ -341,9 +341,9 @@ class ClassificationTask(FinetuningTask):
     def _tune_thresholds(self, split: Split, logits, output_dir: str) -> None:
         """Tuned thresholds from the kept weights' logits on the first dev split (none: the
         default), written to `thresholds.tsv` and used from here on."""
-        from tasks.classification.metrics import multi_label_metrics
-        from tasks.classification.thresholds import tune_thresholds
-        from tasks.prediction_files import write_label_table
+        from bert_tf2.tasks.classification.metrics import multi_label_metrics
+        from bert_tf2.tasks.classification.thresholds import tune_thresholds
+        from bert_tf2.tasks.prediction_files import write_label_table
 
         if self.tune_threshold == "none":
             return
@@ -359,7 +359,7 @@ class ClassificationTask(FinetuningTask):
                     self.threshold, after, path)
 
     def write_predictions(self, split: Split, logits, output_dir: str) -> str:
-        from tasks.prediction_files import probabilities, write_test_results
+        from bert_tf2.tasks.prediction_files import probabilities, write_test_results
 
         splits = self.processor.test_splits()
         self._write_table(self._file(output_dir, "test_predictions", split, splits), split, logits)
@@ -374,7 +374,7 @@ class ClassificationTask(FinetuningTask):
 
     def _write_table(self, path: str, split: Split, logits) -> None:
         """Ours: `id`, `prediction` and one probability per label (regression: the score)."""
-        from tasks.prediction_files import probabilities, write_prediction_table
+        from bert_tf2.tasks.prediction_files import probabilities, write_prediction_table
 
         ids = [example.example_id for example in split.examples]
         if self.multi_label:
@@ -398,7 +398,7 @@ class ClassificationTask(FinetuningTask):
         return os.path.join(output_dir, f"{kind}{suffix}.tsv")
 
     def serving_module(self, model, vocab_file: str):
-        from tasks.classification.serving import ClassifierServing
+        from bert_tf2.tasks.classification.serving import ClassifierServing
 
         return ClassifierServing(model, vocab_file, self.setup.do_lower_case,
                                  self.setup.max_seq_length, self.labels,

@@ -1,7 +1,7 @@
 """extract_features on Apache Beam: the same shards of lines, spread over workers.
 
     pip install .[beam]
-    python -m tasks.feature_extraction.beam_pipeline --input_file='gs://bucket/text/*.txt' \\
+    python -m bert_tf2.tasks.feature_extraction.beam_pipeline --input_file='gs://bucket/text/*.txt' \\
         --output_file=gs://bucket/features/part --init_checkpoint=gs://... --pooling=mean \\
         --normalize -- --runner=DataflowRunner --project=P --region=R \\
         --temp_location=gs://bucket/tmp --setup_file=./setup.py
@@ -23,13 +23,13 @@ import apache_beam as beam
 from absl import flags
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from data_gen.pretraining.beam_pipeline import match_input_files
-from engine.beam_jobs import shard_pipeline, write_lines
-from process import output_lock
-from process.errors import SettingsError
-from process.errors import parse_known_flags, run_main
-from tasks.feature_extraction import flags as extraction_flags
-from tasks.feature_extraction.extract import ExtractSettings, ShardExtractor, check
+from bert_tf2.data_gen.pretraining.beam_pipeline import match_input_files
+from bert_tf2.engine.beam_jobs import shard_pipeline, write_lines
+from bert_tf2.process import output_lock
+from bert_tf2.process.errors import SettingsError
+from bert_tf2.process.errors import parse_known_flags, run_main
+from bert_tf2.tasks.feature_extraction import flags as extraction_flags
+from bert_tf2.tasks.feature_extraction.extract import ExtractSettings, ShardExtractor, check
 
 FLAGS = flags.FLAGS
 

@@ -20,8 +20,8 @@ import dataclasses
 import logging
 import os
 
-from process import output_lock
-from process.errors import SettingsError
+from bert_tf2.process import output_lock
+from bert_tf2.process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class ExtractSettings:
 
 
 def check(settings: ExtractSettings) -> None:
-    from tasks.feature_extraction.model import POOLINGS
+    from bert_tf2.tasks.feature_extraction.model import POOLINGS
 
     if not (settings.output_file or settings.export_dir):
         raise SettingsError("nothing to do: set --input_file and --output_file, or --export_dir")
@@ -75,9 +75,9 @@ def check(settings: ExtractSettings) -> None:
 
 def load_encoder(settings: ExtractSettings):
     """(encoder with the checkpoint's weights, vocabulary path)."""
-    from engine.build import RunSettings, model_files
-    from modeling import checkpoints
-    from modeling.encoder import BertEncoder
+    from bert_tf2.engine.build import RunSettings, model_files
+    from bert_tf2.modeling import checkpoints
+    from bert_tf2.modeling.encoder import BertEncoder
 
     config, vocab_file = model_files(RunSettings(
         output_dir="", bert_config_file=settings.bert_config_file,
@@ -89,7 +89,7 @@ def load_encoder(settings: ExtractSettings):
         raise SettingsError(f"--max_seq_length={settings.max_seq_length}: [CLS] A [SEP] B [SEP] "
                             f"needs at least 3")
     if not settings.pooling:
-        from tasks.feature_extraction.model import check_layers
+        from bert_tf2.tasks.feature_extraction.model import check_layers
 
         try:
             check_layers(list(settings.layers), config.num_hidden_layers)
@@ -114,7 +114,7 @@ def extract(settings: ExtractSettings) -> None:
 
 
 def _extract(settings: ExtractSettings) -> None:
-    from data_gen.tokenization import FullTokenizer, special_token_ids
+    from bert_tf2.data_gen.tokenization import FullTokenizer, special_token_ids
 
     encoder, vocab_file = load_encoder(settings)
     tokenizer = FullTokenizer(vocab_file, do_lower_case=settings.do_lower_case)
@@ -123,8 +123,8 @@ def _extract(settings: ExtractSettings) -> None:
     if settings.output_file:
         run(settings, encoder, tokenizer, vocab_file)
     if settings.export_dir:
-        from engine import export
-        from tasks.feature_extraction.serving import EmbeddingServing
+        from bert_tf2.engine import export
+        from bert_tf2.tasks.feature_extraction.serving import EmbeddingServing
 
         export.save(EmbeddingServing(encoder, vocab_file, settings.do_lower_case,
                                      settings.max_seq_length, settings.pooling or "mean",
@@ -158,9 +158,9 @@ class ShardExtractor:
         self.model = None
 
     def build(self, encoder=None, tokenizer=None) -> None:
-        from data_gen.tokenization import FullTokenizer
-        from process import environment
-        from tasks.feature_extraction.model import extraction_model
+        from bert_tf2.data_gen.tokenization import FullTokenizer
+        from bert_tf2.process import environment
+        from bert_tf2.tasks.feature_extraction.model import extraction_model
 
         s = self.settings
         if encoder is None:
@@ -175,7 +175,7 @@ class ShardExtractor:
         if environment.uses_tensorflow():
             import tensorflow as tf
 
-            from engine.export import token_id_spec
+            from bert_tf2.engine.export import token_id_spec
 
             # One trace for every batch shape: the batcher pads each batch to its own longest row.
             traced = tf.function(lambda inputs: model(inputs, training=False),
@@ -183,7 +183,7 @@ class ShardExtractor:
             self.predict = lambda batch: {name: value.numpy()
                                           for name, value in traced(batch).items()}
         elif environment.backend() == "jax":  # compiled once per padded shape
-            from engine.keras_training import compiled_predictor
+            from bert_tf2.engine.keras_training import compiled_predictor
 
             self.predict = compiled_predictor(model, self.settings.batch_size,
                                               encoder.config.max_position_embeddings)
@@ -204,10 +204,10 @@ class ShardExtractor:
         return self.predict(batch)
 
     def __call__(self, shard):
-        from engine.streaming import predict_in_order
-        from tasks.feature_extraction.features import featurize
-        from tasks.feature_extraction.output import embedding_line, json_line
-        from tasks.feature_extraction.reader import shard_lines
+        from bert_tf2.engine.streaming import predict_in_order
+        from bert_tf2.tasks.feature_extraction.features import featurize
+        from bert_tf2.tasks.feature_extraction.output import embedding_line, json_line
+        from bert_tf2.tasks.feature_extraction.reader import shard_lines
 
         if self.model is None:
             self.build()
@@ -234,10 +234,10 @@ class ShardExtractor:
 
         import numpy as np
 
-        from engine.streaming import predict_in_order
-        from tasks.feature_extraction.features import featurize_windows
-        from tasks.feature_extraction.model import pool
-        from tasks.feature_extraction.output import embedding_line, json_line
+        from bert_tf2.engine.streaming import predict_in_order
+        from bert_tf2.tasks.feature_extraction.features import featurize_windows
+        from bert_tf2.tasks.feature_extraction.model import pool
+        from bert_tf2.tasks.feature_extraction.output import embedding_line, json_line
 
         s = self.settings
         windows = (window for line in lines for window in featurize_windows(
@@ -267,10 +267,10 @@ def _inputs(feature) -> dict:
 
 def run(settings: ExtractSettings, encoder, tokenizer, vocab_file: str) -> None:
     """The local run: shard after shard of the one input file, resumable."""
-    from engine.line_shards import count_lines, file_shards
-    from engine.streaming import Progress
-    from process.errors import user_error_status
-    from tasks.feature_extraction.output import ShardedOutput
+    from bert_tf2.engine.line_shards import count_lines, file_shards
+    from bert_tf2.engine.streaming import Progress
+    from bert_tf2.process.errors import user_error_status
+    from bert_tf2.tasks.feature_extraction.output import ShardedOutput
 
     out = ShardedOutput(settings.output_file, settings.lines_per_shard,
                         fingerprint(settings, vocab_file))

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from data_gen.packing import pack, truncate_seq_pair
-from data_gen.windows import max_context_windows, pair_windows
-from tasks.feature_extraction.reader import Line
+from bert_tf2.data_gen.packing import pack, truncate_seq_pair
+from bert_tf2.data_gen.windows import max_context_windows, pair_windows
+from bert_tf2.tasks.feature_extraction.reader import Line
 
 
 @dataclasses.dataclass

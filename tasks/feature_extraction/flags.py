@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from process import flag_ranges
+from bert_tf2.process import flag_ranges
 
 FLAGS = flags.FLAGS
 
@@ -57,7 +57,7 @@ def layers() -> tuple:
     try:
         return tuple(int(x) for x in FLAGS.layers.split(","))
     except ValueError:
-        from process.errors import SettingsError
+        from bert_tf2.process.errors import SettingsError
 
         raise SettingsError(f"--layers={FLAGS.layers}: comma-separated integers, such as "
                             f"-1,-2,-3,-4") from None
@@ -65,7 +65,7 @@ def layers() -> tuple:
 
 def settings():
     """The flags as `ExtractSettings`."""
-    from tasks.feature_extraction.extract import ExtractSettings
+    from bert_tf2.tasks.feature_extraction.extract import ExtractSettings
 
     return ExtractSettings(
         input_file=FLAGS.input_file, output_file=FLAGS.output_file,

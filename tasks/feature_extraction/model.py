@@ -13,7 +13,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from modeling.encoder import encoder_inputs
+from bert_tf2.modeling.encoder import encoder_inputs
 
 POOLINGS = ("cls", "mean")
 

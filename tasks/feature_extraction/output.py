@@ -21,8 +21,8 @@ import shutil
 
 import numpy as np
 
-from process import fault_points, interrupts
-from process.atomic_files import atomic_path, remove_partial_files
+from bert_tf2.process import fault_points, interrupts
+from bert_tf2.process.atomic_files import atomic_path, remove_partial_files
 
 logger = logging.getLogger(__name__)
 

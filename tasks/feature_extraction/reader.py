@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from data_gen.errors import decode_line
+from bert_tf2.data_gen.errors import decode_line
 
 PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from data_gen.graph_tokenizer import GraphTokenizer, InputPacker
-from data_gen.graph_windows import Layout, map_in_batches, max_context, window_positions
-from engine.export import token_id_spec
-from tasks.feature_extraction.model import l2_normalized, pool
+from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer, InputPacker
+from bert_tf2.data_gen.graph_windows import Layout, map_in_batches, max_context, window_positions
+from bert_tf2.engine.export import token_id_spec
+from bert_tf2.tasks.feature_extraction.model import l2_normalized, pool
 
 
 class EmbeddingServing(tf.Module):

@@ -19,11 +19,11 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from data_gen import records
-from data_gen.batching import SEQUENCE_FEATURES
-from data_gen.errors import DataError
-from data_gen.packing import pack, truncate_seq_pair
-from tasks.multiple_choice.reader import ChoiceExample
+from bert_tf2.data_gen import records
+from bert_tf2.data_gen.batching import SEQUENCE_FEATURES
+from bert_tf2.data_gen.errors import DataError
+from bert_tf2.data_gen.packing import pack, truncate_seq_pair
+from bert_tf2.tasks.multiple_choice.reader import ChoiceExample
 
 # The score of a choice an example lacks (`choice_mask` 0): never picked, probability 0.
 MASKED_LOGIT = -10000.0

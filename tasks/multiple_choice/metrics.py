@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.prediction_files import log_softmax
+from bert_tf2.tasks.prediction_files import log_softmax
 
 
 def choice_metrics(logits: np.ndarray, labels: np.ndarray) -> dict:

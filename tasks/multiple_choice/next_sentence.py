@@ -9,7 +9,7 @@ output is SWAG's CSV layout (an index column, `video-id` = the document, `fold-i
 of the true sentence, `startphrase` = `sent1` = the context, `sent2` empty, `gold-source`,
 `ending0..ending3`, `label`), so `run_multiple_choice.py --task_name=swag` reads it.
 
-    python -m tasks.multiple_choice.next_sentence --input_file=wikitext-2/valid.txt \
+    python -m bert_tf2.tasks.multiple_choice.next_sentence --input_file=wikitext-2/valid.txt \
         --input_format=wikitext --output_file=out/next_sentence/train.csv --max_examples=4000
 """
 from __future__ import annotations
@@ -64,9 +64,9 @@ def to_csv(rows: list) -> str:
 
 
 def main(argv=None) -> None:
-    from data_gen.pretraining.documents import (InputOptions, expand_input_files,
+    from bert_tf2.data_gen.pretraining.documents import (InputOptions, expand_input_files,
                                                 stream_documents)
-    from process.atomic_files import write_text
+    from bert_tf2.process.atomic_files import write_text
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--input_file", required=True, help="Comma-separated paths or globs.")

@@ -21,8 +21,8 @@ import dataclasses
 import json
 import os
 
-from data_gen import csv_files
-from data_gen.errors import DataError, not_utf8
+from bert_tf2.data_gen import csv_files
+from bert_tf2.data_gen.errors import DataError, not_utf8
 
 FORMATS = ("swag", "generic")
 SWAG_ENDINGS = tuple(f"ending{i}" for i in range(4))

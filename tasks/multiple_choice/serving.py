@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from data_gen.graph_tokenizer import GraphTokenizer, InputPacker
-from modeling.encoder import INPUT_NAMES
-from tasks.multiple_choice.features import MASKED_LOGIT
+from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer, InputPacker
+from bert_tf2.modeling.encoder import INPUT_NAMES
+from bert_tf2.tasks.multiple_choice.features import MASKED_LOGIT
 
 
 class MultipleChoiceServing(tf.Module):

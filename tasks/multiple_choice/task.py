@@ -18,11 +18,11 @@ import os
 import numpy as np
 from keras import ops
 
-from engine.task import FinetuningTask, Split
-from modeling import losses
-from process.errors import SettingsError
-from tasks.multiple_choice.features import MASKED_LOGIT
-from tasks.tensors import model_inputs
+from bert_tf2.engine.task import FinetuningTask, Split
+from bert_tf2.modeling import losses
+from bert_tf2.process.errors import SettingsError
+from bert_tf2.tasks.multiple_choice.features import MASKED_LOGIT
+from bert_tf2.tasks.tensors import model_inputs
 
 FILES = {"swag": {"train": ("train.csv",), "eval": ("val.csv",), "predict": ("test.csv",)},
          "generic": {"train": ("train.jsonl",), "eval": ("val.jsonl", "dev.jsonl"),
@@ -104,7 +104,7 @@ class MultipleChoiceTask(FinetuningTask):
         return [Split("eval", [self.eval_file])]
 
     def predict_splits(self) -> list:
-        from tasks.multiple_choice.reader import has_labels
+        from bert_tf2.tasks.multiple_choice.reader import has_labels
 
         labelled = os.path.isfile(self.predict_file) and has_labels(self.predict_file,
                                                                     self.task_name)
@@ -112,7 +112,7 @@ class MultipleChoiceTask(FinetuningTask):
                       cache_settings={"labelled": labelled})]
 
     def read(self, split: Split) -> list:
-        from tasks.multiple_choice.reader import read_examples
+        from bert_tf2.tasks.multiple_choice.reader import read_examples
 
         path = split.files[0]
         if path not in self.examples:
@@ -120,25 +120,25 @@ class MultipleChoiceTask(FinetuningTask):
         return self.examples[path]
 
     def records(self, split: Split):
-        from tasks.multiple_choice.features import example_records
+        from bert_tf2.tasks.multiple_choice.features import example_records
 
         return example_records(split.examples, self.num_choices, self.setup.max_seq_length,
                                self.setup.tokenizer)
 
     def load_features(self, path: str) -> dict:
-        from tasks.multiple_choice.features import load_features
+        from bert_tf2.tasks.multiple_choice.features import load_features
 
         return load_features(path, self.num_choices, self.setup.max_seq_length)
 
     def dataset(self, features, batch_size, is_training, seed, input_context, batching):
-        from data_gen.datasets import in_memory_dataset
+        from bert_tf2.data_gen.datasets import in_memory_dataset
 
         return in_memory_dataset(features, batch_size, is_training, seed=seed,
                                  input_context=input_context, batching=batching)
 
     def build_model(self, config):
-        from modeling.encoder import BertEncoder
-        from modeling.models import BertMultipleChoice
+        from bert_tf2.modeling.encoder import BertEncoder
+        from bert_tf2.modeling.models import BertMultipleChoice
 
         return BertMultipleChoice(BertEncoder(config), num_choices=self.num_choices)
 
@@ -166,7 +166,7 @@ class MultipleChoiceTask(FinetuningTask):
         return outputs["logits"]
 
     def score(self, split: Split, logits) -> dict:
-        from tasks.multiple_choice.metrics import choice_metrics
+        from bert_tf2.tasks.multiple_choice.metrics import choice_metrics
 
         return choice_metrics(logits, split.features["label_ids"])
 
@@ -174,7 +174,7 @@ class MultipleChoiceTask(FinetuningTask):
         write_table(os.path.join(output_dir, "eval_predictions.tsv"), split.examples, logits)
 
     def write_predictions(self, split: Split, logits, output_dir: str) -> str:
-        from tasks.prediction_files import probabilities, write_test_results
+        from bert_tf2.tasks.prediction_files import probabilities, write_test_results
 
         write_table(os.path.join(output_dir, "test_predictions.tsv"), split.examples, logits)
         path = os.path.join(output_dir, "test_results.tsv")
@@ -182,7 +182,7 @@ class MultipleChoiceTask(FinetuningTask):
         return path
 
     def serving_module(self, model, vocab_file: str):
-        from tasks.multiple_choice.serving import MultipleChoiceServing
+        from bert_tf2.tasks.multiple_choice.serving import MultipleChoiceServing
 
         return MultipleChoiceServing(model, vocab_file, self.setup.do_lower_case,
                                      self.setup.max_seq_length, self.num_choices)
@@ -190,7 +190,7 @@ class MultipleChoiceTask(FinetuningTask):
 
 def write_table(path: str, examples, logits) -> None:
     """Ours: `id`, `prediction` (the chosen index), one probability per choice."""
-    from tasks.prediction_files import probabilities, write_prediction_table
+    from bert_tf2.tasks.prediction_files import probabilities, write_prediction_table
 
     probs = probabilities(logits)
     write_prediction_table(path, [example.example_id for example in examples],

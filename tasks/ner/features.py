@@ -39,13 +39,13 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from data_gen import records
-from data_gen.batching import Batching
-from data_gen.datasets import in_memory_dataset
-from data_gen.errors import DataError
-from data_gen.packing import pack
-from data_gen.windows import max_context_windows, word_aligned_spans
-from tasks.ner.reader import Sentence
+from bert_tf2.data_gen import records
+from bert_tf2.data_gen.batching import Batching
+from bert_tf2.data_gen.datasets import in_memory_dataset
+from bert_tf2.data_gen.errors import DataError
+from bert_tf2.data_gen.packing import pack
+from bert_tf2.data_gen.windows import max_context_windows, word_aligned_spans
+from bert_tf2.tasks.ner.reader import Sentence
 
 IGNORED = -1  # label id / word id of positions that are not a word's first piece
 UNK_TOKEN = "[UNK]"

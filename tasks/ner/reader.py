@@ -25,7 +25,7 @@ import dataclasses
 import os
 from typing import Iterable, Sequence
 
-from data_gen.errors import DataError, not_utf8
+from bert_tf2.data_gen.errors import DataError, not_utf8
 
 DOCSTART = "-DOCSTART-"
 OUTSIDE = "O"

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from data_gen.graph_tokenizer import GraphTokenizer
-from data_gen.graph_windows import Layout, max_context, window_positions
-from data_gen.tokenization import special_token_ids
-from engine.export import token_id_spec
+from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer
+from bert_tf2.data_gen.graph_windows import Layout, max_context, window_positions
+from bert_tf2.data_gen.tokenization import special_token_ids
+from bert_tf2.engine.export import token_id_spec
 
 
 class NerServing(tf.Module):
@@ -47,7 +47,7 @@ class NerServing(tf.Module):
     def litert(self) -> bool:
         """`litert_serving.LiteRTTagger` serves the fine-tuned tagger (not the feature-based
         BiLSTM, whose recurrent layers the LiteRT path does not take)."""
-        from modeling.models import BertTokenClassifier
+        from bert_tf2.modeling.models import BertTokenClassifier
 
         return isinstance(self.model, BertTokenClassifier)
 

@@ -20,10 +20,10 @@ import os
 
 from keras import ops
 
-from engine.task import FinetuningTask, Split
-from modeling import losses
-from process.errors import SettingsError
-from tasks.tensors import model_inputs, pad_positions
+from bert_tf2.engine.task import FinetuningTask, Split
+from bert_tf2.modeling import losses
+from bert_tf2.process.errors import SettingsError
+from bert_tf2.tasks.tensors import model_inputs, pad_positions
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class NerTask(FinetuningTask):
         self.training = settings.do_train
 
     def prepare(self, setup) -> None:
-        from tasks.ner.reader import detect_scheme, label_list
+        from bert_tf2.tasks.ner.reader import detect_scheme, label_list
 
         self.setup = setup
         if self.mode == "feature_based" and not (
@@ -118,7 +118,7 @@ class NerTask(FinetuningTask):
                       cache_settings={"has_labels": labelled})]
 
     def read(self, split: Split) -> list:
-        from tasks.ner.reader import check_labels
+        from bert_tf2.tasks.ner.reader import check_labels
 
         has_labels = split.cache_settings["has_labels"]
         if split.name == "train" and self.train_sentences is not None:
@@ -130,7 +130,7 @@ class NerTask(FinetuningTask):
         return sentences
 
     def read_sentences(self, path: str, has_labels: bool = True) -> list:
-        from tasks.ner import reader
+        from bert_tf2.tasks.ner import reader
 
         if self.input_format == "slash":
             return reader.read_slash_tagged(path)
@@ -140,7 +140,7 @@ class NerTask(FinetuningTask):
         """Whether a prediction file carries tags: slash format always; conll with >1 column."""
         if self.input_format == "slash":
             return True
-        from data_gen.errors import DataError, decode_line
+        from bert_tf2.data_gen.errors import DataError, decode_line
 
         if not os.path.isfile(path):
             raise DataError(f"{path}: missing file")
@@ -153,26 +153,26 @@ class NerTask(FinetuningTask):
         return False
 
     def records(self, split: Split):
-        from tasks.ner.features import example_records
+        from bert_tf2.tasks.ner.features import example_records
 
         return example_records(split.examples,
                                self.labels if split.cache_settings["has_labels"] else None,
                                self.setup.max_seq_length, self.setup.tokenizer, self.doc_stride)
 
     def load_features(self, path: str) -> dict:
-        from tasks.ner.features import load_features
+        from bert_tf2.tasks.ner.features import load_features
 
         return load_features(path, self.setup.max_seq_length)
 
     def dataset(self, features, batch_size, is_training, seed, input_context, batching):
-        from tasks.ner.features import ner_dataset
+        from bert_tf2.tasks.ner.features import ner_dataset
 
         return ner_dataset(features, batch_size, is_training, seed=seed,
                            input_context=input_context, batching=batching)
 
     def build_model(self, config):
-        from modeling.encoder import BertEncoder
-        from modeling.models import BertFeatureTagger, BertTokenClassifier
+        from bert_tf2.modeling.encoder import BertEncoder
+        from bert_tf2.modeling.models import BertFeatureTagger, BertTokenClassifier
 
         if self.mode == "fine_tune":
             return BertTokenClassifier(BertEncoder(config), num_tags=len(self.labels))
@@ -202,13 +202,13 @@ class NerTask(FinetuningTask):
     # ------------------------------------------------------------------ results
     def predictions(self, split: Split, outputs: dict) -> list:
         """Every sentence's predicted tags, one per word."""
-        from tasks.ner.features import reassemble
+        from bert_tf2.tasks.ner.features import reassemble
 
         ids = reassemble(split.features, outputs["predicted_ids"], len(split.examples))
         return [[self.labels[i] for i in sentence] for sentence in ids]
 
     def conlleval(self, split: Split, predicted: list):
-        from tasks.ner import metrics
+        from bert_tf2.tasks.ner import metrics
 
         return metrics.evaluate([s.labels for s in split.examples], predicted)
 
@@ -222,16 +222,16 @@ class NerTask(FinetuningTask):
         return values
 
     def write_eval_outputs(self, split: Split, predicted: list, output_dir: str) -> None:
-        from process.atomic_files import write_text
-        from tasks.ner import metrics
+        from bert_tf2.process.atomic_files import write_text
+        from bert_tf2.tasks.ner import metrics
 
         write_tagged(os.path.join(output_dir, "eval_predictions.txt"), split.examples, predicted)
         write_text(os.path.join(output_dir, "eval_report.txt"),
                    metrics.report(self.conlleval(split, predicted)))
 
     def write_predictions(self, split: Split, predicted: list, output_dir: str) -> str:
-        from process.atomic_files import write_text
-        from tasks.ner import metrics
+        from bert_tf2.process.atomic_files import write_text
+        from bert_tf2.tasks.ner import metrics
 
         path = os.path.join(output_dir, "test_predictions.txt")
         write_tagged(path, split.examples, predicted)
@@ -242,7 +242,7 @@ class NerTask(FinetuningTask):
         return path
 
     def serving_module(self, model, vocab_file: str):
-        from tasks.ner.serving import NerServing
+        from bert_tf2.tasks.ner.serving import NerServing
 
         return NerServing(model, vocab_file, self.setup.do_lower_case,
                           self.setup.max_seq_length, self.labels, self.doc_stride)
@@ -263,7 +263,7 @@ def _data_file(given: str | None, data_dir: str | None, names: tuple) -> str | N
 
 def write_tagged(path: str, sentences: list, predicted: list) -> None:
     """CoNLL lines `word [gold] predicted`, a blank line after each sentence."""
-    from process.atomic_files import write_text
+    from bert_tf2.process.atomic_files import write_text
 
     lines = []
     for sentence, tags in zip(sentences, predicted):

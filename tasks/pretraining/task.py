@@ -15,9 +15,9 @@ import glob
 
 from keras import ops
 
-from modeling import losses
-from process.errors import SettingsError
-from tasks.tensors import model_inputs
+from bert_tf2.modeling import losses
+from bert_tf2.process.errors import SettingsError
+from bert_tf2.tasks.tensors import model_inputs
 
 
 def pretrainer_inputs(batch) -> dict:
@@ -58,7 +58,7 @@ class PretrainingTask:
             raise SettingsError(f"--max_predictions_per_seq={self.max_predictions_per_seq} "
                                 f"exceeds --max_seq_length={self.max_seq_length}")
         self.files = input_files(self.input_file)
-        from data_gen.pretraining.record_files import check_record_files
+        from bert_tf2.data_gen.pretraining.record_files import check_record_files
 
         check_record_files(self.files, self.max_seq_length, self.max_predictions_per_seq)
         if not self.dynamic_masking:
@@ -66,7 +66,7 @@ class PretrainingTask:
         if not vocab_file:
             raise SettingsError("--dynamic_masking needs --vocab_file (for the [MASK], [CLS], "
                                 "[SEP] ids)")
-        from data_gen.tokenization import load_vocab, special_token_ids
+        from bert_tf2.data_gen.tokenization import load_vocab, special_token_ids
 
         mask_id, cls_id, sep_id = special_token_ids(
             load_vocab(vocab_file), ("[MASK]", "[CLS]", "[SEP]"), source=vocab_file)
@@ -83,8 +83,8 @@ class PretrainingTask:
     def input_error(self, error) -> Exception:
         """A `DataError` naming the input file and byte where reading broke (`error`: the
         DataLossError TensorFlow raised mid-training)."""
-        from data_gen.errors import DataError
-        from data_gen.pretraining.record_files import find_damaged_frame
+        from bert_tf2.data_gen.errors import DataError
+        from bert_tf2.data_gen.pretraining.record_files import find_damaged_frame
 
         where = find_damaged_frame(self.files)
         if where is None:  # the framing holds: TensorFlow's own words say what broke
@@ -97,16 +97,16 @@ class PretrainingTask:
         return f"{len(self.files)} input files"
 
     def dataset(self, batch_size: int, is_training: bool, seed: int, input_context):
-        from process import environment
+        from bert_tf2.process import environment
 
         if not environment.uses_tensorflow():  # JAX: the same rules in NumPy
-            from data_gen.pretraining.numpy_dataset import pretraining_batches
+            from bert_tf2.data_gen.pretraining.numpy_dataset import pretraining_batches
 
             return pretraining_batches(self.files, batch_size, self.max_seq_length,
                                        self.max_predictions_per_seq, is_training, seed=seed,
                                        input_context=input_context, masking=self.masking)
-        from data_gen.pretraining.dataset import pretraining_dataset
-        from data_gen.pretraining.dynamic_masking import with_dynamic_masking
+        from bert_tf2.data_gen.pretraining.dataset import pretraining_dataset
+        from bert_tf2.data_gen.pretraining.dynamic_masking import with_dynamic_masking
 
         dataset = pretraining_dataset(self.files, batch_size, self.max_seq_length,
                                       self.max_predictions_per_seq, is_training, seed=seed,
@@ -116,8 +116,8 @@ class PretrainingTask:
         return dataset
 
     def build_model(self, config):
-        from modeling.encoder import BertEncoder
-        from modeling.models import BertPretrainer
+        from bert_tf2.modeling.encoder import BertEncoder
+        from bert_tf2.modeling.models import BertPretrainer
 
         return BertPretrainer(BertEncoder(config),
                               max_predictions_per_seq=self.max_predictions_per_seq)

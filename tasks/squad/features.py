@@ -21,10 +21,10 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from data_gen import records
-from data_gen.packing import pack
-from data_gen.windows import fixed_stride_spans, max_context_windows
-from tasks.squad.reader import SquadExample
+from bert_tf2.data_gen import records
+from bert_tf2.data_gen.packing import pack
+from bert_tf2.data_gen.windows import fixed_stride_spans, max_context_windows
+from bert_tf2.tasks.squad.reader import SquadExample
 
 FIRST_UNIQUE_ID = 1000000000
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids", "token_to_orig",

@@ -5,8 +5,8 @@ other 10 (`split`), and the v2.0 code path (no-answer questions, null score, thr
 exercised on a set made from it (`make_v2`). `load_squad` checks a file's structure up front, so a
 bad file fails with its name and the place of the fault instead of a KeyError deep in a reader.
 
-    python -m tasks.squad.files split dev-v1.1.json --first 38 --head train.json --tail eval.json
-    python -m tasks.squad.files make_v2 eval.json eval-v2.json --seed 12345
+    python -m bert_tf2.tasks.squad.files split dev-v1.1.json --first 38 --head train.json --tail eval.json
+    python -m bert_tf2.tasks.squad.files make_v2 eval.json eval-v2.json --seed 12345
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import os
 import random
 from typing import Sequence
 
-from data_gen.errors import DataError, not_utf8
-from process.atomic_files import write_text
+from bert_tf2.data_gen.errors import DataError, not_utf8
+from bert_tf2.process.atomic_files import write_text
 
 
 def load_squad(path: str | os.PathLike) -> dict:
@@ -122,7 +122,7 @@ def _count(dataset_json: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tasks.squad.files", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bert_tf2.tasks.squad.files", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     split = commands.add_parser("split", help="first N articles to --head, the rest to --tail")
     split.add_argument("input")

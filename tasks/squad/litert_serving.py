@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from data_gen.tokenization import FullTokenizer
-from engine.litert_layout import LiteRTError, vocab_file
-from engine.litert_runtime import LiteRTModel
-from tasks.squad.features import SquadSettings, convert_examples
-from tasks.squad.postprocess import DecodeSettings, predict_answers
-from tasks.squad.reader import SquadExample, whitespace_words
+from bert_tf2.data_gen.tokenization import FullTokenizer
+from bert_tf2.engine.litert_layout import LiteRTError, vocab_file
+from bert_tf2.engine.litert_runtime import LiteRTModel
+from bert_tf2.tasks.squad.features import SquadSettings, convert_examples
+from bert_tf2.tasks.squad.postprocess import DecodeSettings, predict_answers
+from bert_tf2.tasks.squad.reader import SquadExample, whitespace_words
 
 _SCALARS = ("unique_ids", "start_positions", "end_positions", "is_impossible", "example_index",
             "doc_span_index")

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from data_gen.tokenization import BasicTokenizer
+from bert_tf2.data_gen.tokenization import BasicTokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from data_gen.errors import DataError
-from tasks.squad.files import load_squad
+from bert_tf2.data_gen.errors import DataError
+from bert_tf2.tasks.squad.files import load_squad
 
 logger = logging.getLogger(__name__)
 

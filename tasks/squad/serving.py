@@ -54,12 +54,12 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from data_gen.graph_tokenizer import GraphTokenizer
-from data_gen.graph_windows import NEG_INF, Layout, first_max, max_context, window_positions
-from data_gen.tokenization import special_token_ids
-from engine.export import token_id_spec
-from tasks.squad.features import SquadSettings
-from tasks.squad.postprocess import DecodeSettings
+from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer
+from bert_tf2.data_gen.graph_windows import NEG_INF, Layout, first_max, max_context, window_positions
+from bert_tf2.data_gen.tokenization import special_token_ids
+from bert_tf2.engine.export import token_id_spec
+from bert_tf2.tasks.squad.features import SquadSettings
+from bert_tf2.tasks.squad.postprocess import DecodeSettings
 
 _POS_INF = float("inf")
 

@@ -20,11 +20,11 @@ import os
 
 from keras import ops
 
-from data_gen.errors import DataError
-from engine.task import FinetuningTask, Split
-from modeling import losses
-from process.errors import SettingsError
-from tasks.tensors import model_inputs, pad_positions
+from bert_tf2.data_gen.errors import DataError
+from bert_tf2.engine.task import FinetuningTask, Split
+from bert_tf2.modeling import losses
+from bert_tf2.process.errors import SettingsError
+from bert_tf2.tasks.tensors import model_inputs, pad_positions
 
 PADDED_LOGIT = -10000.0
 V1_METRICS = ["exact_match", "f1"]
@@ -91,8 +91,8 @@ class SquadTask(FinetuningTask):
         return self.eval_splits()  # the same file: read once, as the same split
 
     def read(self, split: Split) -> list:
-        from tasks.squad.files import load_squad
-        from tasks.squad.reader import read_squad_examples
+        from bert_tf2.tasks.squad.files import load_squad
+        from bert_tf2.tasks.squad.reader import read_squad_examples
 
         path = split.files[0]
         is_training = split.cache_settings["is_training"]
@@ -112,28 +112,28 @@ class SquadTask(FinetuningTask):
         return examples
 
     def records(self, split: Split):
-        from tasks.squad.features import SquadSettings, feature_records
+        from bert_tf2.tasks.squad.features import SquadSettings, feature_records
 
         settings = SquadSettings(self.max_seq_length, self.doc_stride, self.max_query_length)
         return feature_records(split.examples, self.setup.tokenizer, settings,
                                split.cache_settings["is_training"])
 
     def load_features(self, path: str) -> dict:
-        from tasks.squad.features import load_features
+        from bert_tf2.tasks.squad.features import load_features
 
         return load_features(path, self.max_seq_length)
 
     def dataset(self, features, batch_size, is_training, seed, input_context, batching):
-        from data_gen.datasets import in_memory_dataset
-        from tasks.squad.features import model_features
+        from bert_tf2.data_gen.datasets import in_memory_dataset
+        from bert_tf2.tasks.squad.features import model_features
 
         return in_memory_dataset(model_features(features, is_training), batch_size, is_training,
                                  seed=seed, input_context=input_context,
                                  batching=batching)
 
     def build_model(self, config):
-        from modeling.encoder import BertEncoder
-        from modeling.models import BertSpanLabeler
+        from bert_tf2.modeling.encoder import BertEncoder
+        from bert_tf2.modeling.models import BertSpanLabeler
 
         return BertSpanLabeler(BertEncoder(config))
 
@@ -160,7 +160,7 @@ class SquadTask(FinetuningTask):
     # ------------------------------------------------------------------ results
     def predictions(self, split: Split, outputs: dict):
         """The decoded answers (`postprocess.Answers`) of every question of `split`."""
-        from tasks.squad.postprocess import DecodeSettings, predict_answers
+        from bert_tf2.tasks.squad.postprocess import DecodeSettings, predict_answers
 
         settings = DecodeSettings(self.n_best_size, self.max_answer_length,
                                   self.setup.do_lower_case, self.version_2_with_negative,
@@ -169,7 +169,7 @@ class SquadTask(FinetuningTask):
                                outputs["end_logits"], self.inv_vocab, settings)
 
     def score(self, split: Split, answers) -> dict:
-        from tasks.squad import metrics
+        from bert_tf2.tasks.squad import metrics
 
         gold = self.gold[split.name]
         if self.version_2_with_negative:
@@ -177,7 +177,7 @@ class SquadTask(FinetuningTask):
         return metrics.squad_v1_scores(gold, answers.predictions)
 
     def write_predictions(self, split: Split, answers, output_dir: str) -> str:
-        from process.atomic_files import write_text
+        from bert_tf2.process.atomic_files import write_text
 
         files = {"predictions.json": answers.predictions,
                  "nbest_predictions.json": answers.nbest}
@@ -188,7 +188,7 @@ class SquadTask(FinetuningTask):
         return os.path.join(output_dir, "predictions.json")
 
     def serving_module(self, model, vocab_file: str):
-        from tasks.squad.serving import SquadServing
+        from bert_tf2.tasks.squad.serving import SquadServing
 
         return SquadServing(model, vocab_file, self.setup.do_lower_case, self.max_seq_length,
                             self.doc_stride, self.max_query_length, self.n_best_size,
