@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 VENV_JAX := .venv-jax
 PY_JAX := $(VENV_JAX)/bin/python
 
-.PHONY: demo demo-encode demo-jax test test-all bench venv venv-jax clean
+.PHONY: demo demo-encode demo-jax lint test test-all bench venv venv-jax clean
 
 $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ demo: $(VENV)/.installed
 # Real pretrained weights (MiniLM) through a TF1 checkpoint, encoding sentences.
 demo-encode: $(VENV)/.installed
 	$(PY) examples/encode_sentences.py --output_dir out/demo-encode
+
+# The linter, with the settings in pyproject.toml (CI runs it before the tests).
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
 
 # Fast and end-to-end tests; the long accuracy runs are marked `slow` and excluded here.
 # TEST_WORKERS processes (pytest-xdist), each taking whole test files.

@@ -69,7 +69,8 @@ setup(
         # pytest-xdist: `make test` runs the suite in two processes, one file per process at a
         # time (--dist loadfile keeps each file's fixtures in one process); most tests wait on a
         # single-threaded step or a subprocess, so two processes halve the wall time on 2 cores.
-        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4"],
+        # ruff: the linter `make lint` and CI run (its settings in pyproject.toml).
+        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "ruff>=0.14,<1"],
         # The JAX backend (KERAS_BACKEND=jax): the runners train on it with NumPy input,
         # keras.distribution and safetensors checkpoints (docs/backends.md). The CPU build here;
         # for GPUs or TPUs install JAX's own jax[cuda12] or jax[tpu] instead.

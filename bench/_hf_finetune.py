@@ -19,8 +19,13 @@ STARTED = time.perf_counter()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from transformers import (BertForSequenceClassification, BertTokenizerFast,  # noqa: E402
-                          DataCollatorWithPadding, Trainer, TrainingArguments)
+from transformers import (  # noqa: E402
+    BertForSequenceClassification,
+    BertTokenizerFast,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+)
 
 
 def read_glue(task: str, path: str):

@@ -22,10 +22,14 @@ STARTED = time.perf_counter()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from transformers import (BertForSequenceClassification, BertTokenizerFast,  # noqa: E402
-                          DataCollatorWithPadding, Trainer, TrainingArguments)
-
 from _hf_finetune import Rows  # noqa: E402  (the peer's dataset of encodings and labels)
+from transformers import (  # noqa: E402
+    BertForSequenceClassification,
+    BertTokenizerFast,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+)
 
 
 def main():

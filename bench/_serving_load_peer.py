@@ -22,6 +22,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from _serving_peer import onnx_session  # noqa: E402
+
 from bert_tf2.model_server.app import ServerSettings, serve  # noqa: E402
 
 

@@ -43,11 +43,14 @@ def quantization_kind() -> str:
 
 
 def onnx_session(hf_dir: str, work_dir: str, quantize: bool, task: str = "classify"):
-    from optimum.onnxruntime import (ORTModelForFeatureExtraction,
-                                     ORTModelForSequenceClassification, ORTOptimizer,
-                                     ORTQuantizer)
-    from optimum.onnxruntime.configuration import AutoQuantizationConfig, OptimizationConfig
     import onnxruntime
+    from optimum.onnxruntime import (
+        ORTModelForFeatureExtraction,
+        ORTModelForSequenceClassification,
+        ORTOptimizer,
+        ORTQuantizer,
+    )
+    from optimum.onnxruntime.configuration import AutoQuantizationConfig, OptimizationConfig
 
     exported = os.path.join(work_dir, "onnx")
     optimized = os.path.join(work_dir, "onnx-o2")

@@ -37,7 +37,6 @@ import platform
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import pathlib
 import re
 import shutil
@@ -52,6 +51,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.finetune_vs_pytorch import minilm_dir, peer_python, timed  # noqa: E402
 from bench.reuters import data_dir, first_lines, gold, scores  # noqa: E402
+
 
 def stories(path: pathlib.Path, limit: int = 0) -> list:
     texts = [json.loads(line)["text"] for line in path.open(encoding="utf-8")]

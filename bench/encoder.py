@@ -102,6 +102,7 @@ def forward_step(encoder, jit: bool):
 
 def train_step(classifier, optimizer, jit: bool):
     import tensorflow as tf
+
     from bert_tf2.modeling import losses
 
     def step(inputs, labels):

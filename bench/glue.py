@@ -60,7 +60,7 @@ def run(task: str, lr: float, batch: int, epochs: float, args) -> dict:
                f"--init_checkpoint={minilm_dir()}", "--do_train", "--do_eval",
                f"--learning_rate={lr}", f"--train_batch_size={batch}",
                f"--num_train_epochs={epochs}", f"--max_seq_length={args.max_seq_length}",
-               f"--eval_batch_size=64", f"--random_seed={args.seed}", *args.extra]
+               "--eval_batch_size=64", f"--random_seed={args.seed}", *args.extra]
     return run_and_score(command, out, log, REPORTED[task], task=task, learning_rate=lr,
                          batch=batch, epochs=epochs)
 

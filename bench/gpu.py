@@ -260,7 +260,7 @@ def main():
         env = {**os.environ, "KERAS_BACKEND": "jax"}
         start = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=540)
-        line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
+        line = next((out for out in done.stdout.splitlines() if out.startswith("RESULT ")), None)
         entry = {"job": job, "shape": shape, "batch": batch, "length": length,
                  "wall_s": time.perf_counter() - start}
         if done.returncode or line is None:

@@ -67,7 +67,7 @@ def main():
     command = [sys.executable, str(REPO / "run_multiple_choice.py"), "--task_name=swag",
                f"--data_dir={data}", f"--output_dir={out}", f"--init_checkpoint={minilm_dir()}",
                f"--max_seq_length={args.max_seq_length}",
-               f"--train_batch_size={args.batch_size}", f"--eval_batch_size=64",
+               f"--train_batch_size={args.batch_size}", "--eval_batch_size=64",
                f"--learning_rate={args.learning_rate}", f"--num_train_epochs={args.epochs}",
                f"--random_seed={args.seed}", "--do_train", "--do_eval"]
     start = time.time()

@@ -76,11 +76,11 @@ def build_trainer(size: ModelSize, jit: bool, steps: int):
     """A pretraining `Trainer` as `run_pretraining.build` makes one: BertPretrainer, the original's
     AdamWeightDecay with warmup, one device, float32."""
     from bert_tf2.engine.distribution import get_strategy
+    from bert_tf2.engine.training import Trainer, TrainerConfig
     from bert_tf2.modeling.encoder import BertEncoder
     from bert_tf2.modeling.models import BertPretrainer
     from bert_tf2.modeling.optimization import create_optimizer
     from bert_tf2.tasks.pretraining.task import PretrainingTask
-    from bert_tf2.engine.training import Trainer, TrainerConfig
 
     config = size.arch.bert_config(VOCAB_SIZE)
     strategy = get_strategy("one_device")

@@ -64,7 +64,6 @@ sys.path.insert(0, str(REPO))
 from bench.finetune_vs_pytorch import minilm_dir, peer_python, timed  # noqa: E402
 
 
-
 def data_dir() -> pathlib.Path:
     """The shared Reuters folder (`$BERT_DATA_DIR/reuters21578`); missing: exit saying so."""
     root = os.environ.get("BERT_DATA_DIR") or str(REPO.parent / "shared" / "data")

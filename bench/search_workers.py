@@ -32,9 +32,9 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # postgres_cluster
 sys.path.insert(0, str(REPO / "bench"))
 
+import postgres_cluster  # noqa: E402
 from backends import cpu_kind  # noqa: E402
 from glue import minilm_dir  # noqa: E402
-import postgres_cluster  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 

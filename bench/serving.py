@@ -59,6 +59,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
+
 from bench.finetune_vs_pytorch import minilm_dir, peer_python  # noqa: E402
 from bert_tf2.process.atomic_files import write_text  # noqa: E402
 

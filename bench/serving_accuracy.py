@@ -33,9 +33,10 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
+from serving import commit  # noqa: E402
+
 from bench.glue import minilm_dir  # noqa: E402
 from bert_tf2.process.atomic_files import write_text  # noqa: E402
-from serving import commit  # noqa: E402
 
 
 def finetune(runner: str, out: pathlib.Path, flags: list) -> pathlib.Path:

@@ -34,11 +34,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
+
 from bench.finetune_vs_pytorch import minilm_dir  # noqa: E402
-from bert_tf2.process.atomic_files import write_text  # noqa: E402
-from bench.serving import (SIDES, Worker, commit, percentile, read_tsv,  # noqa: E402
-                           serve_text_signature)
+from bench.serving import SIDES, Worker, commit, percentile, read_tsv, serve_text_signature  # noqa: E402
 from bench.serving import worker_command as serving_worker_command  # noqa: E402
+from bert_tf2.process.atomic_files import write_text  # noqa: E402
 
 
 def export(work: pathlib.Path) -> pathlib.Path:

@@ -53,8 +53,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from backends import cpu_kind  # noqa: E402
 from _serving_peer import peak_rss_bytes  # noqa: E402
+from backends import cpu_kind  # noqa: E402
 from finetune_vs_pytorch import peer_python  # noqa: E402
 from serving import PEER_PACKAGES, finetune, hugging_face_copy, read_tsv  # noqa: E402
 

@@ -35,9 +35,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from backends import cpu_kind  # noqa: E402
-from bert_tf2.process.atomic_files import (recover_directory, staged_directory,  # noqa: E402
-                                  write_text)
 from serving import commit, read_tsv  # noqa: E402
+
+from bert_tf2.process.atomic_files import recover_directory, staged_directory, write_text  # noqa: E402
 
 VARIANTS = ("float32", "xla", "bf16", "bf16+xla")
 

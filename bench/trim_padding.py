@@ -24,7 +24,8 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 from bert_tf2.process import environment  # noqa: E402
-environment.configure()  # noqa: E402  # before Keras and TensorFlow
+
+environment.configure()  # before Keras and TensorFlow
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

@@ -38,14 +38,20 @@ several examples into one row (`data_gen.example_packing`) reads `pack` from it.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 import numpy as np
 
-from bert_tf2.data_gen.batching import (BUCKET_WINDOW, LENGTH_MULTIPLE,  # noqa: F401 (also named here)
-                               SEQUENCE_FEATURES, Batching, example_lengths, example_row_spans)
+from bert_tf2.data_gen.batching import (  # noqa: F401 (also named here)
+    BUCKET_WINDOW,
+    LENGTH_MULTIPLE,
+    SEQUENCE_FEATURES,
+    Batching,
+    example_lengths,
+    example_row_spans,
+)
 from bert_tf2.data_gen.errors import DataError
+
 
 def rounded_width(longest, full, multiple: int = LENGTH_MULTIPLE):
     """The width of a batch whose longest row is `longest`: rounded up to `multiple`, at most

@@ -119,7 +119,12 @@ def in_memory_batches(features: dict, batch_size: int, is_training: bool, seed: 
                       transform: Callable | None = None, whole_examples: bool = False,
                       ) -> Batches:
     """`data_gen.datasets.in_memory_dataset` in NumPy (see the module docstring)."""
-    from bert_tf2.data_gen.batching import SEQUENCE_FEATURES, Batching, example_lengths, example_row_spans
+    from bert_tf2.data_gen.batching import (
+        SEQUENCE_FEATURES,
+        Batching,
+        example_lengths,
+        example_row_spans,
+    )
 
     batching = batching or Batching()
     sequence_features = sequence_features or SEQUENCE_FEATURES

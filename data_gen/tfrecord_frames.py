@@ -10,7 +10,8 @@ files; `tests/test_tfrecord_frames.py` holds the bytes equal to TensorFlow's wri
 import numba
 import numpy as np
 
-from bert_tf2.modeling.crc32c import crc32c, masked_crc32c, table as crc32c_table  # noqa: F401
+from bert_tf2.modeling.crc32c import crc32c, masked_crc32c  # noqa: F401
+from bert_tf2.modeling.crc32c import table as crc32c_table
 
 HEADER_BYTES, FOOTER_BYTES = 12, 4
 _TABLE = crc32c_table()

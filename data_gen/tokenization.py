@@ -375,7 +375,9 @@ def load_vocab_tokens(vocab_file) -> list:
     lines = data.split(b"\n")
     if lines and not lines[-1]:
         lines.pop()  # the newline that ends the last line opens no new one
-    from bert_tf2.data_gen.errors import decode_line  # a DataError naming the line that is not UTF-8
+    from bert_tf2.data_gen.errors import (
+        decode_line,  # a DataError naming the line that is not UTF-8
+    )
 
     return [decode_line(path, number, line).strip() for number, line in enumerate(lines, 1)]
 

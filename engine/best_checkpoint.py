@@ -13,7 +13,12 @@ from __future__ import annotations
 import logging
 import os
 
-from bert_tf2.engine.results import RESULTS_FILE, lower_is_better, read_eval_results, write_eval_results
+from bert_tf2.engine.results import (
+    RESULTS_FILE,
+    lower_is_better,
+    read_eval_results,
+    write_eval_results,
+)
 from bert_tf2.process import environment
 from bert_tf2.process.atomic_files import recover_directory, staged_directory
 

@@ -135,7 +135,6 @@ def start_run(settings: RunSettings, config, vocab_file: str | None) -> Run:
 
     from bert_tf2.engine.distribution import get_strategy, set_precision
     from bert_tf2.engine.trainer_config import worker_dir
-
     from bert_tf2.process import environment
 
     if environment.uses_tensorflow():

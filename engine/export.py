@@ -22,8 +22,8 @@ import shutil
 
 import tensorflow as tf
 
-from bert_tf2.process.atomic_files import recover_directory, staged_directory
 from bert_tf2.modeling.encoder import INPUT_NAMES
+from bert_tf2.process.atomic_files import recover_directory, staged_directory
 
 logger = logging.getLogger(__name__)
 

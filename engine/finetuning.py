@@ -28,13 +28,25 @@ from typing import Callable
 import numpy as np
 
 from bert_tf2.engine.best_checkpoint import BestCheckpoint
-from bert_tf2.engine.build import (RunSettings, build_trainer, check_batch_split, held_outputs,
-                          model_files, open_output, start_run)
-from bert_tf2.engine.results import (RESULTS_FILE, format_results, log_results, read_eval_results,
-                            write_eval_results)
+from bert_tf2.engine.build import (
+    RunSettings,
+    build_trainer,
+    check_batch_split,
+    held_outputs,
+    model_files,
+    open_output,
+    start_run,
+)
+from bert_tf2.engine.distribution import KerasStrategy, processes_of
+from bert_tf2.engine.results import (
+    RESULTS_FILE,
+    format_results,
+    log_results,
+    read_eval_results,
+    write_eval_results,
+)
 from bert_tf2.engine.run_config import check_run_config, record_run_config
 from bert_tf2.engine.trainer_config import is_boundary
-from bert_tf2.engine.distribution import KerasStrategy, processes_of
 from bert_tf2.process import environment, evaluation_gate, fault_points, interrupts, output_lock
 from bert_tf2.process.errors import SettingsError
 

@@ -30,9 +30,19 @@ from typing import Callable
 
 import numpy as np
 
-from bert_tf2.engine.trainer_config import (CHECKPOINT_NAME, EmptyInputError, NonFiniteLossError,
-                                   TrainerConfig, format_duration, is_boundary, is_chief,
-                                   next_boundary, ratios, remove_partial_checkpoints, worker_dir)
+from bert_tf2.engine.trainer_config import (
+    CHECKPOINT_NAME,
+    EmptyInputError,
+    NonFiniteLossError,
+    TrainerConfig,
+    format_duration,
+    is_boundary,
+    is_chief,
+    next_boundary,
+    ratios,
+    remove_partial_checkpoints,
+    worker_dir,
+)
 from bert_tf2.modeling import variable_files
 from bert_tf2.process import fault_points, interrupts
 from bert_tf2.process.errors import SettingsError

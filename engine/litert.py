@@ -22,8 +22,14 @@ import json
 import logging
 import os
 
-from bert_tf2.engine.litert_layout import (DESCRIPTION, FOLDER, LiteRTError, model_file, read_description,
-                                  vocab_file)
+from bert_tf2.engine.litert_layout import (
+    DESCRIPTION,
+    FOLDER,
+    LiteRTError,
+    model_file,
+    read_description,
+    vocab_file,
+)
 from bert_tf2.process.atomic_files import atomic_path
 
 logger = logging.getLogger(__name__)
@@ -37,8 +43,7 @@ def convert(export_dir: str, quantization: str = "int8") -> tuple:
     tensor's name in the file to the signature's output name."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the serve_text ops the SavedModel holds)
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2)
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     if quantization not in QUANTIZATIONS:
         raise LiteRTError(f"--quantization={quantization}: use one of {', '.join(QUANTIZATIONS)}")

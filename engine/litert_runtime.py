@@ -34,7 +34,13 @@ import time
 
 import numpy as np
 
-from bert_tf2.engine.litert_layout import DESCRIPTION, FOLDER, LiteRTError, model_file, require_export
+from bert_tf2.engine.litert_layout import (
+    DESCRIPTION,
+    FOLDER,
+    LiteRTError,
+    model_file,
+    require_export,
+)
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 GROUP_ROWS = 8  # a group holds at most this many rows' worth of max_length tokens

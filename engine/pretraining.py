@@ -16,8 +16,15 @@ import logging
 import os
 
 from bert_tf2.data_gen.errors import DataError
-from bert_tf2.engine.build import (RunSettings, build_trainer, check_batch_split, held_outputs,
-                          model_files, open_output, start_run)
+from bert_tf2.engine.build import (
+    RunSettings,
+    build_trainer,
+    check_batch_split,
+    held_outputs,
+    model_files,
+    open_output,
+    start_run,
+)
 from bert_tf2.engine.results import RESULTS_FILE, log_results, write_eval_results
 from bert_tf2.engine.run_config import PRETRAINING, check_run_config, record_run_config
 from bert_tf2.engine.trainer_config import EmptyInputError
@@ -59,10 +66,9 @@ def pretrain(task, settings: PretrainSettings) -> None:
 
 
 def _pretrain(task, settings: PretrainSettings) -> None:
+    from bert_tf2.engine.build import check_backend
     from bert_tf2.modeling import checkpoints, convert
     from bert_tf2.process.atomic_files import recover_directory, staged_directory
-
-    from bert_tf2.engine.build import check_backend
 
     check_backend()
     if not (settings.do_train or settings.do_eval):

@@ -182,10 +182,8 @@ def predict_file(predictor: SavedModelPredictor, input_file: str, output_file: s
     """The local run: every line of `input_file`, in order, into `output_file` (atomically)."""
     from bert_tf2.engine.line_shards import count_lines, file_shards
     from bert_tf2.engine.streaming import Progress
-    from bert_tf2.process.atomic_files import atomic_path
-
     from bert_tf2.process import output_lock
-    from bert_tf2.process.atomic_files import remove_partial_files
+    from bert_tf2.process.atomic_files import atomic_path, remove_partial_files
 
     output_lock.check_file_output(output_file, "--output_file")
     predictor.load()

@@ -25,13 +25,24 @@ import os
 import time
 from typing import Callable, Protocol
 
-import tensorflow as tf
 import keras
+import tensorflow as tf
 
-from bert_tf2.engine.trainer_config import (CHECKPOINT_NAME, CHECKPOINT_PREFIXES,  # noqa: F401
-                                   EmptyInputError, NonFiniteLossError, TrainerConfig,
-                                   format_duration, is_boundary, is_chief, is_training_checkpoint,
-                                   next_boundary, ratios, remove_partial_checkpoints, worker_dir)
+from bert_tf2.engine.trainer_config import (  # noqa: F401
+    CHECKPOINT_NAME,
+    CHECKPOINT_PREFIXES,
+    EmptyInputError,
+    NonFiniteLossError,
+    TrainerConfig,
+    format_duration,
+    is_boundary,
+    is_chief,
+    is_training_checkpoint,
+    next_boundary,
+    ratios,
+    remove_partial_checkpoints,
+    worker_dir,
+)
 from bert_tf2.process import fault_points, interrupts
 
 logger = logging.getLogger(__name__)

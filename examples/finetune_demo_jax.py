@@ -13,8 +13,14 @@ import os
 import shutil
 
 from demo_steps import run, shown
-from finetune_demo import DATA, EXAMPLES, describe_data, majority_baseline, minilm_folder, \
-    read_split
+from finetune_demo import (
+    DATA,
+    EXAMPLES,
+    describe_data,
+    majority_baseline,
+    minilm_folder,
+    read_split,
+)
 
 
 def main():

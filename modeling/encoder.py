@@ -11,8 +11,15 @@ import keras
 from keras import ops
 
 from bert_tf2.modeling.config import BertConfig
-from bert_tf2.modeling.layers import (AttentionMask, BertEmbeddings, Pooler, TransformerBlock,
-                             attention_bias, packed_attention_bias, packed_positions)
+from bert_tf2.modeling.layers import (
+    AttentionMask,
+    BertEmbeddings,
+    Pooler,
+    TransformerBlock,
+    attention_bias,
+    packed_attention_bias,
+    packed_positions,
+)
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 

@@ -11,10 +11,22 @@ import keras
 from keras import ops
 
 from bert_tf2.modeling import checkpoint_names as names
-from bert_tf2.modeling.encoder import (INPUT_NAMES, BertEncoder, encoder_inputs,
-                              packed_first_token_output, pooled_output)
-from bert_tf2.modeling.heads import (BiLstmTaggingHead, ClassificationHead, MaskedLMHead,
-                            MultipleChoiceHead, NextSentenceHead, SpanHead, TokenTaggingHead)
+from bert_tf2.modeling.encoder import (
+    INPUT_NAMES,
+    BertEncoder,
+    encoder_inputs,
+    packed_first_token_output,
+    pooled_output,
+)
+from bert_tf2.modeling.heads import (
+    BiLstmTaggingHead,
+    ClassificationHead,
+    MaskedLMHead,
+    MultipleChoiceHead,
+    NextSentenceHead,
+    SpanHead,
+    TokenTaggingHead,
+)
 
 
 class _EncoderTask(keras.Model):

@@ -22,7 +22,6 @@ it back with `tf.train.load_checkpoint`.
 """
 from __future__ import annotations
 
-import os
 import struct
 
 import numpy as np

@@ -27,6 +27,7 @@ import re
 import sys
 import tempfile
 
+
 def backend() -> str:
     """Keras's backend for this process: `tensorflow` (the default), `jax` or `torch`."""
     return os.environ.get("KERAS_BACKEND") or "tensorflow"

@@ -48,8 +48,7 @@ class Dimension:
 
     def distribution(self):
         """The Optuna distribution a sampler draws this dimension from."""
-        from optuna.distributions import (CategoricalDistribution, FloatDistribution,
-                                          IntDistribution)
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
         if self.kind in ("values", "choice"):
             return CategoricalDistribution(self.values)

@@ -41,8 +41,14 @@ from bert_tf2.process.errors import SettingsError, UserError
 from bert_tf2.search import report
 from bert_tf2.search.runner_check import flag_value
 from bert_tf2.search.space import SearchSpace, config_name, flag_text, flags_of
-from bert_tf2.search.storage import (STUDY_FILE, SchedulingLock, connection_error, is_server, normalized,
-                            redacted)
+from bert_tf2.search.storage import (
+    STUDY_FILE,
+    SchedulingLock,
+    connection_error,
+    is_server,
+    normalized,
+    redacted,
+)
 from bert_tf2.search.trial_process import run_trial
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bert_tf2.process import environment  # noqa: E402
-environment.configure()  # noqa: E402  # before Keras and TensorFlow
+
+environment.configure()  # before Keras and TensorFlow
 
 import numpy as np  # noqa: E402
 

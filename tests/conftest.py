@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from bert_tf2.process import environment
+
 environment.configure()  # before Keras and TensorFlow
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

@@ -10,11 +10,13 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bert_tf2.process import environment  # noqa: E402
-environment.configure()  # noqa: E402  # before Keras and TensorFlow
+
+environment.configure()  # before Keras and TensorFlow
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from test_training_loop import config, records  # noqa: E402
 
 from bert_tf2.engine.distribution import get_strategy  # noqa: E402
 from bert_tf2.engine.training import Trainer, TrainerConfig  # noqa: E402
@@ -23,7 +25,6 @@ from bert_tf2.modeling.encoder import BertEncoder  # noqa: E402
 from bert_tf2.modeling.models import BertPretrainer  # noqa: E402
 from bert_tf2.modeling.optimization import create_optimizer  # noqa: E402
 from bert_tf2.tasks.pretraining.task import PretrainingTask  # noqa: E402
-from test_training_loop import config, records  # noqa: E402
 
 GLOBAL_BATCH, STEPS = 16, 6
 

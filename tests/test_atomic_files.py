@@ -4,8 +4,13 @@ import pathlib
 
 import pytest
 
-from bert_tf2.process.atomic_files import (atomic_path, recover_directory, replace_directory,
-                                   staging_directory, write_text)
+from bert_tf2.process.atomic_files import (
+    atomic_path,
+    recover_directory,
+    replace_directory,
+    staging_directory,
+    write_text,
+)
 
 
 def test_failed_write_keeps_previous_file_and_cleans_up(tmp_path):

@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import run_script
 from test_run_classifier import glue_slice, read_tsv
 
@@ -108,8 +107,9 @@ def test_squad_and_multiple_choice_saved_models(shared_data, tiny_checkpoint, tm
     """Questions through an exported SQuAD model give the runner's predictions.json answers;
     multiple-choice rows with 2, 3 and 5 choices (padded with "" in a batch) give its
     test_predictions.tsv probabilities; the Beam run gives the local lines."""
-    from bert_tf2.tasks.squad.files import load_squad, write_json
     from test_multiple_choice import generic_rows, write_jsonl
+
+    from bert_tf2.tasks.squad.files import load_squad, write_json
 
     source = load_squad(shared_data / "squad" / "dev-v1.1.json")["data"][3]
     dataset = {"version": "1.1", "data": [{"title": source["title"],

@@ -4,15 +4,15 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from reference_bert import ReferenceBert, hf_to_tf1_names
 from safetensors.numpy import load_file, save_file
+from test_encoder_numerics import assert_close, padded_batch
 
 from bert_tf2.modeling import checkpoints
 from bert_tf2.modeling.checkpoint_names import hf_name, tf1_name_from_hf, tf1_variable_map
 from bert_tf2.modeling.config import BertConfig
 from bert_tf2.modeling.encoder import BertEncoder
 from bert_tf2.modeling.models import BertClassifier, BertPretrainer, BertSpanLabeler
-from reference_bert import ReferenceBert, hf_to_tf1_names
-from test_encoder_numerics import assert_close, padded_batch
 
 
 def raw_tf1(prefix):

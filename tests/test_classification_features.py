@@ -1,16 +1,15 @@
 """Classifier features: the original's conversion and the TFRecord round trip of
 `tasks.classification.features`, with the pair truncation of `data_gen.packing`."""
-import math
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from bert_tf2.data_gen import packing
-from bert_tf2.tasks.classification import features as cf
 from bert_tf2.data_gen.errors import DataError
-from bert_tf2.tasks.classification.reader import InputExample
 from bert_tf2.data_gen.graph_tokenizer import truncated_lengths
+from bert_tf2.tasks.classification import features as cf
+from bert_tf2.tasks.classification.reader import InputExample
 
 MAX_LEN = 32
 LABELS = ["0", "1"]

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from bert_tf2.tasks.classification import reader as cp
 from bert_tf2.data_gen.errors import DataError
+from bert_tf2.tasks.classification import reader as cp
 from bert_tf2.tasks.classification.processors import PROCESSORS, get_processor
 from bert_tf2.tasks.classification.reader import InputExample
 

@@ -25,12 +25,20 @@ from bert_tf2.data_gen.compiled_wordpiece import CompiledWordpiece
 from bert_tf2.data_gen.pretraining import compiled_instances, mersenne, schema
 from bert_tf2.data_gen.pretraining.compiled_records import FramedRecords, framed_records
 from bert_tf2.data_gen.pretraining.documents import InputOptions, stream_documents
-from bert_tf2.data_gen.pretraining.instances import DrawCounts, InstanceSettings, create_pool_instances
+from bert_tf2.data_gen.pretraining.instances import (
+    DrawCounts,
+    InstanceSettings,
+    create_pool_instances,
+)
 from bert_tf2.data_gen.pretraining.masking import MASK, RANDOM, UNCHANGED
 from bert_tf2.data_gen.pretraining.records import RecordMaker
 from bert_tf2.data_gen.records import ShardedRecordWriter
-from bert_tf2.data_gen.tokenization import (FullTokenizer, _word_separator_ranges, code_point_ranges,
-                                   separates_words)
+from bert_tf2.data_gen.tokenization import (
+    FullTokenizer,
+    _word_separator_ranges,
+    code_point_ranges,
+    separates_words,
+)
 
 KIND_NAMES = {MASK: compiled_instances.KIND_MASK, RANDOM: compiled_instances.KIND_RANDOM,
               UNCHANGED: compiled_instances.KIND_UNCHANGED}

@@ -6,10 +6,10 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_checkpoints import assert_bit_identical, raw_tf1
 
 from bert_tf2.modeling import convert
 from bert_tf2.modeling.checkpoint_names import tf1_variable_map
-from test_checkpoints import assert_bit_identical, raw_tf1
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

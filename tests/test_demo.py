@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, read_results, run_script
 
 EXAMPLES = REPO / "examples"

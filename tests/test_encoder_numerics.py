@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from reference_bert import ReferenceBert, gelu_exact, gelu_tanh, hf_to_tf1_names
 from safetensors.numpy import load_file
 
 from bert_tf2.modeling import checkpoints
@@ -11,7 +12,6 @@ from bert_tf2.modeling.config import BertConfig
 from bert_tf2.modeling.encoder import BertEncoder
 from bert_tf2.modeling.layers import SequenceLengthError
 from bert_tf2.modeling.models import BertPretrainer
-from reference_bert import ReferenceBert, gelu_exact, gelu_tanh, hf_to_tf1_names
 
 TOL = 1e-5
 
@@ -115,7 +115,8 @@ def test_padding_does_not_change_real_tokens(tf1_tiny_dir):
 
 
 def test_gelu_forms():
-    from bert_tf2.modeling.activations import gelu, gelu_exact as keras_gelu_exact
+    from bert_tf2.modeling.activations import gelu
+    from bert_tf2.modeling.activations import gelu_exact as keras_gelu_exact
     x = np.linspace(-6, 6, 1001)
     assert_close(gelu(x.astype(np.float32)), gelu_tanh(x), tol=1e-6, what="tanh gelu")
     assert_close(keras_gelu_exact(x.astype(np.float32)), gelu_exact(x), tol=1e-6,

@@ -5,11 +5,11 @@ examples as the unpacked ones."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_datasets import synthetic_features
 
 from bert_tf2.data_gen import datasets
 from bert_tf2.data_gen.example_packing import pack_batch
 from bert_tf2.modeling.layers import packed_attention_bias, packed_positions
-from test_datasets import synthetic_features
 
 
 def unpack(packed, lengths):

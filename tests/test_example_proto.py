@@ -9,6 +9,11 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REPO
+from test_run_classifier import glue_slice
+from test_run_ner import conll_slice
+from test_run_squad import paragraphs
+from test_tasks import settings
 
 from bert_tf2.data_gen import example_proto, records
 from bert_tf2.data_gen.example_proto import FixedLen
@@ -17,11 +22,6 @@ from bert_tf2.tasks.classification.task import ClassificationTask
 from bert_tf2.tasks.multiple_choice.task import MultipleChoiceTask
 from bert_tf2.tasks.ner.task import NerTask
 from bert_tf2.tasks.squad.task import SquadTask
-from conftest import REPO
-from test_run_classifier import glue_slice
-from test_run_ner import conll_slice
-from test_run_squad import paragraphs
-from test_tasks import settings
 
 
 def _tf_spec(spec):

@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 
 TEXT_OPS = REPO / "tests" / "fixtures" / "tensorflow_text_2.20.0_ops.txt"
@@ -51,17 +50,21 @@ def serving_modules(vocab: str) -> dict:
     """One serving module of each task, on a tiny random BERT (the ops do not depend on the
     weights), with the options that add graph: windows, thresholds, SQuAD 2.0."""
     import keras
+    from conftest import TINY
 
     from bert_tf2.modeling.config import BertConfig
     from bert_tf2.modeling.encoder import BertEncoder
-    from bert_tf2.modeling.models import (BertClassifier, BertMultipleChoice, BertSpanLabeler,
-                                 BertTokenClassifier)
+    from bert_tf2.modeling.models import (
+        BertClassifier,
+        BertMultipleChoice,
+        BertSpanLabeler,
+        BertTokenClassifier,
+    )
     from bert_tf2.tasks.classification.serving import ClassifierServing
     from bert_tf2.tasks.feature_extraction.serving import EmbeddingServing
     from bert_tf2.tasks.multiple_choice.serving import MultipleChoiceServing
     from bert_tf2.tasks.ner.serving import NerServing
     from bert_tf2.tasks.squad.serving import SquadServing
-    from conftest import TINY
 
     keras.utils.set_random_seed(1)
 

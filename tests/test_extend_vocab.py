@@ -5,10 +5,10 @@ import json
 
 import numpy as np
 import pytest
+from conftest import run_script
 
 from bert_tf2.data_gen import extend_vocab, tokenization
 from bert_tf2.process.errors import SettingsError
-from conftest import run_script
 
 SMALL = ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused2]",
          "a", "b", "c", "d", "t", "o", "n", "s", "##a", "##b", "##c", "##d", "##t", "##o", "##n",
@@ -167,12 +167,12 @@ def words_file(tmp_path_factory):
 def test_a_tf1_pretraining_checkpoint_gets_mean_rows(tmp_path, minilm_dir, reuters_text,
                                                      words_file):
     import keras
+    from conftest import TINY
 
     from bert_tf2.modeling import checkpoints
     from bert_tf2.modeling.config import BertConfig
     from bert_tf2.modeling.encoder import BertEncoder
     from bert_tf2.modeling.models import BertPretrainer
-    from conftest import TINY
 
     base = tmp_path / "base"
     base.mkdir()

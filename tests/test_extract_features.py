@@ -16,7 +16,6 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import REPO, run_script
 from reference_bert import ReferenceBert
 

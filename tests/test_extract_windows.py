@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from bert_tf2.data_gen.windows import fixed_stride_spans, max_context_windows
 from conftest import run_script, serve_texts
 from reference_bert import ReferenceBert
+
+from bert_tf2.data_gen.windows import fixed_stride_spans, max_context_windows
 
 
 def test_windows_and_where_each_token_is_read_by_hand(tokenizer):

@@ -16,10 +16,10 @@ import subprocess
 import sys
 
 import pytest
-
-from bert_tf2.process.fault_points import KILL_VARIABLE, POINTS
 from conftest import REPO
 from test_run_classifier import glue_slice
+
+from bert_tf2.process.fault_points import KILL_VARIABLE, POINTS
 
 # Runs whose TensorBoard event files are named by time and host; their folders' names are compared.
 EVENT_FOLDERS = ("train", "eval")

@@ -6,8 +6,8 @@ import tensorflow as tf
 
 from bert_tf2.data_gen.datasets import in_memory_dataset
 from bert_tf2.engine import finetuning
-from bert_tf2.engine.build import RunSettings, build_trainer
 from bert_tf2.engine.best_checkpoint import BestCheckpoint
+from bert_tf2.engine.build import RunSettings, build_trainer
 from bert_tf2.engine.distribution import get_strategy
 from bert_tf2.engine.results import read_eval_results
 from bert_tf2.modeling.config import BertConfig

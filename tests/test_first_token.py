@@ -3,9 +3,7 @@ on real MiniLM weights and real MRPC dev pairs, the classifier's logits and ever
 those of the full graph (the encoder's pooled output, then the head), and multiple choice's too;
 the work skipped is the other tokens' last-layer states, which nothing reads."""
 import numpy as np
-import pytest
 import tensorflow as tf
-
 from test_example_packing import glue_features, minilm_classifier  # noqa: F401
 
 

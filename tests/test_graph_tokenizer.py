@@ -13,11 +13,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_tokenization import HOSTILE, random_texts
 
-from bert_tf2.data_gen import tokenization, vocab_sanity
+from bert_tf2.data_gen import vocab_sanity
 from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer, InputPacker, truncated_lengths
 from bert_tf2.data_gen.tokenization import BasicTokenizer, FullTokenizer
-from test_tokenization import HOSTILE, random_texts
 
 CASINGS = pytest.mark.parametrize("do_lower_case", [True, False], ids=["lower", "cased"])
 

@@ -16,13 +16,22 @@ import textwrap
 import time
 
 import pytest
+from conftest import REPO
+from test_faults import (  # noqa: F401  (fixtures)
+    assert_same_run,
+    classifier,
+    extract_features_command,
+    listing,
+    mrpc,
+    pretraining_command,
+    pretraining_data_command,
+    records,
+    run,
+    sst2_lines,
+    wait_until_stopped,
+)
 
 from bert_tf2.process.fault_points import STOP_VARIABLE
-from conftest import REPO
-from test_faults import (assert_same_run, classifier, extract_features_command, listing,
-                               pretraining_command, pretraining_data_command, run, sst2_lines,
-                               wait_until_stopped)
-from test_faults import mrpc, records  # noqa: F401  (fixtures)
 
 ONE_LINE = re.compile(r"^(?P<program>\S+): interrupted by (?P<signal>Ctrl-C \(SIGINT\)|SIGTERM) "
                       r"(?P<where>.+); nothing half-written is left; the same command "

@@ -11,12 +11,12 @@ import sys
 
 import numpy as np
 import pytest
-
-from bert_tf2.process.fault_points import KILL_VARIABLE
 from conftest import REPO, read_results, read_tsv, run_script
 from test_faults import listing
 from test_run_classifier import glue_slice
 from test_run_ner import conll_slice
+
+from bert_tf2.process.fault_points import KILL_VARIABLE
 
 pytest.importorskip("jax", reason="jax is not installed (make test installs setup.py's jax extra)")
 
@@ -332,8 +332,9 @@ def test_extract_features_on_jax_and_pytorch_writes_tensorflows_lines(
 
 def test_sigterm_on_jax_is_one_line_and_the_rerun_ends_as_the_uninterrupted_run(
         classifier_runs, mrpc, tiny_checkpoint, no_tensorflow, tmp_path):
-    from bert_tf2.process.fault_points import STOP_VARIABLE
     from test_faults import wait_until_stopped
+
+    from bert_tf2.process.fault_points import STOP_VARIABLE
 
     out = tmp_path / "out"
     command = [sys.executable, *[str(REPO / part) if part.endswith(".py") else part

@@ -10,7 +10,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import REPO, run_script
 from test_run_classifier import glue_slice
 
@@ -358,6 +357,7 @@ def test_regression_and_multi_label_outputs_as_the_savedmodel(kind, minilm_dir, 
     """The other heads a classifier export has, on a tiny random BERT: STS-B-like scores, and
     multi-label probabilities, 0/1 per label at the export's thresholds, and the label names."""
     import keras
+    from conftest import TINY
 
     from bert_tf2.engine import export
     from bert_tf2.modeling.config import BertConfig
@@ -365,7 +365,6 @@ def test_regression_and_multi_label_outputs_as_the_savedmodel(kind, minilm_dir, 
     from bert_tf2.modeling.models import BertClassifier
     from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
     from bert_tf2.tasks.classification.serving import ClassifierServing
-    from conftest import TINY
 
     keras.utils.set_random_seed(7)
     vocab = str(minilm_dir / "vocab.txt")
@@ -434,11 +433,11 @@ def test_an_export_that_cannot_be_converted_is_one_line(minilm_dir, tmp_path):
 def random_export(module_of, minilm_dir, path, litert="float32", initializer_range=0.02):
     """A tiny random BERT (seeded) in a task's serving module, exported with a LiteRT file."""
     import keras
+    from conftest import TINY
 
     from bert_tf2.engine import export
     from bert_tf2.modeling.config import BertConfig
     from bert_tf2.modeling.encoder import BertEncoder
-    from conftest import TINY
 
     keras.utils.set_random_seed(7)
     vocab = str(minilm_dir / "vocab.txt")

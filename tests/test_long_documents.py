@@ -8,7 +8,6 @@ import random
 
 import numpy as np
 import pytest
-
 from conftest import read_results, read_tsv, run_script, serve_texts
 
 

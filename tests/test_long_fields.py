@@ -12,13 +12,13 @@ import random
 import tracemalloc
 
 import pytest
+from conftest import read_tsv, run_script
 
 from bert_tf2.data_gen.packing import pack, truncate_seq_pair
 from bert_tf2.tasks.classification import features as classification
 from bert_tf2.tasks.classification.processors import get_processor
 from bert_tf2.tasks.multiple_choice import features as multiple_choice
 from bert_tf2.tasks.multiple_choice.reader import read_swag
-from conftest import read_tsv, run_script
 
 LIMIT = 131072  # the csv module's own default field limit
 

@@ -13,7 +13,6 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import REPO
 from http_server import call, free_port, server
 from test_litert import pair_export, served  # noqa: F401  (the module's fixture)
@@ -255,11 +254,12 @@ def test_multiple_choice_and_embedding_exports_answer_as_serve_text(shared_data,
                                                                     tmp_path):
     """Any export is served: multiple choice (a list of choices per row, ragged) and an
     embedder (one input: bare texts in rows and columns), float32 against serve_text."""
+    from test_litert import random_export
+
     from bert_tf2.modeling.models import BertMultipleChoice
     from bert_tf2.tasks.feature_extraction.serving import EmbeddingServing
     from bert_tf2.tasks.multiple_choice.reader import read_examples
     from bert_tf2.tasks.multiple_choice.serving import MultipleChoiceServing
-    from test_litert import random_export
 
     choosing = random_export(lambda encoder, vocab: MultipleChoiceServing(
         BertMultipleChoice(encoder, 4), vocab, True, 48, 4), minilm_dir, tmp_path / "choose")

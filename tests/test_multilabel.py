@@ -5,9 +5,9 @@ import json
 
 import numpy as np
 import pytest
+from conftest import read_results, read_tsv, run_script, serve_texts
 
 from bert_tf2.data_gen.errors import DataError
-from conftest import read_results, read_tsv, run_script, serve_texts
 
 
 def write_jsonl(path, records):
@@ -128,6 +128,7 @@ def test_generic_label_column_holds_several_labels(tmp_path):
 # ------------------------------------------------------------------------------------ features
 def test_label_sets_become_multi_hot_rows_and_back(tmp_path, tokenizer):
     from test_classification_features import write_records
+
     from bert_tf2.tasks.classification.features import example_records, load_features
     from bert_tf2.tasks.classification.reader import InputExample
 
@@ -365,10 +366,11 @@ def test_generic_tsv_with_multi_label_through_the_runner(reuters_run, tmp_path):
 def test_label_bias_starts_at_the_training_log_odds(reuters_run):
     """--init_label_bias: a fresh head's biases are log(p / (1 - p)) of each label's share of the
     training documents (kept within [1e-4, 1 - 1e-4])."""
+    from conftest import TINY
+
     from bert_tf2.engine.task import Split
     from bert_tf2.modeling.config import BertConfig
     from bert_tf2.tasks.classification.task import ClassificationTask, label_log_odds
-    from conftest import TINY
 
     np.testing.assert_allclose(label_log_odds([0.5, 0.1, 0.0, 1.0]),
                                [0.0, np.log(1 / 9), np.log(1e-4 / (1 - 1e-4)),

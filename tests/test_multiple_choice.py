@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import run_script
 
 from bert_tf2.data_gen.errors import DataError
 from bert_tf2.engine.task import Split
@@ -19,7 +20,6 @@ from bert_tf2.tasks.classification.reader import InputExample
 from bert_tf2.tasks.multiple_choice import features, next_sentence
 from bert_tf2.tasks.multiple_choice.reader import has_labels, read_examples
 from bert_tf2.tasks.multiple_choice.task import MASKED_LOGIT, MultipleChoiceTask
-from conftest import run_script
 
 SWAG_HEADER = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2," \
               "ending3,label"

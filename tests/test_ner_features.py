@@ -10,8 +10,8 @@ from bert_tf2.data_gen.datasets import Batching
 from bert_tf2.data_gen.errors import DataError
 from bert_tf2.data_gen.windows import word_aligned_spans
 from bert_tf2.tasks.ner import features as nf
-from bert_tf2.tasks.ner.reader import Sentence, read_conll
 from bert_tf2.tasks.ner.metrics import evaluate
+from bert_tf2.tasks.ner.reader import Sentence, read_conll
 
 LABELS = ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]
 LABEL_MAP = {label: i for i, label in enumerate(LABELS)}

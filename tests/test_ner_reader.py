@@ -3,9 +3,16 @@ schemes, bad input named by file and line, and the real CoNLL-2003 train/dev fil
 import pytest
 
 from bert_tf2.data_gen.errors import DataError
-from bert_tf2.tasks.ner.reader import (Sentence, check_labels, detect_scheme, label_list, read_conll,
-                               read_slash_tagged, to_iob2)
 from bert_tf2.tasks.ner.metrics import count_chunks
+from bert_tf2.tasks.ner.reader import (
+    Sentence,
+    check_labels,
+    detect_scheme,
+    label_list,
+    read_conll,
+    read_slash_tagged,
+    to_iob2,
+)
 
 IOB2_TAGS = ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]
 

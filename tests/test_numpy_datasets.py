@@ -1,7 +1,6 @@
 """The NumPy input pipeline (JAX, PyTorch) against tf.data's `in_memory_dataset`: evaluation batches
 equal to TensorFlow's, training batches by the same rules (each epoch a permutation, buckets
 sorted by length, trimmed widths, whole examples), resumable by `skip`."""
-import dataclasses
 
 import numpy as np
 import pytest

@@ -15,12 +15,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the export's tokenizer ops)
+from conftest import REPO
 
 from bert_tf2.engine.best_checkpoint import BestCheckpoint
-from bert_tf2.modeling import checkpoints
-from bert_tf2.modeling import models  # noqa: F401  (registers the model classes for load_model)
+from bert_tf2.modeling import (
+    checkpoints,
+    models,  # noqa: F401  (registers the model classes for load_model)
+)
 from bert_tf2.modeling.encoder import BertEncoder
-from conftest import REPO
 
 OLD = pathlib.Path(__file__).resolve().parent / "fixtures" / "old_format"
 EXPECTED = json.loads((OLD / "expected.json").read_text())

@@ -3,8 +3,12 @@ import keras
 import numpy as np
 import pytest
 
-from bert_tf2.modeling.optimization import (AdamWeightDecay, Lamb, WarmupPolynomialDecay,
-                                   create_optimizer)
+from bert_tf2.modeling.optimization import (
+    AdamWeightDecay,
+    Lamb,
+    WarmupPolynomialDecay,
+    create_optimizer,
+)
 
 
 def test_schedule_warms_up_then_decays_at_the_global_step():

@@ -14,7 +14,6 @@ import sysconfig
 import zipfile
 
 import pytest
-
 from conftest import REPO
 
 PACKAGE = "bert_tf2"

@@ -13,8 +13,8 @@ pytest.importorskip("apache_beam", reason="apache-beam is not installed: the Bea
                     "needs the beam extra (pip install -e '.[beam]')")
 
 from bert_tf2.data_gen.pretraining.create_pretraining_data import create_pretraining_data  # noqa: E402
-from bert_tf2.data_gen.pretraining.documents import InputOptions  # noqa: E402
 from bert_tf2.data_gen.pretraining.dataset import load_records  # noqa: E402
+from bert_tf2.data_gen.pretraining.documents import InputOptions  # noqa: E402
 from bert_tf2.data_gen.pretraining.instances import InstanceSettings  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -13,8 +13,8 @@ import pytest
 
 from bert_tf2.data_gen.pretraining import masking
 from bert_tf2.data_gen.pretraining.create_pretraining_data import create_pretraining_data
-from bert_tf2.data_gen.pretraining.documents import InputOptions, stream_documents
 from bert_tf2.data_gen.pretraining.dataset import load_records
+from bert_tf2.data_gen.pretraining.documents import InputOptions, stream_documents
 from bert_tf2.data_gen.pretraining.instances import InstanceSettings
 from bert_tf2.data_gen.tokenization import load_vocab
 

@@ -4,8 +4,8 @@ import pytest
 import tensorflow as tf
 
 from bert_tf2.data_gen.pretraining.create_pretraining_data import create_pretraining_data
-from bert_tf2.data_gen.pretraining.documents import InputOptions
 from bert_tf2.data_gen.pretraining.dataset import load_records, pretraining_dataset
+from bert_tf2.data_gen.pretraining.documents import InputOptions
 from bert_tf2.data_gen.pretraining.instances import InstanceSettings
 
 

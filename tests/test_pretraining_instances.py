@@ -5,8 +5,12 @@ import random
 import pytest
 
 from bert_tf2.data_gen.pretraining import masking
-from bert_tf2.data_gen.pretraining.instances import (DrawCounts, InstanceSettings, create_pool_instances,
-                                            truncate_seq_pair)
+from bert_tf2.data_gen.pretraining.instances import (
+    DrawCounts,
+    InstanceSettings,
+    create_pool_instances,
+    truncate_seq_pair,
+)
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"v{i}" for i in range(300)]
 

@@ -8,9 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_tf2.data_gen.pretraining import nsp_pools
-from bert_tf2.data_gen.pretraining import parallel
-from bert_tf2.data_gen.pretraining import pool_worker
+from bert_tf2.data_gen.pretraining import nsp_pools, parallel, pool_worker
 from bert_tf2.data_gen.pretraining.documents import InputFormatError
 from bert_tf2.data_gen.pretraining.instances import InstanceSettings
 

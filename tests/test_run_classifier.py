@@ -14,7 +14,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import read_results, read_tsv, run_script
 
 
@@ -42,7 +41,7 @@ def mrpc_run(tmp_path_factory, shared_data, tiny_checkpoint):
     root = tmp_path_factory.mktemp("mrpc")
     data = glue_slice(shared_data, "MRPC", root / "data", {"train": 96, "dev": 40, "test": 24})
     out = root / "out"
-    flags = [f"--task_name=MRPC", f"--data_dir={data}", f"--output_dir={out}",
+    flags = ["--task_name=MRPC", f"--data_dir={data}", f"--output_dir={out}",
              f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}",
              "--max_seq_length=64", "--train_batch_size=16", "--num_train_epochs=2",
              "--learning_rate=1e-3", "--eval_batch_size=16"]
@@ -130,9 +129,9 @@ print(json.dumps({"label": [x.decode() for x in out["label"].numpy()],
 
 
 def test_saved_model_in_a_fresh_process_predicts_as_the_runner(mrpc_run, tmp_path):
+    from bert_tf2.data_gen.tokenization import FullTokenizer
     from bert_tf2.tasks.classification.features import convert_example, load_features
     from bert_tf2.tasks.classification.reader import InputExample
-    from bert_tf2.data_gen.tokenization import FullTokenizer
 
     dev = read_tsv(mrpc_run["data"] / "dev.tsv")[1:]
     features = load_features(str(mrpc_run["out"] / "dev.tf_record"), 64, regression=False)

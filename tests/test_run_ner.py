@@ -12,10 +12,10 @@ import subprocess
 import sys
 
 import pytest
-
-from bert_tf2.tasks.ner.reader import read_conll
-from bert_tf2.tasks.ner import metrics as conlleval
 from conftest import read_results, run_script
+
+from bert_tf2.tasks.ner import metrics as conlleval
+from bert_tf2.tasks.ner.reader import read_conll
 
 
 def run_ner(*flags, check=True):
@@ -238,8 +238,9 @@ def test_the_export_served_over_http_tags_as_its_fast_path(ner_run):
     """serve.py on the export's int8 file: TF Serving's predict in rows and columns, the words
     and tags of `LiteRTTagger` called directly, long sentences (several windows) included."""
     pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed")
-    from bert_tf2.tasks.ner.litert_serving import LiteRTTagger
     from http_server import call, server
+
+    from bert_tf2.tasks.ner.litert_serving import LiteRTTagger
 
     export = ner_run["root"] / "export"
     words, _, _ = read_predictions(ner_run["out"] / "eval_predictions.txt")

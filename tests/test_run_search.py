@@ -14,7 +14,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import REPO
 from test_run_classifier import glue_slice
 

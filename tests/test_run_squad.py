@@ -8,10 +8,10 @@ model learns little; what is checked is that every piece agrees with every other
 import json
 
 import pytest
-
-from bert_tf2.tasks.squad.files import load_squad, make_v2, write_json
-from bert_tf2.tasks.squad import metrics as squad_metrics
 from conftest import read_results, run_script
+
+from bert_tf2.tasks.squad import metrics as squad_metrics
+from bert_tf2.tasks.squad.files import load_squad, make_v2, write_json
 
 
 def run_squad(*flags, check=True):
@@ -167,8 +167,9 @@ def test_the_export_served_over_http_answers_as_its_fast_path(squad_run):
     """serve.py on the export's int8 file: TF Serving's predict in rows, the answers and
     probabilities of `LiteRTReader` called directly."""
     pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed")
-    from bert_tf2.tasks.squad.litert_serving import LiteRTReader
     from http_server import call, server
+
+    from bert_tf2.tasks.squad.litert_serving import LiteRTReader
 
     export = squad_run["root"] / "export"
     dev = json.loads(squad_run["dev"].read_text())

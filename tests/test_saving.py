@@ -2,13 +2,18 @@
 import keras
 import numpy as np
 import pytest
+from test_encoder_numerics import padded_batch
 
 from bert_tf2.modeling import checkpoints
 from bert_tf2.modeling.config import BertConfig
 from bert_tf2.modeling.encoder import BertEncoder
-from bert_tf2.modeling.models import (BertClassifier, BertMultipleChoice, BertPretrainer, BertSpanLabeler,
-                             BertTokenClassifier)
-from test_encoder_numerics import padded_batch
+from bert_tf2.modeling.models import (
+    BertClassifier,
+    BertMultipleChoice,
+    BertPretrainer,
+    BertSpanLabeler,
+    BertTokenClassifier,
+)
 
 
 @pytest.fixture()

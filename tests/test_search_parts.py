@@ -9,7 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bert_tf2.search.space import PAPER_GRID, SearchSpace, SearchSpaceError, config_name, parse_dimension
+from bert_tf2.search.space import (
+    PAPER_GRID,
+    SearchSpace,
+    SearchSpaceError,
+    config_name,
+    parse_dimension,
+)
 from bert_tf2.search.statistics import expected_best, expected_best_curve, spread
 from bert_tf2.search.trial_process import run_trial
 

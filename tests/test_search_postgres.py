@@ -8,12 +8,10 @@ import signal
 import subprocess
 import time
 
-import pytest
-
 import postgres_cluster
+import pytest
 from conftest import REPO
-from test_run_search import (best_score, logged_runs, mrpc, run,  # noqa: F401 (fixture)
-                                   runner_flags, search_command, table)
+from test_run_search import best_score, logged_runs, mrpc, run, runner_flags, search_command, table  # noqa: F401 (fixture)
 
 GRID = ["--grid=learning_rate=1e-3,2e-4", "--grid=num_train_epochs=2", "--seeds=2"]
 SLOTS = sorted(f"lr{lr}_ep2_seed{seed}" for lr in ("1e-3", "2e-4") for seed in (12345, 12346))

@@ -13,11 +13,11 @@ import sys
 import numpy as np
 import pytest
 
-from bert_tf2.tasks.squad import features as squad_data
-from bert_tf2.tasks.squad.reader import read_squad_examples
-from bert_tf2.tasks.squad.files import load_squad, make_v2, split_articles, write_json
 from bert_tf2.data_gen.tokenization import FullTokenizer
+from bert_tf2.tasks.squad import features as squad_data
 from bert_tf2.tasks.squad import postprocess as squad_postprocess
+from bert_tf2.tasks.squad.files import load_squad, make_v2, split_articles, write_json
+from bert_tf2.tasks.squad.reader import read_squad_examples
 
 if importlib.util.find_spec("bert") is None:
     pytest.skip("the oracle bert-tensorflow==1.0.4 (Google's original scripts) is not installed: "

@@ -6,8 +6,14 @@ import logging
 
 import pytest
 
-from bert_tf2.tasks.squad.metrics import (exact_match, f1_score, find_best_thresh, normalize_answer,
-                                    squad_v1_scores, squad_v2_scores)
+from bert_tf2.tasks.squad.metrics import (
+    exact_match,
+    f1_score,
+    find_best_thresh,
+    normalize_answer,
+    squad_v1_scores,
+    squad_v2_scores,
+)
 
 
 def _dataset(*questions: tuple[str, list[str]]) -> list:

@@ -19,11 +19,11 @@ import warnings
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_tokenization import HOSTILE, random_texts
 
 from bert_tf2.data_gen import vocab_sanity
 from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer
 from bert_tf2.data_gen.tokenization import BasicTokenizer, FullTokenizer
-from test_tokenization import HOSTILE, random_texts
 
 SEQ, STRIDE, QUERY = 128, 32, 64
 TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,

@@ -10,6 +10,10 @@ import math
 
 import numpy as np
 import pytest
+from conftest import read_results, read_tsv
+from test_run_classifier import glue_slice
+from test_run_ner import conll_slice
+from test_run_squad import paragraphs
 
 from bert_tf2.data_gen.records import ShardedRecordWriter
 from bert_tf2.engine.finetuning import FinetuneSettings, check_best_metric, finetune
@@ -18,10 +22,6 @@ from bert_tf2.process.errors import SettingsError
 from bert_tf2.tasks.classification.task import ClassificationTask
 from bert_tf2.tasks.ner.task import NerTask
 from bert_tf2.tasks.squad.task import SquadTask
-from conftest import read_results, read_tsv
-from test_run_classifier import glue_slice
-from test_run_ner import conll_slice
-from test_run_squad import paragraphs
 
 SEQ = 64
 

@@ -19,13 +19,13 @@ import warnings
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_tokenization import span_mismatches
 
 from bert_tf2.data_gen import learn_vocab, vocab_sanity
 from bert_tf2.data_gen.compiled_wordpiece import CompiledWordpiece
-from bert_tf2.data_gen.text_ids import TextIds
 from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer
+from bert_tf2.data_gen.text_ids import TextIds
 from bert_tf2.data_gen.tokenization import FullTokenizer
-from test_tokenization import span_mismatches
 
 LINES = {"corpus": 176590, "conll": 254983, "squad": 47363, "glue": 116267}
 # file pattern under glue/ -> (header lines, sentence columns), as the GLUE processors read them

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bert_tf2.engine.distribution import get_strategy
+from bert_tf2.engine.training import NonFiniteLossError, Trainer, TrainerConfig
 from bert_tf2.modeling.checkpoint_names import tf1_variable_map
 from bert_tf2.modeling.config import BertConfig
-from bert_tf2.engine.distribution import get_strategy
 from bert_tf2.modeling.encoder import BertEncoder
 from bert_tf2.modeling.models import BertPretrainer
 from bert_tf2.modeling.optimization import create_optimizer
 from bert_tf2.tasks.pretraining.task import PretrainingTask, pretrainer_inputs
-from bert_tf2.engine.training import NonFiniteLossError, Trainer, TrainerConfig
 
 VOCAB, LENGTH, PREDICTIONS = 60, 16, 3
 

@@ -17,7 +17,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, run_script
 from test_run_classifier import glue_slice
 

@@ -2,7 +2,6 @@
 their TensorFlow twin (`data_gen.graph_windows`) on every case of a random sweep."""
 import random
 
-import numpy as np
 import tensorflow as tf
 
 from bert_tf2.data_gen import graph_windows

@@ -28,8 +28,7 @@ from absl import flags, logging
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from bert_tf2.data_gen.pretraining import documents
-from bert_tf2.data_gen.pretraining import nsp_pools
+from bert_tf2.data_gen.pretraining import documents, nsp_pools
 from bert_tf2.data_gen.pretraining import flags as pretraining_flags
 from bert_tf2.data_gen.pretraining.documents import InputOptions
 from bert_tf2.data_gen.pretraining.instances import InstanceSettings

@@ -28,9 +28,7 @@ import time
 import numpy as np
 from absl import app, flags, logging
 
-from bert_tf2.data_gen.pretraining import documents
-from bert_tf2.data_gen.pretraining import nsp_pools
-from bert_tf2.data_gen.pretraining import pool_worker
+from bert_tf2.data_gen.pretraining import documents, nsp_pools, pool_worker
 from bert_tf2.data_gen.pretraining import flags as pretraining_flags
 from bert_tf2.data_gen.pretraining.documents import InputOptions
 from bert_tf2.data_gen.pretraining.instances import InstanceSettings

@@ -1,8 +1,7 @@
 """Flags of the local and the Beam front doors: the original's, with its defaults, and ours."""
 from absl import flags
 
-from bert_tf2.data_gen.pretraining import documents
-from bert_tf2.data_gen.pretraining import nsp_pools
+from bert_tf2.data_gen.pretraining import documents, nsp_pools
 from bert_tf2.data_gen.pretraining.documents import InputOptions
 from bert_tf2.data_gen.pretraining.instances import InstanceSettings
 

@@ -9,10 +9,20 @@ from __future__ import annotations
 import inspect
 
 from bert_tf2.tasks.classification.multilabel_reader import MultiLabelProcessor
-from bert_tf2.tasks.classification.reader import (ColaProcessor, DataProcessor, GenericProcessor,
-                                         MnliProcessor, MrpcProcessor, QnliProcessor,
-                                         QqpProcessor, RteProcessor, Sst2Processor,
-                                         StsbProcessor, WnliProcessor, XnliProcessor)
+from bert_tf2.tasks.classification.reader import (
+    ColaProcessor,
+    DataProcessor,
+    GenericProcessor,
+    MnliProcessor,
+    MrpcProcessor,
+    QnliProcessor,
+    QqpProcessor,
+    RteProcessor,
+    Sst2Processor,
+    StsbProcessor,
+    WnliProcessor,
+    XnliProcessor,
+)
 
 PROCESSORS = {
     "cola": ColaProcessor,

@@ -64,8 +64,11 @@ def to_csv(rows: list) -> str:
 
 
 def main(argv=None) -> None:
-    from bert_tf2.data_gen.pretraining.documents import (InputOptions, expand_input_files,
-                                                stream_documents)
+    from bert_tf2.data_gen.pretraining.documents import (
+        InputOptions,
+        expand_input_files,
+        stream_documents,
+    )
     from bert_tf2.process.atomic_files import write_text
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -49,13 +49,18 @@ Signatures (`signatures()`, saved by `engine.export.save`):
 from __future__ import annotations
 
 import dataclasses
-
 from typing import NamedTuple
 
 import tensorflow as tf
 
 from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer
-from bert_tf2.data_gen.graph_windows import NEG_INF, Layout, first_max, max_context, window_positions
+from bert_tf2.data_gen.graph_windows import (
+    NEG_INF,
+    Layout,
+    first_max,
+    max_context,
+    window_positions,
+)
 from bert_tf2.data_gen.tokenization import special_token_ids
 from bert_tf2.engine.export import token_id_spec
 from bert_tf2.tasks.squad.features import SquadSettings
