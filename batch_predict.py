@@ -3,7 +3,7 @@
 Any `--export_dir` SavedModel of the runners (classifier, SQuAD, NER, multiple choice, embedder)
 takes raw strings; this feeds it the lines of `--input_file` (JSON objects keyed by the
 signature's inputs, or TSV with `--columns`) and writes one JSON object per line with every output
-(`engine/saved_model_predict.py`), batching lines of similar length together. `--litert=int8`
+(`inference/line_predictor.py`), batching lines of similar length together. `--litert=int8`
 runs the export's LiteRT file instead (the fast CPU path every task's export holds,
 docs/serving.md), with serve_text's inputs. Locally (the default) the output is one file, in
 input order, written under a temporary name. With `--beam` the same work runs as an Apache Beam
@@ -45,7 +45,9 @@ flag_ranges.check("num_output_shards", 0, why="0: the runner decides")
 
 
 def main(argv):
-    from bert_tf2.engine.saved_model_predict import SavedModelPredictor, predict_file
+    import functools
+
+    from bert_tf2.inference.line_predictor import LinePredictor, predict_file
     from bert_tf2.process.errors import SettingsError
 
     runner_flags.setup_logging()
@@ -53,14 +55,14 @@ def main(argv):
         if not FLAGS[name].value:
             raise SettingsError(f"--{name} is required")
     if FLAGS.litert != "none":
-        from bert_tf2.engine.saved_model_predict import LiteRTPredictor
-        from bert_tf2.tasks.litert_runtimes import load_runtime
+        from bert_tf2.tasks.runtimes import load_runtime
 
-        predictor = LiteRTPredictor(load_runtime, FLAGS.saved_model, FLAGS.litert,
-                                    FLAGS.batch_size, FLAGS.columns, FLAGS.header)
+        load = functools.partial(load_runtime, FLAGS.saved_model, FLAGS.litert)
     else:
-        predictor = SavedModelPredictor(FLAGS.saved_model, FLAGS.signature, FLAGS.batch_size,
-                                        FLAGS.columns, FLAGS.header)
+        from bert_tf2.inference.saved_model_text import SavedModelText
+
+        load = functools.partial(SavedModelText.load, FLAGS.saved_model, FLAGS.signature)
+    predictor = LinePredictor(load, FLAGS.batch_size, FLAGS.columns, FLAGS.header)
     if not FLAGS.beam:
         if len(argv) > 1:
             raise SettingsError(f"unexpected arguments {' '.join(argv[1:])} (Beam's flags "
@@ -71,7 +73,7 @@ def main(argv):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from bert_tf2.data_gen.pretraining.beam_pipeline import match_input_files
-    from bert_tf2.engine.beam_jobs import shard_pipeline, write_lines
+    from bert_tf2.inference.beam_jobs import shard_pipeline, write_lines
     from bert_tf2.process import output_lock
 
     predictor.load()  # a wrong model or signature fails here, before the workers start

@@ -19,33 +19,39 @@ import os
 from absl import flags
 
 from bert_tf2 import runner_flags
+from bert_tf2.model_server.settings import ServerSettings
 from bert_tf2.process import flag_ranges
+from bert_tf2.tasks.runtimes import RUNTIMES
 
 FLAGS = flags.FLAGS
+D = ServerSettings  # every default below is ServerSettings' own
 
 flags.DEFINE_string("export_dir", None, "A SavedModel folder a runner's --export_dir wrote.")
 flags.DEFINE_string("model_name", None, "The NAME in /v1/models/NAME (default: the export "
                     "folder's name).")
-flags.DEFINE_string("host", "0.0.0.0", "The address to listen on (127.0.0.1: this machine only).")
-flags.DEFINE_integer("port", 8501, "The HTTP port (TF Serving's REST port is 8501).")
-flags.DEFINE_integer("grpc_port", 0, "Also serve the Open Inference Protocol's gRPC on this "
-                     "port (0: no gRPC).")
-flags.DEFINE_enum("runtime", None, ["int8", "float32", "savedmodel"],
+flags.DEFINE_string("host", D.host, "The address to listen on (127.0.0.1: this machine only).")
+flags.DEFINE_integer("port", D.port, "The HTTP port (TF Serving's REST port is 8501).")
+flags.DEFINE_integer("grpc_port", D.grpc_port, "Also serve the Open Inference Protocol's gRPC "
+                     "on this port (0: no gRPC).")
+flags.DEFINE_enum("runtime", D.runtime, RUNTIMES,
                   "What answers: the export's LiteRT int8 or float32 file, or its SavedModel's "
                   "serve_text (default: int8 where the export has it, else float32, else the "
                   "SavedModel).")
-flags.DEFINE_integer("max_batch_size", 32, "Rows run together at most (a larger request runs "
-                     "alone).")
-flags.DEFINE_integer("batch_timeout_micros", 0, "How long a batch waits for more rows after its "
-                     "first (0: it takes what has arrived while the model was busy).")
-flags.DEFINE_integer("max_enqueued_batches", 16, "The queue holds this many batches of "
-                     "--max_batch_size rows; a request beyond it is answered 503 at once.")
-flags.DEFINE_integer("num_batch_threads", 1, "Threads running the model, each a batch at a "
-                     "time: for --runtime=savedmodel (a LiteRT runtime runs one batch at a time, "
-                     "each call on every core).")
-flags.DEFINE_integer("max_request_bytes", 8 << 20, "Larger requests are answered 413.")
-flags.DEFINE_float("drain_seconds", 30.0, "On SIGTERM, how long in-flight requests may take "
-                   "before the server exits anyway.")
+flags.DEFINE_integer("max_batch_size", D.max_batch_size, "Rows run together at most (a larger "
+                     "request runs alone).")
+flags.DEFINE_integer("batch_timeout_micros", D.batch_timeout_micros, "How long a batch waits "
+                     "for more rows after its first (0: it takes what has arrived while the "
+                     "model was busy).")
+flags.DEFINE_integer("max_enqueued_batches", D.max_enqueued_batches, "The queue holds this many "
+                     "batches of --max_batch_size rows; a request beyond it is answered 503 at "
+                     "once.")
+flags.DEFINE_integer("num_batch_threads", D.num_batch_threads, "Threads running the model, each "
+                     "a batch at a time: for --runtime=savedmodel (a LiteRT runtime runs one "
+                     "batch at a time, each call on every core).")
+flags.DEFINE_integer("max_request_bytes", D.max_request_bytes, "Larger requests are answered "
+                     "413.")
+flags.DEFINE_float("drain_seconds", D.drain_seconds, "On SIGTERM, how long in-flight requests "
+                   "may take before the server exits anyway.")
 flag_ranges.at_least_one("max_batch_size", "max_enqueued_batches", "num_batch_threads",
                          "max_request_bytes")
 flag_ranges.check("port", 0, 65535)

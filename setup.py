@@ -57,7 +57,7 @@ setup(
         # tf.summary needs it (TensorFlow 2.21 no longer installs it); on JAX its own event
         # writer writes the same train/ and eval/ summaries without TensorFlow.
         "tensorboard>=2.20,<2.22",
-        # The LiteRT interpreter of the fast serving path (engine.litert_runtime): Google's
+        # The LiteRT interpreter of the fast serving path (inference.litert_runtime): Google's
         # successor of tf.lite.Interpreter, which TensorFlow marks for deletion; no TensorFlow
         # needed to serve.
         "ai-edge-litert>=2.3,<3",

@@ -92,7 +92,7 @@ def held_out_scores(search: pathlib.Path, held_out: pathlib.Path, work: pathlib.
                     config: str) -> dict:
     """Each finished seed of the chosen configuration scored on the held-out pairs."""
     bert_config = work / "minilm_bert_config.json"
-    subprocess.run([sys.executable, "-c", "import sys; from modeling.checkpoints import "
+    subprocess.run([sys.executable, "-c", "import sys; from bert_tf2.modeling.checkpoints import "
                     "read_config; read_config(sys.argv[1]).to_json_file(sys.argv[2])",
                     str(minilm_dir()), str(bert_config)], check=True, cwd=REPO)
     scores = {}

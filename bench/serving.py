@@ -10,7 +10,7 @@ instead, on the same fine-tuned weights, in one run; and what int8 costs in accu
    weights are converted to Hugging Face's format for the peers.
 2. Sides, each a worker process answering the same requests (protocol: `_serving_peer.serve`):
    - `savedmodel`: our SavedModel's `serve_text` (tokenizer in the graph), float32;
-   - `litert-int8` / `litert-fp32`: our fast path (`LiteRTClassifier`, engine/litert_runtime.py);
+   - `litert-int8` / `litert-fp32`: our fast path (`LiteRTClassifier`, inference/litert_runtime.py);
    - `pytorch`: transformers' BertForSequenceClassification, float32;
    - `ort-fp32`, `ort-int8`: ONNX Runtime through optimum (O2 fusions; dynamic int8 for AVX-512
      VNNI), in `bench/.venv-serving` (made on first use; never a project dependency).
@@ -304,7 +304,7 @@ def jitter(export: pathlib.Path, length: int = 32, calls: int = 2000) -> None:
     in blocks of 200 calls: the tail that is neither the texts' lengths nor Python."""
     import numpy as np
 
-    from bert_tf2.engine.litert_runtime import _Interpreter
+    from bert_tf2.inference.litert_runtime import _Interpreter
 
     flat = (export / "litert" / "int8.tflite").read_bytes()
     buckets = {threads: _Interpreter(flat, {}, threads) for threads in (1, 2)}

@@ -35,7 +35,6 @@ from bert_tf2.engine.trainer_config import (
     EmptyInputError,
     NonFiniteLossError,
     TrainerConfig,
-    format_duration,
     is_boundary,
     is_chief,
     next_boundary,
@@ -46,6 +45,7 @@ from bert_tf2.engine.trainer_config import (
 from bert_tf2.modeling import variable_files
 from bert_tf2.process import fault_points, interrupts
 from bert_tf2.process.errors import SettingsError
+from bert_tf2.process.progress import format_duration
 
 logger = logging.getLogger(__name__)
 

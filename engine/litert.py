@@ -10,7 +10,7 @@ on XNNPACK's VNNI/AVX-512 kernels; layer norms, softmax and GELU stay float32
 
 Only the token-id function goes into the file, with its batch and length left free: the
 tokenizer's tensorflow_text ops have no TFLite kernels, so the text is tokenised in Python by the
-original's `FullTokenizer` (`engine.litert_runtime`, the task's `litert_serving`), the same ids
+original's `FullTokenizer` (`inference.litert_runtime`, the task's `litert_serving`), the same ids
 the runners use. String outputs (a label name) are left out; the runtime maps ids to names.
 `write` puts the file (`EXPORT_DIR/litert/int8.tflite` or `float32.tflite`) and the export's
 description (`serving.json`, written at export by `engine.export.save`) in `EXPORT_DIR/litert/`,
@@ -22,7 +22,7 @@ import json
 import logging
 import os
 
-from bert_tf2.engine.litert_layout import (
+from bert_tf2.inference.litert_layout import (
     DESCRIPTION,
     FOLDER,
     LiteRTError,
@@ -85,7 +85,7 @@ def _check(export_dir: str, flat: bytes, outputs: dict, token_ids) -> None:
     refuse a file whose outputs are not finite, and log how far apart the float outputs are."""
     import numpy as np
 
-    from bert_tf2.engine.litert_runtime import LiteRTModel, fixed_axes
+    from bert_tf2.inference.litert_runtime import LiteRTModel, fixed_axes
 
     with open(vocab_file(export_dir), encoding="utf-8") as f:
         vocab_size = sum(1 for _ in f)

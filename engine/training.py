@@ -34,7 +34,6 @@ from bert_tf2.engine.trainer_config import (  # noqa: F401
     EmptyInputError,
     NonFiniteLossError,
     TrainerConfig,
-    format_duration,
     is_boundary,
     is_chief,
     is_training_checkpoint,
@@ -44,6 +43,7 @@ from bert_tf2.engine.trainer_config import (  # noqa: F401
     worker_dir,
 )
 from bert_tf2.process import fault_points, interrupts
+from bert_tf2.process.progress import format_duration
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ def savedmodel_answers(export_dir: str, sentences: list) -> tuple:
 
 def litert_answers(export_dir: str, sentences: list) -> tuple:
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-    from bert_tf2.engine.litert_layout import LiteRTError
+    from bert_tf2.inference.litert_layout import LiteRTError
     from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     try:

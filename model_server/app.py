@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import errno
+import functools
 import json
 import logging
 import signal
@@ -39,8 +39,10 @@ from kserve import Model
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferResponse
 
+from bert_tf2.inference.runtime import WARM_BATCHES, jsonable, list_inputs, predict_rows
 from bert_tf2.model_server import protocol
 from bert_tf2.model_server.batching import DynamicBatcher, NotServing, Overloaded
+from bert_tf2.model_server.settings import ServerSettings
 from bert_tf2.process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
@@ -207,8 +209,7 @@ class Predict:
                 payload = self.orjson.loads(body)
             except self.orjson.JSONDecodeError:
                 payload = protocol.parse_json(body)  # raises, saying what is wrong
-            rows, columnar = protocol.parse_predict(payload, model.runtime.inputs,
-                                                    model.runtime.takes_list)
+            rows, columnar = protocol.parse_predict(payload, model.inputs, model.takes_list)
             outputs = await model.batcher.predict(rows) if rows else {}
         except protocol.RequestError as e:
             logger.info("400: %s", e)
@@ -249,7 +250,10 @@ class BertModel(Model):
 
     def __init__(self, name: str, runtime, batcher: DynamicBatcher):
         super().__init__(name)
-        self.runtime, self.batcher = runtime, batcher
+        self.batcher = batcher
+        # The runtime's inputs as requests name them (sorted), and which take a list per row.
+        self.inputs = sorted(runtime.input_names)
+        self.takes_list = {name: name in list_inputs(runtime) for name in self.inputs}
         self.example_outputs = None
         self.ready = False
 
@@ -266,17 +270,17 @@ class BertModel(Model):
     async def infer_v2(self, request):
         tensors = {}
         for tensor in request.inputs:
-            if tensor.name not in self.runtime.inputs:
+            if tensor.name not in self.inputs:
                 raise InvalidInput(f"unknown input {tensor.name} (the model takes "
-                                   f"{', '.join(self.runtime.inputs)})")
+                                   f"{', '.join(self.inputs)})")
             if tensor.datatype != "BYTES":
                 raise InvalidInput(f"input {tensor.name}: datatype {tensor.datatype}; "
                                    f"texts are BYTES")
             tensors[tensor.name] = tensor.as_numpy()
-        missing = [name for name in self.runtime.inputs if name not in tensors]
+        missing = [name for name in self.inputs if name not in tensors]
         if missing:
             raise InvalidInput(f"no input {', '.join(missing)} (the model takes "
-                               f"{', '.join(self.runtime.inputs)})")
+                               f"{', '.join(self.inputs)})")
         try:
             rows = [dict(zip(tensors, values)) for values in zip(*[
                 [_decoded(value) for value in array]
@@ -286,7 +290,7 @@ class BertModel(Model):
         outputs = await self.batcher.predict(rows) if rows else {}
         infer_outputs = []
         for name in sorted(outputs):
-            value = np.asarray(protocol.jsonable(outputs[name]), dtype=object)
+            value = np.asarray(jsonable(outputs[name]), dtype=object)
             kind = np.asarray(outputs[name]).dtype.kind
             datatype = {"f": "FP32", "i": "INT32", "u": "INT32", "b": "BOOL"}.get(
                 kind, "BYTES")
@@ -303,31 +307,13 @@ def _decoded(value):
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-@dataclasses.dataclass
-class ServerSettings:
-    """serve.py's flags (docs/serving.md lists them)."""
-    export_dir: str
-    model_name: str
-    host: str = "0.0.0.0"
-    port: int = 8501
-    grpc_port: int = 0  # 0: no gRPC
-    runtime: str | None = None  # int8, float32, savedmodel; None: the best the export has
-    max_batch_size: int = 32
-    batch_timeout_micros: int = 0
-    max_enqueued_batches: int = 16
-    num_batch_threads: int = 1
-    max_request_bytes: int = 8 << 20
-    drain_seconds: float = 30.0
-
-
 def serve(settings: ServerSettings, runtime=None) -> None:
     """Listen, load, warm up, serve until SIGTERM or Ctrl-C, drain, return. `runtime`: what
-    answers (default: `runtimes.load` of the export), anything with `inputs`, `takes_list`,
-    `name`, `warm_up()` and a call on rows."""
-    from bert_tf2.model_server import runtimes
+    answers (default: the export's, as `tasks.runtimes.load_runtime` loads it), anything with
+    the interface of `inference.runtime`."""
+    from bert_tf2.tasks.runtimes import default_runtime, load_runtime
 
-    chosen = runtime.name if runtime is not None else (
-        settings.runtime or runtimes.default_runtime(settings.export_dir))
+    chosen = settings.runtime or default_runtime(settings.export_dir)
     if settings.num_batch_threads > 1 and chosen != "savedmodel":
         raise SettingsError(f"--num_batch_threads={settings.num_batch_threads}: a LiteRT runtime "
                             f"runs one batch at a time (its interpreters are not shared between "
@@ -335,21 +321,25 @@ def serve(settings: ServerSettings, runtime=None) -> None:
                             f"--runtime=savedmodel")
     sock = bind(settings.host, settings.port)
     if runtime is None:
-        runtime = runtimes.load(settings.export_dir, chosen)
+        runtime = load_runtime(settings.export_dir, chosen)
     logger.info("serving %s as %s: %s (%s), inputs %s", settings.export_dir,
-                settings.model_name, runtime.name, "LiteRT" if runtime.name != "savedmodel"
-                else "SavedModel serve_text", ", ".join(runtime.inputs))
+                settings.model_name, chosen, "LiteRT" if chosen != "savedmodel"
+                else "SavedModel serve_text", ", ".join(runtime.input_names))
     metrics = Metrics()
-    batcher = DynamicBatcher(runtime, settings.max_batch_size, settings.batch_timeout_micros,
-                             settings.max_enqueued_batches, settings.num_batch_threads,
-                             observe=metrics.observe_batch)
+    batcher = DynamicBatcher(functools.partial(predict_rows, runtime), settings.max_batch_size,
+                             settings.batch_timeout_micros, settings.max_enqueued_batches,
+                             settings.num_batch_threads, observe=metrics.observe_batch)
     model = BertModel(settings.model_name, runtime, batcher)
     app, grpc_server, server_of = _kserve_app(model, settings, metrics)
 
     def warm_up():
         start = time.perf_counter()
         try:
-            model.example_outputs = runtime.warm_up()
+            runtime.warm_up(WARM_BATCHES)
+            row = {name: ["warm up"] * 2 if model.takes_list[name] else "warm up"
+                   for name in model.inputs}
+            model.example_outputs = {name: value[0] for name, value in
+                                     predict_rows(runtime, [row]).items()}
         except Exception:  # noqa: BLE001 - logged; the server stays unready
             logger.exception("warm-up failed; the model stays unready")
             return
@@ -423,8 +413,8 @@ def _kserve_app(model, settings: ServerSettings, metrics: Metrics):
         if model.example_outputs is None:
             return JSONResponse({"error": f"model {model.name} is warming up"},
                                 status_code=503, headers={"Retry-After": RETRY_AFTER_S})
-        return protocol.metadata_response(model.name, model.runtime.inputs,
-                                          model.runtime.takes_list, model.example_outputs)
+        return protocol.metadata_response(model.name, model.inputs, model.takes_list,
+                                          model.example_outputs)
 
     app.add_api_route("/v1/models/{model_name}", status, methods=["GET"])
     app.add_api_route("/v1/models/{model_name}/metadata", metadata, methods=["GET"])

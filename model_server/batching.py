@@ -4,7 +4,7 @@ Why: one MiniLM call on 8 rows costs far less than 8 calls on one, and concurren
 rows one or a few at a time. The knobs are TF Serving's batching parameters, under their names:
 a batch closes when it holds `max_batch_size` rows or `batch_timeout_micros` after its first row
 arrived, whichever comes first; the model's runtime then sorts the batch's rows by length and runs
-them in groups of similar length (`engine.litert_runtime`). A request larger than
+them in groups of similar length (`inference.litert_runtime`). A request larger than
 `max_batch_size` runs alone, whole.
 
 The queue is bounded: `max_enqueued_batches` batches of `max_batch_size` rows. A request that
@@ -20,6 +20,8 @@ import collections
 import logging
 import threading
 import time
+
+from bert_tf2.model_server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +48,10 @@ class DynamicBatcher:
     `model(rows)` runs a list of rows and returns `{name: array or list over the rows}`;
     `observe(rows_in_batch, queued_rows)` is called once per batch (for the metrics)."""
 
-    def __init__(self, model, max_batch_size: int = 32, batch_timeout_micros: int = 2000,
-                 max_enqueued_batches: int = 16, num_batch_threads: int = 1, observe=None):
+    def __init__(self, model, max_batch_size: int = ServerSettings.max_batch_size,
+                 batch_timeout_micros: int = ServerSettings.batch_timeout_micros,
+                 max_enqueued_batches: int = ServerSettings.max_enqueued_batches,
+                 num_batch_threads: int = ServerSettings.num_batch_threads, observe=None):
         self.model = model
         self.max_batch_size = max_batch_size
         self.timeout_s = batch_timeout_micros / 1e6

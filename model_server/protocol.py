@@ -19,6 +19,8 @@ import json
 
 import numpy as np
 
+from bert_tf2.inference.runtime import jsonable
+
 SIGNATURES = ("serving_default", "serve_text")  # the raw-text signature, under both names
 
 
@@ -122,20 +124,6 @@ def _check_names(given: dict, inputs: list, where: str) -> None:
 def _row(instance: dict, inputs: list, read: dict, where: str) -> dict:
     _check_names(instance, inputs, where)
     return {name: read[name](instance[name], f"{where}.{name}") for name in inputs}
-
-
-def jsonable(value):
-    """One output value as JSON: numbers as they are, strings decoded; a list may be ragged (a
-    tagger's words and tags per text)."""
-    if isinstance(value, (list, tuple)):
-        return [jsonable(item) for item in value]
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    value = np.asarray(value)
-    if value.dtype.kind in "SO":
-        return np.vectorize(lambda b: b.decode("utf-8") if isinstance(b, bytes) else b,
-                            otypes=[object])(value).tolist()
-    return value.tolist()
 
 
 def predict_response(outputs: dict, columnar: bool) -> dict:

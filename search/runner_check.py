@@ -29,7 +29,7 @@ SET_BY_SEARCH = ("do_train", "do_eval", "nodo_train", "nodo_eval")
 _PROBE = """
 import importlib, json, sys
 from absl import flags
-runner = importlib.import_module(sys.argv[1])
+runner = importlib.import_module("bert_tf2." + sys.argv[1])
 FLAGS = flags.FLAGS
 command_lines = json.loads(sys.stdin.read())
 errors = []

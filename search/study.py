@@ -328,8 +328,8 @@ class Search:
         return trial
 
     def command(self, slot_name: str, settings: dict, seed: int, *extra) -> list:
-        return ["-m", self.settings.runner, *self.settings.runner_flags, *flags_of(settings),
-                f"--random_seed={seed}", f"--output_dir={os.path.join(self.trials_dir, slot_name)}",
+        return ["-m", f"bert_tf2.{self.settings.runner}", *self.settings.runner_flags,
+                *flags_of(settings), f"--random_seed={seed}", f"--output_dir={os.path.join(self.trials_dir, slot_name)}",
                 *extra]
 
     def run_slot(self, slot: Slot, trial) -> None:

@@ -1,14 +1,14 @@
 """One trial: a runner's command in a child process, watched for its evaluations, stopped if pruned.
 
-The runner is the ordinary command line (`python -m run_classifier ... --output_dir=TRIAL`), so a
-trial has every run's behaviour: features cached, checkpoints, `best/`, resume, locks and one-line
-errors. Each time the run writes `eval_results.txt` (every epoch's end) the search hears of it;
-the run waits for the search to read each one (`process.evaluation_gate`), so none is missed and a
-run is never past the epoch it is pruned at. To prune, the search sends SIGTERM, which a runner
-answers by stopping cleanly (exit status 143, nothing half-written). The child gets SIGTERM too
-when the search dies, however it dies (Linux's parent-death signal), so a killed search leaves no
-orphan holding a trial's folder; and the search forwards its own Ctrl-C or SIGTERM to the child
-before it unwinds.
+The runner is the ordinary command line (`python -m bert_tf2.run_classifier ...
+--output_dir=TRIAL`), so a trial has every run's behaviour: features cached, checkpoints, `best/`,
+resume, locks and one-line errors. Each time the run writes `eval_results.txt` (every epoch's end)
+the search hears of it; the run waits for the search to read each one (`process.evaluation_gate`),
+so none is missed and a run is never past the epoch it is pruned at. To prune, the search sends
+SIGTERM, which a runner answers by stopping cleanly (exit status 143, nothing half-written). The
+child gets SIGTERM too when the search dies, however it dies (Linux's parent-death signal), so a
+killed search leaves no orphan holding a trial's folder; and the search forwards its own Ctrl-C or
+SIGTERM to the child before it unwinds.
 """
 from __future__ import annotations
 

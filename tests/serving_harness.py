@@ -14,25 +14,28 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from bert_tf2.model_server import runtimes  # noqa: E402
 from bert_tf2.model_server.app import ServerSettings, serve  # noqa: E402
+from bert_tf2.tasks.runtimes import load_runtime  # noqa: E402
 
 
 class Held:
+    """The export's runtime (`inference.runtime`'s interface), slowed, gated or failing."""
+
     def __init__(self, runtime, delay_s: float, gate: str | None, fail_on: str | None = None):
         self.runtime, self.delay_s, self.gate, self.fail_on = runtime, delay_s, gate, fail_on
-        self.inputs, self.takes_list, self.name = runtime.inputs, runtime.takes_list, runtime.name
+        self.input_names = runtime.input_names
+        self.list_inputs = getattr(runtime, "list_inputs", ())
 
-    def warm_up(self):
+    def warm_up(self, batches):
         while self.gate and not os.path.exists(self.gate):
             time.sleep(0.02)
-        return self.runtime.warm_up()
+        self.runtime.warm_up(batches)
 
-    def __call__(self, rows):
+    def __call__(self, *texts):
         time.sleep(self.delay_s)
-        if self.fail_on is not None and any(row[self.inputs[0]] == self.fail_on for row in rows):
+        if self.fail_on is not None and self.fail_on in texts[0]:
             raise RuntimeError(f"the model failed on {self.fail_on!r}")
-        return self.runtime(rows)
+        return self.runtime(*texts)
 
 
 def main():
@@ -45,7 +48,7 @@ def main():
     settings = ServerSettings(export_dir, "m", host="127.0.0.1", port=int(port), **{
         key: value if key == "runtime" else type(getattr(defaults, key))(value)
         for key, value in options.items()})
-    runtime = runtimes.load(export_dir, settings.runtime)
+    runtime = load_runtime(export_dir, settings.runtime)
     serve(settings, Held(runtime, delay_s, gate, fail_on))
 
 

@@ -449,7 +449,7 @@ def test_splits_and_pairs(task, tmp_path):
 
 
 def test_no_tensorflow_import():
-    code = ("import sys; import tasks.classification.reader; "
+    code = ("import sys; import bert_tf2.tasks.classification.reader; "
             "print('tensorflow' in sys.modules, 'keras' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

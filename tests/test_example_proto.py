@@ -182,7 +182,7 @@ def test_read_records_without_tensorflow_equals_tf_data(task_records, tmp_path):
     spec = _spec_of(task_records["conll"][0])
     ours = records.read_records(str(path), spec)
     script = ("import sys, pickle; sys.modules['tensorflow'] = None; "
-              "from data_gen import records; from data_gen.example_proto import FixedLen; "
+              "from bert_tf2.data_gen import records; from bert_tf2.data_gen.example_proto import FixedLen; "
               f"spec = {{k: FixedLen(*v) for k, v in {({k: tuple(v) for k, v in spec.items()})!r}.items()}}; "
               f"sys.stdout.buffer.write(pickle.dumps(records.read_records({str(path)!r}, spec)))")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=REPO,

@@ -1,17 +1,18 @@
 """The architecture as a test: imports only go down, tasks do not import each other, only the
 command-line front doors read flags, and the math loads alone.
 
-Layers, from the ground up (docs/architecture.md):
-  1 process    errors, atomic files, output locks, fault points, flag ranges, TF start-up
-  2 modeling   the math and checkpoint I/O
-  3 data_gen   text to tensors
-  4 engine     the training loop and the drivers
-  5 tasks      one folder per task
-  5 search     searches over fine-tuning runs (beside the tasks: it knows none of them)
-  5 model_server  serve.py's HTTP server (beside the tasks: it reaches them only through
-                  tasks/litert_runtimes.py, the one map of tasks to their fast paths)
-  6 runners    run_*.py and runner_flags.py
-A module may import its own layer and the ones below it, never one above.
+Floors, from the ground up (docs/architecture.md and the README draw them from `LAYERS`, and
+`test_the_docs_draw_these_floors` holds them to it):
+  1 process       errors, atomic files, output locks, fault points, flag ranges, TF start-up
+  2 modeling      the math and checkpoint I/O
+  3 data_gen      text to tensors
+  4 engine        training: the loop, the drivers, export
+  4 inference     answering raw texts with an export (beside the engine: it imports none of it)
+  5 tasks         one folder per task
+  5 search        searches over fine-tuning runs (beside the tasks: it knows none of them)
+  6 model_server  serve.py's HTTP server, on tasks/runtimes.py (the map of tasks to runtimes)
+  7 runners       run_*.py, runner_flags.py, serve.py and the root's other command lines
+A module may import its own floor and the ones below it, never one above.
 """
 import ast
 import pathlib
@@ -20,9 +21,9 @@ import sys
 
 from conftest import REPO
 
-LAYERS = {"process": 1, "modeling": 2, "data_gen": 3, "engine": 4, "tasks": 5, "search": 5,
-          "model_server": 5}
-RUNNER_LAYER = 6
+LAYERS = {"process": 1, "modeling": 2, "data_gen": 3, "engine": 4, "inference": 4, "tasks": 5,
+          "search": 5, "model_server": 6}
+RUNNER_LAYER = 7
 # Command-line front doors besides the runners: they define and read their own flags.
 FRONT_DOORS = {"modeling/convert.py", "data_gen/learn_vocab.py", "data_gen/extend_vocab.py",
                "data_gen/pretraining/create_pretraining_data.py",
@@ -32,9 +33,13 @@ FRONT_DOORS = {"modeling/convert.py", "data_gen/learn_vocab.py", "data_gen/exten
                "tasks/feature_extraction/beam_pipeline.py", "tasks/feature_extraction/flags.py"}
 
 
+# The modules at the repository's root: the runners and the other command lines (floor 7).
+ROOT_MODULES = {path.stem for path in REPO.glob("*.py")} - {"setup", "__init__"}
+
+
 def project_modules():
     for path in sorted(REPO.glob("*.py")):
-        if path.name.startswith("run_") or path.name == "runner_flags.py":
+        if path.stem in ROOT_MODULES:
             yield path
     for package in LAYERS:
         yield from sorted((REPO / package).rglob("*.py"))
@@ -56,7 +61,7 @@ def layer_of(module: str) -> int | None:
     top = part.split(".")[0]
     if top in LAYERS:
         return LAYERS[top]
-    if top.startswith("run_") or top == "runner_flags":
+    if top in ROOT_MODULES:
         return RUNNER_LAYER
     return None  # the standard library and third parties
 
@@ -94,8 +99,7 @@ def test_imports_only_go_down():
 
 
 # The names the project's modules had at the top of site-packages before the one package.
-BARE_NAMES = set(LAYERS) | {"inference", "runner_flags", "serve", "create_pretraining_data",
-                            "batch_predict", "extract_features", "export_litert"}
+BARE_NAMES = set(LAYERS) | ROOT_MODULES
 
 
 def test_every_import_of_the_project_names_its_package():
@@ -134,6 +138,15 @@ def test_the_search_knows_no_task_and_no_task_knows_the_search():
     # The search process loads no TensorFlow: its trials do.
     assert top_packages_loaded(["bert_tf2.search.study", "bert_tf2.search.report", "bert_tf2.search.runner_check"],
                                {"tensorflow", "keras", "tasks", "modeling", "data_gen"}) == []
+
+
+def test_inference_knows_no_training_engine():
+    """Answering texts needs no trainer: `inference/` imports nothing of `engine/`."""
+    crossing = [f"{relative(path)}:{line} imports {module}"
+                for path in sorted((REPO / "inference").rglob("*.py"))
+                for line, module in imported_modules(path)
+                if (project_part(module) or "").split(".")[0] == "engine"]
+    assert not crossing, "\n".join(crossing)
 
 
 def test_only_front_doors_read_flags():
@@ -196,3 +209,54 @@ def test_the_ground_floor_loads_alone():
                      if p.stem != "__init__")
     assert top_packages_loaded(modules, {"tensorflow", "keras", "modeling", "data_gen", "engine",
                                          "tasks", "runner_flags"}) == []
+
+
+NUMBERS = {4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
+
+
+def drawn_floors(text: str, pattern: str) -> dict:
+    """{name: floor} of each line of a drawing that `pattern` (name, floor groups) matches."""
+    import re
+
+    return {m.group("name").rstrip("/"): int(m.group("floor"))
+            for m in re.finditer(pattern, text, re.M)}
+
+
+def expected_floors() -> dict:
+    return {**LAYERS, "runners": RUNNER_LAYER}
+
+
+def test_the_docs_draw_these_floors():
+    """The README's layout and docs/architecture.md's drawing name each floor as `LAYERS` does,
+    and say how many there are; the architecture's table names only modules that exist."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    layout = readme.split("## Project layout", 1)[1].split("```", 2)[1]
+    drawn = drawn_floors(layout, r"^(?P<name>[a-z_]+/|run_\*\.py)\s+(?P<floor>\d)\s")
+    drawn["runners"] = drawn.pop("run_*.py")
+    assert drawn == expected_floors()
+    count = NUMBERS[RUNNER_LAYER]
+    assert f"{count.capitalize()} floors" in readme.split("## Project layout", 1)[1][:200]
+
+    architecture = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    drawing = architecture.split("## The floors", 1)[1].split("```", 2)[1]
+    drawn = drawn_floors(drawing, r"^\s+(?P<floor>\d)\s+(?P<name>[a-z_]+/?)\s")
+    assert drawn == expected_floors()
+    assert f"the {count} floors" in architecture[:400]
+
+    table = architecture.split("## What lives where", 1)[1].split("\n## ", 1)[0]
+    missing, floor = [], None
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[1].startswith("`"):
+            continue
+        floor = cells[0] or floor
+        for name in (n.strip("` /") for n in cells[1].split(",")):
+            if not ((REPO / floor / f"{name}.py").is_file() or (REPO / floor / name).is_dir()):
+                missing.append(f"{floor}/{name}")
+    assert not missing, "docs/architecture.md names modules that do not exist: " + \
+        ", ".join(missing)
+
+
+def test_the_drawing_check_sees_a_wrong_floor():
+    drawn = drawn_floors("engine/       5  training\n", r"^(?P<name>[a-z_]+/)\s+(?P<floor>\d)\s")
+    assert drawn == {"engine": 5} != {"engine": LAYERS["engine"]}

@@ -1,4 +1,4 @@
-"""The fast serving path (engine.litert, engine.litert_runtime, the tasks' litert_serving.py): a
+"""The fast serving path (engine.litert, inference.litert_runtime, the tasks' litert_serving.py): a
 runner's export gives a LiteRT file whose answers to raw strings are the SavedModel's (float32:
 to round-off; int8: the same labels on a held-out slice), whatever the lengths and batch sizes,
 one interpreter resized to each shape (a lone row after idle on one thread); mistakes are one
@@ -58,7 +58,7 @@ def served(export, **texts):
 
 
 def test_export_writes_int8_and_its_description(single_export):
-    from bert_tf2.engine.litert_layout import read_description
+    from bert_tf2.inference.litert_layout import read_description
 
     assert sorted(p.name for p in (single_export / "litert").iterdir()) == [
         "float32.tflite", "int8.tflite", "serving.json"]
@@ -162,7 +162,7 @@ def _partitions(count):
 
 
 def test_cut_points_find_the_least_cost_groups_of_every_partition():
-    from bert_tf2.engine.litert_runtime import GroupCost, cut_points
+    from bert_tf2.inference.litert_runtime import GroupCost, cut_points
 
     rng = np.random.default_rng(3)
     for trial in range(200):
@@ -189,7 +189,7 @@ def test_cut_points_find_the_least_cost_groups_of_every_partition():
 
 
 def test_group_cost_is_timed_from_three_shapes(monkeypatch):
-    import bert_tf2.engine.litert_runtime as runtime
+    import bert_tf2.inference.litert_runtime as runtime
 
     class Clock:  # each run advances it by the true cost, in microseconds per token
         now = 0.0
@@ -216,7 +216,7 @@ def test_group_cost_is_timed_from_three_shapes(monkeypatch):
 def test_a_row_that_finds_the_process_idle_runs_on_one_thread(pair_export):
     import time
 
-    from bert_tf2.engine.litert_runtime import IDLE_SECONDS
+    from bert_tf2.inference.litert_runtime import IDLE_SECONDS
     from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     export, data = pair_export
@@ -238,7 +238,7 @@ def test_a_row_that_finds_the_process_idle_runs_on_one_thread(pair_export):
 
 
 def test_mistakes_are_one_line(pair_export, single_export, tmp_path):
-    from bert_tf2.engine.litert_layout import LiteRTError
+    from bert_tf2.inference.litert_layout import LiteRTError
     from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     export, _ = pair_export
@@ -281,7 +281,7 @@ def test_a_cut_litert_file_is_one_line_naming_the_command_that_remakes_it(single
     naming the file and the export_litert.py command, not with a traceback."""
     import shutil
 
-    from bert_tf2.engine.litert_layout import LiteRTError
+    from bert_tf2.inference.litert_layout import LiteRTError
     from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
     export = tmp_path / "serving"
@@ -315,7 +315,7 @@ def test_a_cut_litert_file_is_one_line_naming_the_command_that_remakes_it(single
 
 def test_fast_path_runs_without_tensorflow(single_export):
     code = ("import sys; sys.path.insert(0, %r)\n"
-            "from tasks.classification.litert_serving import LiteRTClassifier\n"
+            "from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier\n"
             "out = LiteRTClassifier.load(%r)(['Return the square root of x.'])\n"
             "print(out['label'][0], 'tensorflow' in sys.modules)") % (str(REPO),
                                                                        str(single_export))
@@ -452,7 +452,7 @@ def test_multiple_choice_fast_path_as_the_savedmodel(shared_data, minilm_dir, tm
     scores. float32 gives serve_text's probabilities; int8 its clear choices; batch_predict
     --litert writes the SavedModel's lines."""
     from bert_tf2.engine import litert
-    from bert_tf2.engine.litert_layout import LiteRTError
+    from bert_tf2.inference.litert_layout import LiteRTError
     from bert_tf2.modeling.models import BertMultipleChoice
     from bert_tf2.tasks.multiple_choice.litert_serving import LiteRTChooser
     from bert_tf2.tasks.multiple_choice.reader import read_examples

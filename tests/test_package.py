@@ -168,7 +168,8 @@ def test_a_fresh_environment_gains_the_package_and_the_console_scripts(wheel, tm
                                                         "export_litert"} for s in scripts)
     # The installed package imports from there (its lowest floor needs no dependency).
     probe = subprocess.run([str(python), "-c", f"import {PACKAGE}.process.atomic_files as m; "
-                            "print(m.__file__)"], capture_output=True, text=True, cwd="/")
+                            "print(m.__file__)"], capture_output=True, text=True, cwd="/",
+                           env={"PATH": "/usr/bin:/bin"})
     assert probe.returncode == 0, probe.stderr[-2000:]
     assert probe.stdout.strip().startswith(str(purelib / PACKAGE))
     # ... and this environment's own copy is untouched.

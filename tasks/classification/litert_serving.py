@@ -4,7 +4,7 @@ from the export's LiteRT file (`engine.litert`), without TensorFlow.
 The texts are tokenised by the original's `FullTokenizer` (the ids fine-tuning used) and packed
 as `convert_example` packs them (`[CLS] A [SEP] B [SEP]`, a pair trimmed from the longer text, B
 on a tie; a `text_b` without tokens makes a single-text example, as `serve_text` does), padded
-to the longest row; `engine.litert_runtime.LiteRTModel` runs them. The outputs are those of
+to the longest row; `inference.litert_runtime.LiteRTModel` runs them. The outputs are those of
 `serve_text`: `logits` and `probabilities`, `label_id`, `label` (classification), `score`
 (regression), or `probabilities`, `predicted`, `labels` (multi-label, with the export's
 thresholds).
@@ -16,8 +16,8 @@ import numpy as np
 from bert_tf2.data_gen.packing import truncate_seq_pair
 from bert_tf2.data_gen.text_ids import TextIds
 from bert_tf2.data_gen.tokenization import FullTokenizer, special_token_ids
-from bert_tf2.engine.litert_layout import LiteRTError, refuse_windows, vocab_file
-from bert_tf2.engine.litert_runtime import LiteRTModel, padded_inputs
+from bert_tf2.inference.litert_layout import LiteRTError, refuse_windows, vocab_file
+from bert_tf2.inference.litert_runtime import LiteRTModel, padded_inputs
 
 
 class LiteRTClassifier:

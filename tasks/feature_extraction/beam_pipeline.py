@@ -24,7 +24,7 @@ from absl import flags
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from bert_tf2.data_gen.pretraining.beam_pipeline import match_input_files
-from bert_tf2.engine.beam_jobs import shard_pipeline, write_lines
+from bert_tf2.inference.beam_jobs import shard_pipeline, write_lines
 from bert_tf2.process import output_lock
 from bert_tf2.process.errors import SettingsError, parse_known_flags, run_main
 from bert_tf2.tasks.feature_extraction import flags as extraction_flags

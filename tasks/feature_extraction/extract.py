@@ -4,9 +4,9 @@
 `--init_checkpoint`), checks the settings before reading anything, loads the encoder's weights
 from a checkpoint in any format the project reads (a fine-tuning or pretraining run's checkpoint
 gives its encoder), and then:
-- with `output_file`: reads the input in shards of lines (`engine.line_shards`); `ShardExtractor`
+- with `output_file`: reads the input in shards of lines (`inference.line_shards`); `ShardExtractor`
   featurises each line as the original (`features`), runs the model on batches of similar length
-  within a window of lines (`engine.streaming`), and gives each line's output in input order
+  within a window of lines (`inference.streaming`), and gives each line's output in input order
   (`output`): the original's JSON lines of `--layers`, or with `pooling` one vector per line
   (JSON lines, or `.npy`); written resumably, the output renamed into place when complete. The
   Beam pipeline (`beam_pipeline`) runs the same `ShardExtractor` on every shard;
@@ -106,7 +106,7 @@ def extract(settings: ExtractSettings) -> None:
     check(settings)
     if settings.output_file and "://" in settings.output_file:
         raise SettingsError(f"--output_file={settings.output_file}: extract_features writes a "
-                            f"local file; the Beam pipeline (tasks.feature_extraction."
+                            f"local file; the Beam pipeline (bert_tf2.tasks.feature_extraction."
                             f"beam_pipeline) writes to gs:// and other file systems")
     with output_lock.holding({settings.output_file: "--output_file",
                               settings.export_dir: "--export_dir"}):
@@ -204,7 +204,7 @@ class ShardExtractor:
         return self.predict(batch)
 
     def __call__(self, shard):
-        from bert_tf2.engine.streaming import predict_in_order
+        from bert_tf2.inference.streaming import predict_in_order
         from bert_tf2.tasks.feature_extraction.features import featurize
         from bert_tf2.tasks.feature_extraction.output import embedding_line, json_line
         from bert_tf2.tasks.feature_extraction.reader import shard_lines
@@ -234,7 +234,7 @@ class ShardExtractor:
 
         import numpy as np
 
-        from bert_tf2.engine.streaming import predict_in_order
+        from bert_tf2.inference.streaming import predict_in_order
         from bert_tf2.tasks.feature_extraction.features import featurize_windows
         from bert_tf2.tasks.feature_extraction.model import pool
         from bert_tf2.tasks.feature_extraction.output import embedding_line, json_line
@@ -267,8 +267,8 @@ def _inputs(feature) -> dict:
 
 def run(settings: ExtractSettings, encoder, tokenizer, vocab_file: str) -> None:
     """The local run: shard after shard of the one input file, resumable."""
-    from bert_tf2.engine.line_shards import count_lines, file_shards
-    from bert_tf2.engine.streaming import Progress
+    from bert_tf2.inference.line_shards import count_lines, file_shards
+    from bert_tf2.inference.streaming import Progress
     from bert_tf2.process.errors import user_error_status
     from bert_tf2.tasks.feature_extraction.output import ShardedOutput
 

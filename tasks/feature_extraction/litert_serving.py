@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from bert_tf2.data_gen.text_ids import TextIds
 from bert_tf2.data_gen.tokenization import FullTokenizer, special_token_ids
-from bert_tf2.engine.litert_layout import refuse_windows, vocab_file
-from bert_tf2.engine.litert_runtime import LiteRTModel, padded_inputs
+from bert_tf2.inference.litert_layout import refuse_windows, vocab_file
+from bert_tf2.inference.litert_runtime import LiteRTModel, padded_inputs
 
 
 class LiteRTEmbedder:

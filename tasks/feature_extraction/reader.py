@@ -4,7 +4,7 @@ As the original's `read_examples`: each line (split at "\n") is stripped of surr
 whitespace; a line matching `^(.*) \|\|\| (.*)$` is a pair, any other line is text A alone. An
 empty line is an example too, with no text (its features are `[CLS] [SEP]`): the original stops
 only at the end of the file. Lines are numbered from 0 (`linex_index`). Unlike the original, the
-file is read in shards of lines (`engine.line_shards`), never whole, and a line that is not UTF-8
+file is read in shards of lines (`inference.line_shards`), never whole, and a line that is not UTF-8
 is an error naming it.
 """
 from __future__ import annotations
@@ -34,6 +34,6 @@ def parse(index: int, text: str) -> Line:
 
 
 def shard_lines(shard) -> list:
-    """The `Line`s of an `engine.line_shards.Shard`, numbered by their global index."""
+    """The `Line`s of an `inference.line_shards.Shard`, numbered by their global index."""
     return [parse(shard.first_index + i, decode_line(shard.path, shard.first_line + i + 1, raw))
             for i, raw in enumerate(shard.lines)]

@@ -13,8 +13,8 @@ import numpy as np
 
 from bert_tf2.data_gen.batching import SEQUENCE_FEATURES
 from bert_tf2.data_gen.tokenization import FullTokenizer
-from bert_tf2.engine.litert_layout import LiteRTError, vocab_file
-from bert_tf2.engine.litert_runtime import INPUT_NAMES, LiteRTModel
+from bert_tf2.inference.litert_layout import LiteRTError, vocab_file
+from bert_tf2.inference.litert_runtime import INPUT_NAMES, LiteRTModel
 from bert_tf2.tasks.multiple_choice.features import MASKED_LOGIT, convert_example
 from bert_tf2.tasks.multiple_choice.reader import ChoiceExample
 

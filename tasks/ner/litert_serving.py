@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from bert_tf2.data_gen.tokenization import FullTokenizer
-from bert_tf2.engine.litert_layout import vocab_file
-from bert_tf2.engine.litert_runtime import LiteRTModel
+from bert_tf2.inference.litert_layout import vocab_file
+from bert_tf2.inference.litert_runtime import LiteRTModel
 from bert_tf2.tasks.ner.features import convert_sentence, reassemble
 from bert_tf2.tasks.ner.reader import Sentence
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from bert_tf2.data_gen.tokenization import FullTokenizer
-from bert_tf2.engine.litert_layout import LiteRTError, vocab_file
-from bert_tf2.engine.litert_runtime import LiteRTModel
+from bert_tf2.inference.litert_layout import LiteRTError, vocab_file
+from bert_tf2.inference.litert_runtime import LiteRTModel
 from bert_tf2.tasks.squad.features import SquadSettings, convert_examples
 from bert_tf2.tasks.squad.postprocess import DecodeSettings, predict_answers
 from bert_tf2.tasks.squad.reader import SquadExample, whitespace_words

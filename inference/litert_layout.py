@@ -3,7 +3,7 @@
 `EXPORT_DIR/assets.extra/serving.json` (the export's description, written by
 `engine.export.save`) and `vocab.txt`; `EXPORT_DIR/litert/` holds the LiteRT files
 (`int8.tflite`, `float32.tflite`) beside a copy of the description. Shared by the converter
-(`engine.litert`, with TensorFlow) and the runtime (`engine.litert_runtime`, without).
+(`engine.litert`, with TensorFlow) and the runtime (`inference.litert_runtime`, without).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ length, cuts batches of `batch_size` rows of similar length, pads each batch onl
 longest row, runs `predict` on it, and yields every item with its outputs in the order the items
 came. Sorting within a window keeps padding low (short and long lines do not share a batch) while
 memory holds one window, never the whole input. Batch jobs call it once per shard of lines
-(`engine.line_shards`), so that a shard's batches, and so its float results, do not depend on
+(`inference.line_shards`), so that a shard's batches, and so its float results, do not depend on
 where a run started or which worker ran it. `Progress` logs lines/s and the time left.
 """
 from __future__ import annotations
@@ -75,7 +75,7 @@ class Progress:
         return (self.done - self.start_done) / elapsed if elapsed > 0 else 0.0
 
     def log(self) -> None:
-        from bert_tf2.engine.trainer_config import format_duration
+        from bert_tf2.process.progress import format_duration
 
         rate = self.rate()
         text = f"{self.done}" + (f"/{self.total}" if self.total is not None else "")

@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from bert_tf2.engine.litert_layout import (
+from bert_tf2.inference.litert_layout import (
     DESCRIPTION,
     FOLDER,
     LiteRTError,

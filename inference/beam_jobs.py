@@ -1,6 +1,6 @@
 """Batch jobs on Apache Beam: a shard processor run over text files of any size, on any runner.
 
-`shard_pipeline` reads the input files as shards of lines (`engine.line_shards`: numbered across
+`shard_pipeline` reads the input files as shards of lines (`inference.line_shards`: numbered across
 the files, a first pass counts each file's lines), spreads the shards over the workers
 (`Reshuffle`), and runs on each one a processor that `ShardFn` builds once per worker (loading a
 model is slow): `processor(shard)` yields the shard's output lines. The local tools run the same
@@ -32,7 +32,7 @@ class ShardFn(beam.DoFn):
 
 
 def _file_shards(item: tuple, lines_per_shard: int):
-    from bert_tf2.engine.line_shards import file_shards
+    from bert_tf2.inference.line_shards import file_shards
 
     path, first_index = item
     yield from file_shards(path, first_index, lines_per_shard)
@@ -40,7 +40,7 @@ def _file_shards(item: tuple, lines_per_shard: int):
 
 def shard_pipeline(root: beam.Pipeline, files: list, lines_per_shard: int, factory: Callable):
     """The output lines of every shard of `files` (a PCollection of str, in no order)."""
-    from bert_tf2.engine.line_shards import file_offsets
+    from bert_tf2.inference.line_shards import file_offsets
 
     return (root
             | "Files" >> beam.Create(file_offsets(files))

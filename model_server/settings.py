@@ -1,0 +1,22 @@
+"""The model server's settings, with every default written here once: serve.py's flags take
+theirs from `ServerSettings` (`tests/test_defaults.py` checks), and so does the batcher."""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class ServerSettings:
+    """serve.py's flags (docs/serving.md lists them)."""
+    export_dir: str
+    model_name: str
+    host: str = "0.0.0.0"
+    port: int = 8501
+    grpc_port: int = 0  # 0: no gRPC
+    runtime: str | None = None  # int8, float32, savedmodel; None: the best the export has
+    max_batch_size: int = 32
+    batch_timeout_micros: int = 0
+    max_enqueued_batches: int = 16
+    num_batch_threads: int = 1
+    max_request_bytes: int = 8 << 20
+    drain_seconds: float = 30.0
