@@ -18,6 +18,8 @@ from bert_tf2 import runner_flags
 from bert_tf2.process import flag_ranges
 
 FLAGS = flags.FLAGS
+# The defaults of the flags that set PretrainSettings' fields are its own (the original's).
+D = runner_flags.defaults_of(runner_flags.PretrainSettings)
 
 # The original's flags.
 flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model to train (default, "
@@ -29,16 +31,18 @@ flags.DEFINE_string("init_checkpoint", None,
                     "a .keras file, or a checkpoint of this runner (phase 2 from phase 1).")
 flags.DEFINE_integer("max_seq_length", 128, "Sequence length of the records.")
 flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked positions per record.")
-flags.DEFINE_bool("do_train", False, "Train.")
-flags.DEFINE_bool("do_eval", False, "Evaluate on --input_file and write eval_results.txt.")
-flags.DEFINE_integer("train_batch_size", 32, "Global batch size of one update.")
-flags.DEFINE_integer("eval_batch_size", 8, "Global batch size for evaluation.")
-flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
-flags.DEFINE_integer("num_train_steps", 100000, "Number of updates.")
-flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warmup updates.")
-flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every this many updates.")
-flags.DEFINE_integer("iterations_per_loop", 1000, "Updates per host loop (the original's name).")
-flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval batches.")
+flags.DEFINE_bool("do_train", D.do_train, "Train.")
+flags.DEFINE_bool("do_eval", D.do_eval, "Evaluate on --input_file and write eval_results.txt.")
+flags.DEFINE_integer("train_batch_size", D.train_batch_size, "Global batch size of one update.")
+flags.DEFINE_integer("eval_batch_size", D.eval_batch_size, "Global batch size for evaluation.")
+flags.DEFINE_float("learning_rate", D.learning_rate, "Peak learning rate.")
+flags.DEFINE_integer("num_train_steps", D.num_train_steps, "Number of updates.")
+flags.DEFINE_integer("num_warmup_steps", D.num_warmup_steps, "Linear warmup updates.")
+flags.DEFINE_integer("save_checkpoints_steps", D.save_checkpoints_steps,
+                     "Checkpoint every this many updates.")
+flags.DEFINE_integer("iterations_per_loop", D.steps_per_loop,
+                     "Updates per host loop (the original's name).")
+flags.DEFINE_integer("max_eval_steps", D.max_eval_steps, "Maximum number of eval batches.")
 
 # Beyond the original (and the engine's flags, shared with the fine-tuning runners).
 runner_flags.define_engine_flags()
@@ -47,8 +51,9 @@ flags.DEFINE_bool("dynamic_masking", False, "Mask afresh at input time instead o
 flags.DEFINE_string("vocab_file", None, "vocab.txt: needed by --dynamic_masking; copied to "
                     "the TF1 export.")
 flags.DEFINE_float("masked_lm_prob", 0.15, "--dynamic_masking: share of tokens masked.")
-flags.DEFINE_integer("keep_checkpoint_max", 5, "How many checkpoints to keep.")
-flags.DEFINE_integer("random_seed", 12345, "Seed of initialisation, dropout and input order.")
+flags.DEFINE_integer("keep_checkpoint_max", D.keep_checkpoint_max, "How many checkpoints to keep.")
+flags.DEFINE_integer("random_seed", D.random_seed,
+                     "Seed of initialisation, dropout and input order.")
 runner_flags.check_training_flags()
 flag_ranges.at_least_one("max_seq_length", "max_predictions_per_seq", "max_eval_steps")
 flag_ranges.check("masked_lm_prob", 0, 1, above=True)

@@ -11,16 +11,35 @@ fine-tuning driver with the flags' settings. `main(program_main)` starts a runne
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import types
 
 from absl import flags
 
+from bert_tf2.engine.build import RunSettings
+from bert_tf2.engine.finetuning import FinetuneSettings
+from bert_tf2.engine.pretraining import PretrainSettings
 from bert_tf2.process import flag_ranges
 
 FLAGS = flags.FLAGS
 
 
+def defaults_of(settings_class, **overrides) -> types.SimpleNamespace:
+    """The defaults of a settings dataclass (`FinetuneSettings`, `PretrainSettings`), whence
+    every flag that sets one of its fields takes its default: each default is written once, in
+    the engine. `overrides`: a runner's own defaults, the original script's (run_squad's
+    max_seq_length of 384, ...)."""
+    values = {field.name: field.default for field in dataclasses.fields(settings_class)
+              if field.default is not dataclasses.MISSING}
+    unknown = set(overrides) - set(values)
+    if unknown:
+        raise TypeError(f"{settings_class.__name__} has no {', '.join(sorted(unknown))}")
+    return types.SimpleNamespace(**{**values, **overrides})
+
+
 def define_engine_flags() -> None:
+    d = defaults_of(RunSettings)
     # The original's TPU flags.
     flags.DEFINE_bool("use_tpu", False, "Same as --distribution_strategy=tpu.")
     flags.DEFINE_string("tpu_name", None, "TPU name or address (grpc://...).")
@@ -32,16 +51,16 @@ def define_engine_flags() -> None:
                          "Accepted for compatibility; TPUStrategy counts cores.")
     # Beyond the original.
     flags.DEFINE_integer("steps_per_loop", None, "Alias of --iterations_per_loop.")
-    flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"],
+    flags.DEFINE_enum("optimizer", d.optimizer, ["adamw", "lamb"],
                       "AdamWeightDecay (original) or LAMB.")
-    flags.DEFINE_integer("num_accumulation_steps", 1,
+    flags.DEFINE_integer("num_accumulation_steps", d.num_accumulation_steps,
                          "Micro-batches per update; --train_batch_size is the whole update.")
-    flags.DEFINE_enum("dtype", "float32", ["float32", "mixed_float16", "mixed_bfloat16"],
+    flags.DEFINE_enum("dtype", d.dtype, ["float32", "mixed_float16", "mixed_bfloat16"],
                       "Compute precision; variables, LayerNorm, softmax and losses stay float32.")
-    flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward and backward pass.")
-    flags.DEFINE_bool("compile_optimizer", True, "XLA-compile the optimizer's update (one "
-                      "device; 2.3x faster updates on a CPU, the same math).")
-    flags.DEFINE_enum("distribution_strategy", "one_device",
+    flags.DEFINE_bool("jit_compile", d.jit_compile, "XLA-compile the forward and backward pass.")
+    flags.DEFINE_bool("compile_optimizer", d.compile_optimizer, "XLA-compile the optimizer's "
+                      "update (one device; 2.3x faster updates on a CPU, the same math).")
+    flags.DEFINE_enum("distribution_strategy", d.distribution_strategy,
                       ["one_device", "mirrored", "multi_worker_mirrored", "tpu"],
                       "How to spread the work (multi_worker_mirrored reads TF_CONFIG).")
     flag_ranges.at_least_one("num_tpu_cores", "steps_per_loop", "num_accumulation_steps")
@@ -56,8 +75,10 @@ def check_training_flags() -> None:
     flag_ranges.check("random_seed", 0, 2**31 - 1)
 
 
-def define_finetuning_flags(max_seq_length: int = 128, learning_rate: float = 5e-5,
-                            num_train_epochs: float = 3.0, predict_batch_size: int = 8) -> None:
+def define_finetuning_flags(**overrides) -> None:
+    """The fine-tuning flags, with `FinetuneSettings`' defaults but for `overrides`, the runner's
+    own (`defaults_of`)."""
+    d = defaults_of(FinetuneSettings, **overrides)
     # The original's flags.
     flags.DEFINE_string("bert_config_file", None, "bert_config.json of the pretrained model "
                         "(optional when --init_checkpoint has its config beside it).")
@@ -67,45 +88,53 @@ def define_finetuning_flags(max_seq_length: int = 128, learning_rate: float = 5e
     flags.DEFINE_string("init_checkpoint", None, "Pretrained weights: a TF1 checkpoint, a Hugging "
                         "Face model.safetensors (or its folder), a .keras file, or a checkpoint "
                         "of this project's runners.")
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models).")
-    flags.DEFINE_integer("max_seq_length", max_seq_length, "Maximum WordPiece tokens per example.")
-    flags.DEFINE_bool("do_train", False, "Fine-tune on the training split.")
-    flags.DEFINE_bool("do_eval", False, "Evaluate on the dev split (during and after training).")
-    flags.DEFINE_bool("do_predict", False, "Predict the test split.")
-    flags.DEFINE_integer("train_batch_size", 32, "Global batch size of one update.")
-    flags.DEFINE_integer("eval_batch_size", 8, "Batch size for evaluation.")
-    flags.DEFINE_integer("predict_batch_size", predict_batch_size, "Batch size for prediction.")
-    flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate of AdamWeightDecay.")
-    flags.DEFINE_float("num_train_epochs", num_train_epochs, "Epochs of fine-tuning.")
-    flags.DEFINE_float("warmup_proportion", 0.1, "Share of the steps with linear warmup.")
-    flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every this many steps.")
-    flags.DEFINE_integer("iterations_per_loop", 100, "Steps per host loop and progress line "
-                         "(the original's name; its default was 1000, for TPUs).")
+    flags.DEFINE_bool("do_lower_case", d.do_lower_case, "Lower-case the input (uncased models).")
+    flags.DEFINE_integer("max_seq_length", d.max_seq_length, "Maximum WordPiece tokens per "
+                         "example.")
+    flags.DEFINE_bool("do_train", d.do_train, "Fine-tune on the training split.")
+    flags.DEFINE_bool("do_eval", d.do_eval, "Evaluate on the dev split (during and after "
+                      "training).")
+    flags.DEFINE_bool("do_predict", d.do_predict, "Predict the test split.")
+    flags.DEFINE_integer("train_batch_size", d.train_batch_size, "Global batch size of one update.")
+    flags.DEFINE_integer("eval_batch_size", d.eval_batch_size, "Batch size for evaluation.")
+    flags.DEFINE_integer("predict_batch_size", d.predict_batch_size, "Batch size for prediction.")
+    flags.DEFINE_float("learning_rate", d.learning_rate, "Peak learning rate of AdamWeightDecay.")
+    flags.DEFINE_float("num_train_epochs", d.num_train_epochs, "Epochs of fine-tuning.")
+    flags.DEFINE_float("warmup_proportion", d.warmup_proportion, "Share of the steps with linear "
+                       "warmup.")
+    flags.DEFINE_integer("save_checkpoints_steps", d.save_checkpoints_steps, "Checkpoint every "
+                         "this many steps.")
+    flags.DEFINE_integer("iterations_per_loop", d.steps_per_loop, "Steps per host loop and "
+                         "progress line (the original's name; its default was 1000, for TPUs).")
     # Also in the original's pretraining runner; given explicitly they override the epochs.
-    flags.DEFINE_integer("num_train_steps", None, "Updates (default: from the epochs).")
-    flags.DEFINE_integer("num_warmup_steps", None, "Warmup updates (default: from the proportion).")
+    flags.DEFINE_integer("num_train_steps", d.num_train_steps, "Updates (default: from the "
+                         "epochs).")
+    flags.DEFINE_integer("num_warmup_steps", d.num_warmup_steps, "Warmup updates (default: from "
+                         "the proportion).")
     # Beyond the original (and the engine's flags, shared with run_pretraining.py).
     define_engine_flags()
-    flags.DEFINE_integer("eval_every_steps", 0, "Evaluate every this many steps during training "
-                         "(0: at the end of every epoch).")
-    flags.DEFINE_bool("use_best_checkpoint", True, "Predict and export with the weights that "
-                      "scored best on the dev split (in output_dir/best/), not the last ones.")
-    flags.DEFINE_string("export_dir", None, "Write a SavedModel for serving here.")
-    flags.DEFINE_enum("export_litert", "int8", ["int8", "float32", "none"],
+    flags.DEFINE_integer("eval_every_steps", d.eval_every_steps, "Evaluate every this many steps "
+                         "during training (0: at the end of every epoch).")
+    flags.DEFINE_bool("use_best_checkpoint", d.use_best_checkpoint, "Predict and export with the "
+                      "weights that scored best on the dev split (in output_dir/best/), not the "
+                      "last ones.")
+    flags.DEFINE_string("export_dir", d.export_dir, "Write a SavedModel for serving here.")
+    flags.DEFINE_enum("export_litert", d.export_litert, ["int8", "float32", "none"],
                       "With --export_dir, also write the fast CPU path, a LiteRT file of the "
                       "model with int8 (or float32) dense kernels, in EXPORT_DIR/litert/ "
                       "(every task; docs/serving.md).")
-    flags.DEFINE_integer("keep_checkpoint_max", 1, "Training checkpoints to keep (for resuming).")
-    flags.DEFINE_bool("trim_padding", True, "Cut each batch to its longest example (same "
+    flags.DEFINE_integer("keep_checkpoint_max", d.keep_checkpoint_max, "Training checkpoints to "
+                         "keep (for resuming).")
+    flags.DEFINE_bool("trim_padding", d.trim_padding, "Cut each batch to its longest example (same "
                       "outputs, faster); off: every batch is max_seq_length wide, as the original.")
-    flags.DEFINE_bool("bucket_by_length", True, "With --trim_padding, batch examples of similar "
-                      "length together (sorted within windows of 50 shuffled batches; seeded), "
-                      "so that batches hold little padding.")
-    flags.DEFINE_bool("pack_examples", False, "Training: pack several examples into each "
+    flags.DEFINE_bool("bucket_by_length", d.bucket_by_length, "With --trim_padding, batch "
+                      "examples of similar length together (sorted within windows of 50 shuffled "
+                      "batches; seeded), so that batches hold little padding.")
+    flags.DEFINE_bool("pack_examples", d.pack_examples, "Training: pack several examples into each "
                       "max_seq_length row (attention kept within each example), so that no "
                       "padding is computed; classification only.")
-    flags.DEFINE_integer("random_seed", 12345, "Seed of the head's initialisation, dropout and "
-                         "the order of training examples.")
+    flags.DEFINE_integer("random_seed", d.random_seed, "Seed of the head's initialisation, "
+                         "dropout and the order of training examples.")
     check_training_flags()
     flag_ranges.check("max_seq_length", 3, why="[CLS], a token and [SEP]")
     flag_ranges.at_least_one("predict_batch_size")
@@ -144,8 +173,6 @@ def _engine_values() -> dict:
 
 def finetune_settings(best_metric: str | None = None):
     """The fine-tuning flags as `engine.finetuning.FinetuneSettings`."""
-    from bert_tf2.engine.finetuning import FinetuneSettings
-
     return FinetuneSettings(
         **_engine_values(), max_seq_length=FLAGS.max_seq_length,
         do_lower_case=FLAGS.do_lower_case, do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
@@ -160,8 +187,6 @@ def finetune_settings(best_metric: str | None = None):
 
 def pretrain_settings():
     """run_pretraining's flags as `engine.pretraining.PretrainSettings`."""
-    from bert_tf2.engine.pretraining import PretrainSettings
-
     return PretrainSettings(**_engine_values(), do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
                             max_eval_steps=FLAGS.max_eval_steps)
 

@@ -16,6 +16,7 @@ import logging
 import os
 from typing import Callable
 
+from bert_tf2.engine.trainer_config import TrainerConfig
 from bert_tf2.process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
@@ -23,7 +24,9 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class RunSettings:
-    """The settings every training run shares (pretraining and fine-tuning)."""
+    """The settings every training run shares (pretraining and fine-tuning). The runners' flags
+    take their defaults from here (`runner_flags`), and the trainer's come from `TrainerConfig`:
+    each default is written once."""
 
     output_dir: str
     bert_config_file: str | None = None
@@ -34,14 +37,14 @@ class RunSettings:
     learning_rate: float = 5e-5
     num_train_steps: int | None = None
     num_warmup_steps: int | None = None
-    save_checkpoints_steps: int = 1000
-    keep_checkpoint_max: int = 1
-    steps_per_loop: int = 100
+    save_checkpoints_steps: int = TrainerConfig.save_checkpoints_steps
+    keep_checkpoint_max: int = TrainerConfig.keep_checkpoint_max
+    steps_per_loop: int = TrainerConfig.steps_per_loop
     optimizer: str = "adamw"
-    num_accumulation_steps: int = 1
+    num_accumulation_steps: int = TrainerConfig.num_accumulation_steps
     dtype: str = "float32"
-    jit_compile: bool = False
-    compile_optimizer: bool = True  # XLA-compile the optimizer update (one device)
+    jit_compile: bool = TrainerConfig.jit_compile
+    compile_optimizer: bool = TrainerConfig.compile_optimizer  # XLA-compile the update (one device)
     distribution_strategy: str = "one_device"
     tpu_address: str | None = None
     random_seed: int = 12345
@@ -183,7 +186,6 @@ def build_trainer(model_fn: Callable, task, strategy, settings: RunSettings,
     `TrainerConfig` fields that differ between pretraining and fine-tuning."""
     import keras
 
-    from bert_tf2.engine.trainer_config import TrainerConfig
     from bert_tf2.modeling import checkpoints
     from bert_tf2.modeling.optimization import create_optimizer
     from bert_tf2.process import environment

@@ -38,6 +38,12 @@ TF1_EXPORT = "tf1"
 
 @dataclasses.dataclass
 class PretrainSettings(RunSettings):
+    """run_pretraining's flags (their defaults are these): the original's own defaults where
+    they differ from fine-tuning's (steps, warmup, loop length and checkpoints kept)."""
+    num_train_steps: int = 100000
+    num_warmup_steps: int = 10000
+    steps_per_loop: int = 1000  # --iterations_per_loop
+    keep_checkpoint_max: int = 5
     do_train: bool = False
     do_eval: bool = False
     max_eval_steps: int = 100

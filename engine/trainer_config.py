@@ -53,11 +53,16 @@ class NonFiniteLossError(UserError):
 
 @dataclasses.dataclass
 class TrainerConfig:
+    """What a trainer runs by. Its defaults are the engine's, and `engine.build.RunSettings`
+    (whence the runners' flags) takes them from here: written once (`tests/test_defaults.py`)."""
     output_dir: str
     num_train_steps: int
     steps_per_loop: int = 100
     save_checkpoints_steps: int = 1000
-    keep_checkpoint_max: int = 5
+    # One checkpoint for resuming: a fine-tuning run keeps its best weights in best/, and a
+    # checkpoint with the optimizer's moments is 3x the model (4 GB for BERT-Large).
+    # run_pretraining keeps 5, the original's (tf.estimator's) default (PretrainSettings).
+    keep_checkpoint_max: int = 1
     num_accumulation_steps: int = 1
     jit_compile: bool = False
     # XLA-compile the optimizer's update alone (one fused pass over each variable's weights,
@@ -118,9 +123,3 @@ def is_chief(strategy) -> bool:
     return resolver.task_type == "chief" or (not has_chief and resolver.task_type == "worker"
                                               and resolver.task_id == 0)
 
-
-def format_duration(seconds: float) -> str:
-    """`1m20s`, `2h05m`: the time left, in the progress lines of training and batch jobs."""
-    seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else \
-        f"{seconds // 60}m{seconds % 60:02d}s"
