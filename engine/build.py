@@ -87,10 +87,7 @@ def model_files(settings: RunSettings, vocab_required: bool = True):
         config = checkpoints.read_config(settings.init_checkpoint)
     vocab = settings.vocab_file
     if not vocab and settings.init_checkpoint:
-        path = settings.init_checkpoint
-        folder = path if os.path.isdir(path) else os.path.dirname(path)
-        candidate = os.path.join(folder, checkpoints.VOCAB)
-        vocab = candidate if os.path.isfile(candidate) else None
+        vocab = checkpoints.vocab_beside(settings.init_checkpoint)
     if vocab and not os.path.isfile(vocab) and "://" not in vocab:
         raise SettingsError(f"--vocab_file {vocab}: no such file")
     if not vocab and vocab_required:

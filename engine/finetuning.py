@@ -64,6 +64,8 @@ class FinetuneSettings(RunSettings):
     do_predict: bool = False  # write the prediction splits' result files
     export_dir: str | None = None  # a SavedModel serving raw strings
     export_litert: str = "int8"  # and its LiteRT file (engine.litert): int8, float32 or none
+    export_keras_hub: str | None = None  # a KerasHub preset folder (modeling.keras_hub_preset)
+    keras_hub_approximate_gelu: bool = False  # export a gelu_exact model with KerasHub's tanh
     predict_batch_size: int = 8
     num_train_epochs: float = 3.0  # num_train_steps = int(examples / batch * epochs)
     warmup_proportion: float = 0.1  # num_warmup_steps = int(steps * proportion)
@@ -84,7 +86,8 @@ def finetune(task, settings: FinetuneSettings) -> None:
     """Run `task` as `settings` say (see the module docstring), holding `output_dir` and
     `export_dir` against other processes (`process.output_lock`) from the start."""
     check_settings(settings)
-    with output_lock.holding(held_outputs(settings, export_dir=settings.export_dir)):
+    with output_lock.holding(held_outputs(settings, export_dir=settings.export_dir,
+                                          export_keras_hub=settings.export_keras_hub)):
         _finetune(task, settings)
 
 
@@ -100,6 +103,12 @@ def _finetune(task, settings: FinetuneSettings) -> None:
                                                  len(task.eval_splits())) + task.main_metric
     check_best_metric(task, best_metric)
     config, vocab_file = model_files(settings)
+    if settings.export_keras_hub:  # refused now, not after the training
+        from bert_tf2.modeling import keras_hub_preset
+
+        keras_hub_preset.require()
+        keras_hub_preset.check_activation(config, settings.keras_hub_approximate_gelu,
+                                          f"--export_keras_hub={settings.export_keras_hub}")
     if settings.max_seq_length > config.max_position_embeddings:
         raise SettingsError(f"--max_seq_length={settings.max_seq_length} exceeds the model's "
                             f"max_position_embeddings={config.max_position_embeddings}")
@@ -214,6 +223,13 @@ def _finetune(task, settings: FinetuneSettings) -> None:
 
         export.save(task.serving_module(trainer.model, vocab_file), settings.export_dir,
                     {"vocab.txt": vocab_file}, litert=settings.export_litert)
+    if settings.export_keras_hub and run.chief:
+        from bert_tf2.modeling import keras_hub_preset
+
+        interrupts.at(f"while writing the KerasHub preset to {settings.export_keras_hub}")
+        keras_hub_preset.save_preset(trainer.model, settings.export_keras_hub, vocab_file,
+                                     settings.do_lower_case, settings.max_seq_length,
+                                     settings.keras_hub_approximate_gelu)
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -224,9 +240,10 @@ def check_settings(settings: FinetuneSettings) -> None:
     check_backend()
     if not settings.output_dir:
         raise SettingsError("--output_dir is required")
-    if not (settings.do_train or settings.do_eval or settings.do_predict or settings.export_dir):
-        raise SettingsError("nothing to do: set --do_train, --do_eval, --do_predict or "
-                            "--export_dir")
+    if not (settings.do_train or settings.do_eval or settings.do_predict or settings.export_dir
+            or settings.export_keras_hub):
+        raise SettingsError("nothing to do: set --do_train, --do_eval, --do_predict, "
+                            "--export_dir or --export_keras_hub")
     if (settings.do_train or not settings.init_checkpoint) and not (
             settings.init_checkpoint or settings.bert_config_file):
         raise SettingsError("--bert_config_file or --init_checkpoint is required")

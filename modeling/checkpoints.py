@@ -340,13 +340,26 @@ def keras_source(path: str | os.PathLike) -> TensorSource:
     return _in_memory_source(f"Keras model {path}", tensors)
 
 
+# ------------------------------------------------------------------------------------ KerasHub
+def keras_hub_source(path: str | os.PathLike) -> TensorSource:
+    """A KerasHub preset folder (`modeling.keras_hub_preset`)."""
+    from bert_tf2.modeling import keras_hub_preset
+
+    return _in_memory_source(f"KerasHub preset {os.fspath(path)}",
+                             keras_hub_preset.tensors(os.fspath(path)))
+
+
 # ------------------------------------------------------------------------------------ any format
-FORMATS = ("tf1", "hf", "keras")
+FORMATS = ("tf1", "hf", "keras", "keras_hub")
 
 
 def detect_format(path: str | os.PathLike) -> str:
-    """tf1, hf or keras, from the file name or the folder's contents."""
+    """tf1, hf, keras or keras_hub, from the file name or the folder's contents."""
+    from bert_tf2.modeling import keras_hub_preset
+
     path = os.fspath(path)
+    if keras_hub_preset.is_preset(path):  # before hf: both hold a config.json
+        return "keras_hub"
     if path.endswith(".keras") or (os.path.isdir(path)
                                    and os.path.isfile(os.path.join(path, KERAS_FILE))):
         return "keras"
@@ -360,7 +373,8 @@ def source_for(path: str | os.PathLike, fmt: str | None = None) -> TensorSource:
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
         raise ValueError(f"unknown checkpoint format {fmt!r}; one of {', '.join(FORMATS)}")
-    return {"tf1": tf1_source, "hf": hf_source, "keras": keras_source}[fmt](path)
+    return {"tf1": tf1_source, "hf": hf_source, "keras": keras_source,
+            "keras_hub": keras_hub_source}[fmt](path)
 
 
 def load_checkpoint(model, path: str | os.PathLike, fmt: str | None = None,
@@ -513,9 +527,14 @@ def _load_variable_file(model, path: str, allow_new_heads: bool) -> LoadReport:
 
 
 def read_config(path: str | os.PathLike, fmt: str | None = None) -> BertConfig:
-    """The `BertConfig` stored beside a TF1 or Hugging Face checkpoint (or inside a .keras file)."""
+    """The `BertConfig` stored beside a TF1 or Hugging Face checkpoint (or inside a .keras file or
+    a KerasHub preset)."""
     fmt = fmt or detect_format(path)
     path = os.fspath(path)
+    if fmt == "keras_hub":
+        from bert_tf2.modeling import keras_hub_preset
+
+        return keras_hub_preset.read_config(path)
     folder = path if os.path.isdir(path) else os.path.dirname(path)
     if fmt in ("tf1", "hf"):
         config_path = os.path.join(folder, TF1_CONFIG if fmt == "tf1" else HF_CONFIG)
@@ -537,10 +556,24 @@ def read_config(path: str | os.PathLike, fmt: str | None = None) -> BertConfig:
     return keras.models.load_model(resolve_file(path, KERAS_FILE, "Keras model file")).config
 
 
+def vocab_beside(path: str | os.PathLike) -> str | None:
+    """The vocabulary that came with a checkpoint: `vocab.txt` in its folder, or a KerasHub
+    preset's `assets/tokenizer/vocabulary.txt`; None when there is none."""
+    from bert_tf2.modeling import keras_hub_preset
+
+    path = os.fspath(path)
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    if keras_hub_preset.is_preset(folder):
+        return keras_hub_preset.vocab_file(folder)
+    candidate = os.path.join(folder, VOCAB)
+    return candidate if os.path.isfile(candidate) else None
+
+
 def copy_vocab(src: str, dst_folder: str) -> bool:
-    """Carry `vocab.txt` (a file, or the one in a folder) along with weights, when there is one."""
+    """Carry `vocab.txt` (a file, or the one that came with a checkpoint folder) along with
+    weights, when there is one."""
     if os.path.isdir(src):
-        src = os.path.join(src, VOCAB)
+        src = vocab_beside(src) or os.path.join(src, VOCAB)
     if os.path.isfile(src):
         shutil.copyfile(src, os.path.join(dst_folder, VOCAB))
         return True

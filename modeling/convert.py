@@ -5,7 +5,9 @@
 The model is rebuilt from the source's config with whatever heads the source holds (pretraining,
 classifier or SQuAD), every variable is carried over strictly, and `vocab.txt` comes along.
 Folders written: tf1 -> bert_config.json + bert_model.ckpt.*; hf -> config.json +
-model.safetensors; keras -> model.keras.
+model.safetensors; keras -> model.keras; keras_hub -> a KerasHub preset folder
+(`modeling.keras_hub_preset`: config.json, model.weights.h5, tokenizer.json, assets/tokenizer/,
+and for a classifier task.json and task.weights.h5).
 """
 from __future__ import annotations
 
@@ -87,10 +89,30 @@ def save_any(model, output: str, fmt: str, global_step: int = 0) -> list[str]:
 
 
 def convert(src: str, src_format: str, dst: str, dst_format: str,
-            bert_config_file: str | None = None, global_step: int = 0) -> list[str]:
+            bert_config_file: str | None = None, global_step: int = 0,
+            do_lower_case: bool = True, approximate_gelu: bool = False) -> list[str]:
+    """`do_lower_case`, `approximate_gelu`: the KerasHub preset's tokenizer and activation
+    (`modeling.keras_hub_preset`)."""
     from bert_tf2.modeling import checkpoints
 
+    if dst_format == "keras_hub":  # what KerasHub cannot hold is refused before any loading
+        from bert_tf2.modeling import keras_hub_preset
+        from bert_tf2.modeling.config import BertConfig
+
+        keras_hub_preset.require()
+        config = (BertConfig.from_json_file(bert_config_file) if bert_config_file
+                  else checkpoints.read_config(src, src_format))
+        keras_hub_preset.check_activation(config, approximate_gelu,
+                                          config.source or "--bert_config_file")
+        vocab = checkpoints.vocab_beside(src)
+        if vocab is None:
+            raise checkpoints.CheckpointError(f"{src}: no vocab.txt beside it, which a KerasHub "
+                                              f"preset's tokenizer needs")
     model = load_any(src, src_format, bert_config_file)
+    if dst_format == "keras_hub":
+        keras_hub_preset.save_preset(model, dst, vocab, do_lower_case,
+                                     approximate_gelu=approximate_gelu)
+        return [os.path.join(dst, name) for name in sorted(os.listdir(dst))]
     written = save_any(model, dst, dst_format, global_step)
     src_folder = src if os.path.isdir(src) else os.path.dirname(src)
     if checkpoints.copy_vocab(src_folder, dst):
@@ -107,7 +129,8 @@ def main(argv):
     try:
         with output_lock.holding({FLAGS.output: "--output"}):
             written = convert(FLAGS.input, FLAGS["from"].value, FLAGS.output, FLAGS.to,
-                              FLAGS.bert_config_file, FLAGS.global_step)
+                              FLAGS.bert_config_file, FLAGS.global_step, FLAGS.do_lower_case,
+                              FLAGS.keras_hub_approximate_gelu)
     except (ValueError, OSError) as error:  # bad files, named in the message
         raise as_user_error(error) from None
     for path in written:
@@ -127,6 +150,11 @@ def define_flags():
     flags.DEFINE_string("bert_config_file", None,
                         "TF1 only: the config, if not beside the checkpoint.")
     flags.DEFINE_integer("global_step", 0, "TF1 output: the global_step value to store.")
+    flags.DEFINE_bool("do_lower_case", True, "keras_hub output: the tokenizer lower-cases "
+                      "(uncased models).")
+    flags.DEFINE_bool("keras_hub_approximate_gelu", False, "keras_hub output of a model with "
+                      "the exact GELU (gelu_exact): export it anyway, KerasHub computing the tanh "
+                      "approximation (outputs move by up to about 5e-3 on MiniLM).")
 
 
 def console_main():

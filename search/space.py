@@ -26,7 +26,9 @@ RESERVED = {"output_dir": "the search gives each trial its own folder under --se
             "random_seed": "the search sets each trial's seed: use --seeds and --restarts",
             "do_train": "every trial trains", "do_eval": "every trial evaluates on dev",
             "do_predict": "use run_search's --do_predict (it predicts with the chosen trial)",
-            "export_dir": "use run_search's --export_dir (it exports the chosen trial)"}
+            "export_dir": "use run_search's --export_dir (it exports the chosen trial)",
+            "export_keras_hub": "export the chosen trial's best/ with its runner afterwards "
+                                "(--export_keras_hub, --do_train left out)"}
 # Short names in trial folder names.
 SHORT = {"learning_rate": "lr", "train_batch_size": "bs", "num_train_epochs": "ep",
          "warmup_proportion": "wp", "max_seq_length": "len", "num_warmup_steps": "warm"}
