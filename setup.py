@@ -86,17 +86,15 @@ setup(
         # The Apache Beam pipeline of create_pretraining_data (Dataflow, Flink, Spark). Beam's
         # TFRecord writer needs a CRC32C implementation; google-crc32c is the maintained one.
         "beam": ["apache-beam>=2.77,<3", "google-crc32c>=1.5,<2"],
-        # serve.py: KServe's ModelServer gives TF Serving's predict route (its V1 protocol), the
-        # Open Inference Protocol over REST and gRPC, liveness and /metrics, on FastAPI and
-        # uvicorn; model_server/ adds TF Serving's status and metadata, dynamic batching, the
-        # bounded queue and the drain. KServe's REST internals it builds on are pinned to the
-        # minor release it was tested with (docs/serving.md, "Why KServe"). uvicorn from 0.36
-        # for Config.get_loop_factory, with [standard]'s uvloop and httptools that the server
-        # runs on (as KServe's own requirement has it).
         # KerasHub's preset format both ways (modeling.keras_hub_preset: --export_keras_hub, the
         # converter's keras_hub, a preset as --init_checkpoint); 0.32 is the release it was
         # written and tested against (its variable paths are the format).
         "keras-hub": ["keras-hub>=0.32,<1"],
+        # serve.py: its ASGI application (model_server/app.py) on uvicorn's public Config and
+        # Server; uvicorn from 0.36 for Config.get_loop_factory, with [standard]'s uvloop and
+        # httptools that the server runs on. KServe serves the Open Inference Protocol's gRPC
+        # (--grpc_port) through its public GRPCServer and Model (docs/serving.md, "Why plain
+        # ASGI on uvicorn"). orjson parses and writes the bodies; prometheus-client, /metrics.
         "serve": ["kserve>=0.21,<0.22", "uvicorn[standard]>=0.36,<1",
                   "prometheus-client>=0.20,<1", "orjson>=3.9,<4"],
     },

@@ -1,5 +1,5 @@
 """The peer server of `bench/serving_load.py`: ONNX Runtime int8 (optimum) behind this project's
-model server (KServe, the same dynamic batcher and settings as `serve.py`), run in
+model server (the same ASGI application, dynamic batcher and settings as `serve.py`), run in
 `bench/.venv-serving-load` (optimum, ONNX Runtime, transformers, KServe), never in the project's
 environment.
 
@@ -19,19 +19,21 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
 
+import _checkout  # noqa: E402
 from _serving_peer import onnx_session  # noqa: E402
+
+_checkout.importable()  # this environment has the peer's packages, not ours
 
 from bert_tf2.model_server.app import ServerSettings, serve  # noqa: E402
 
 
 class OnnxClassifier:
-    """The `model_server` runtime interface over an ONNX Runtime session."""
+    """The runtime interface (`inference.runtime`) over an ONNX Runtime session."""
 
     name = "onnxruntime-int8"
-    inputs = ["text_a", "text_b"]
-    takes_list = {"text_a": False, "text_b": False}
+    input_names = ("text_a", "text_b")
+    list_inputs = ()
 
     def __init__(self, hf_dir: str, work_dir: str, max_seq_length: int):
         from transformers import BertTokenizerFast
@@ -42,9 +44,7 @@ class OnnxClassifier:
         self.max_seq_length = max_seq_length
         self.labels = np.array(["0", "1"], dtype=object)
 
-    def __call__(self, rows: list) -> dict:
-        text_a = [row["text_a"] for row in rows]
-        text_b = [row["text_b"] for row in rows]
+    def __call__(self, text_a: list, text_b: list) -> dict:
         encoded = self.tokenizer(text_a, text_b if any(text_b) else None, padding=True,
                                  truncation="longest_first", max_length=self.max_seq_length,
                                  return_tensors="np")
@@ -54,11 +54,9 @@ class OnnxClassifier:
         return {"logits": logits, "probabilities": shifted / shifted.sum(-1, keepdims=True),
                 "label_id": label_id, "label": self.labels[label_id].tolist()}
 
-    def warm_up(self) -> dict:
-        for batch in (1, 2, 4, 8, 32):
-            self([{"text_a": "warm up", "text_b": "warm up"}] * batch)
-        return {name: value[0] for name, value in
-                self([{"text_a": "warm up", "text_b": "warm up"}]).items()}
+    def warm_up(self, batches) -> None:
+        for batch in (*batches, 32):
+            self(["warm up"] * batch, ["warm up"] * batch)
 
 
 def main():

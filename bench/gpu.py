@@ -111,7 +111,10 @@ def batch_arrays(batch: int, length: int, vocab: int, seed: int = 0) -> dict:
 
 
 def ours(shape_name: str, batch: int, length: int, steps: int, pretraining: bool) -> dict:
-    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(REPO / "bench"))
+    import _checkout
+
+    _checkout.importable()  # the GPU machine has JAX, not this project installed
     os.environ.setdefault("KERAS_BACKEND", "jax")
     import jax
     import keras

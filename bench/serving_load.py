@@ -10,7 +10,7 @@ server should come close to.
 2. Sides, each a server process on loopback, answering TF Serving's predict requests:
    - `ours`: `serve.py --export_dir=... --runtime=int8` (our tokenizer, our LiteRT int8 file);
    - `ort-int8`: `bench/_serving_load_peer.py`, optimum's dynamic int8 ONNX file on ONNX Runtime
-     with transformers' Rust tokenizer, behind the same `model_server` (KServe, the same dynamic
+     with transformers' Rust tokenizer, behind the same `model_server` (the same ASGI application, the same dynamic
      batcher), in `bench/.venv-serving-load` (made on first use; never a project dependency).
    Both use `--max_batch_size` and `--batch_timeout_micros` as given.
 3. Load: a bounded generator in this process (asyncio on uvloop, one keep-alive HTTP/1.1

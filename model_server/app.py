@@ -1,28 +1,30 @@
-"""The model server: one export behind TF Serving's REST API, on KServe's ModelServer.
+"""The model server: one export behind TF Serving's REST API and the Open Inference Protocol, as a
+plain ASGI application on uvicorn.
 
-KServe's REST server (FastAPI on uvicorn) gives the Open Inference Protocol (V2:
-`/v2/models/NAME/infer`, `/v2/health/ready`, and on `--grpc_port` its gRPC twin), liveness at `/`,
-Prometheus' `/metrics`, its exception handling and the model repository. This module adds what
-TF Serving's clients and a production deployment need on top (docs/serving.md, "The model
-server"):
-- TF Serving's predict (`POST /v1/models/NAME:predict`) as a bare ASGI endpoint (`Predict`),
-  ahead of FastAPI and of KServe's V1 route of the same path: the body parsed and the answer
-  encoded once, straight to the batcher (KServe's V1 layers cost 21% of the requests per second
-  at 16 clients, FastAPI's router and middleware 30 microseconds of CPU a request);
-- `GET /v1/models/NAME` and `/metadata` in TF Serving's shapes (`protocol`); readiness only once
-  the model is warm (before: `LOADING`, and 503 with Retry-After on predict);
-- dynamic batching with a bounded queue (`batching`): overload is 503 with Retry-After at once;
-- a request-size limit (413) and one-line 400s for every malformed request;
-- metrics of its own beside KServe's: requests by endpoint and status, latency, batch sizes,
-  queue depth;
-- SIGTERM (or Ctrl-C): readiness drops, no new connection is accepted, every request in flight
-  is answered, and the process exits 0, within `--drain_seconds`;
-- its port bound before anything loads, so a second server on a port is refused in one line.
+Why plain ASGI: every route is a few lines over `protocol`, and TF Serving's predict is the hot
+path, read and answered once with no framework between the socket and the batcher (through
+FastAPI's router and exception middleware the event loop's CPU a request at 16 clients was 150
+microseconds against 120). Only uvicorn's public API is used: its `Config` and `Server`, with
+`should_exit` set by this module's own signal handlers (uvicorn installs none off the main thread,
+where it runs here). The gRPC twin of the Open Inference Protocol, on `--grpc_port`, is KServe's
+(`model_server.oip_grpc`).
+
+The routes (docs/serving.md, "The model server"):
+- TF Serving's `POST /v1/models/NAME:predict` (rows or columns), `GET /v1/models/NAME` (status:
+  `LOADING` until warm, then `AVAILABLE`) and `/metadata` (`protocol`);
+- the Open Inference Protocol's `POST /v2/models/NAME/infer`, `GET /v2/models/NAME` (metadata),
+  `/v2/models/NAME/ready`, `/v2/health/live` and `/v2/health/ready`;
+- liveness at `/` as soon as the port listens, and Prometheus' `/metrics`.
+Around them (`Guard`): a request-size limit (413) and the request metrics. Every malformed
+request is a one-line 400 `{"error": ...}`; overload and a model not ready are 503 with
+Retry-After at once (the bounded queue of `batching`); a model that fails on a batch is a one-line
+500 and the server goes on. SIGTERM (or Ctrl-C) drops readiness, stops accepting, answers every
+request in flight and exits 0, within `--drain_seconds`. The port is bound before anything loads,
+so a second server on it is refused in one line.
 """
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import functools
 import json
@@ -31,15 +33,10 @@ import signal
 import socket
 import threading
 import time
-import warnings
 
-import numpy as np
 import uvicorn
-from kserve import Model
-from kserve.errors import InvalidInput
-from kserve.protocol.infer_type import InferOutput, InferResponse
 
-from bert_tf2.inference.runtime import WARM_BATCHES, jsonable, list_inputs, predict_rows
+from bert_tf2.inference.runtime import WARM_BATCHES, list_inputs, predict_rows
 from bert_tf2.model_server import protocol
 from bert_tf2.model_server.batching import DynamicBatcher, NotServing, Overloaded
 from bert_tf2.model_server.settings import ServerSettings
@@ -51,8 +48,7 @@ RETRY_AFTER_S = "1"
 # A body over the limit is read and dropped up to this size before the 413, so that a client
 # still sending it reads the answer instead of a broken pipe; a larger one is cut off.
 DISCARD_BYTES = 256 << 20
-# KServe answers with FastAPI's ORJSONResponse, which FastAPI now calls deprecated at each use.
-warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
+JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -103,28 +99,202 @@ def endpoint_of(path: str) -> str:
         return "infer"
     if path.endswith("/metadata"):
         return "metadata"
-    if path.startswith("/v1/models/") or path.startswith("/v2/health") or path == "/":
+    if path.startswith("/v1/models/") or path.startswith("/v2/") or path == "/":
         return "status"
     return "other"
+
+
+class ServedModel:
+    """The export's runtime behind the dynamic batcher: what the routes answer with."""
+
+    def __init__(self, name: str, runtime, batcher: DynamicBatcher):
+        self.name, self.batcher = name, batcher
+        # The runtime's inputs as requests name them (sorted), and which take a list per row.
+        self.inputs = sorted(runtime.input_names)
+        self.takes_list = {name: name in list_inputs(runtime) for name in self.inputs}
+        self.example_outputs = None  # one row's outputs, once warm (the metadata's dtypes)
+        self.ready = False
+
+
+async def read_body(receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def send_json(send, status: int, body: bytes, headers: list = ()) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        *JSON_HEADERS, (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send, status: int, message: str, headers: list = ()) -> None:
+    """An answer in TF Serving's error shape, `{"error": message}` (503s with Retry-After)."""
+    headers = list(headers)
+    if status == 503:
+        headers.append((b"retry-after", RETRY_AFTER_S.encode()))
+    await send_json(send, status, json.dumps({"error": message}).encode("utf-8"), headers)
+
+
+def no_model(name: str, served: str) -> str:
+    return f"no model {name} (this server serves {served})"
+
+
+def not_ready(name: str) -> str:
+    return f"model {name} is not ready (warming up or stopping)"
+
+
+class App:
+    """The routes, as one ASGI application: the path picks the answer, in a few lines each."""
+
+    def __init__(self, model: ServedModel):
+        import orjson
+
+        self.model, self.orjson = model, orjson
+
+    def dumps(self, value) -> bytes:
+        return self.orjson.dumps(value)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":  # no lifespan (uvicorn's lifespan="off")
+            return
+        path, method = scope["path"], scope["method"]
+        model = self.model
+        if method == "POST" and path.startswith("/v1/models/") and path.endswith(":predict"):
+            return await self.predict(path[len("/v1/models/"):-len(":predict")], receive, send)
+        if method == "POST" and path.startswith("/v2/models/") and path.endswith("/infer"):
+            return await self.infer(path[len("/v2/models/"):-len("/infer")], receive, send)
+        if method != "GET":
+            return await send_error(send, 405 if self.known(path) else 404,
+                                    f"{method} {path}: not served here")
+        if path == "/":
+            return await send_json(send, 200, b'{"status":"alive"}')
+        if path == "/metrics":
+            return await self.metrics(send)
+        if path == "/v2/health/live":
+            return await send_json(send, 200, b'{"live":true}')
+        if path == "/v2/health/ready":
+            return await send_json(send, 200 if model.ready else 503,
+                                   self.dumps({"ready": model.ready}))
+        for prefix, suffix, answer in (("/v1/models/", "/metadata", self.v1_metadata),
+                                       ("/v1/models/", "", self.v1_status),
+                                       ("/v2/models/", "/ready", self.v2_ready),
+                                       ("/v2/models/", "", self.v2_metadata)):
+            if path.startswith(prefix) and path.endswith(suffix):
+                name = path[len(prefix):len(path) - len(suffix)]
+                if "/" in name:
+                    continue
+                if name != model.name:
+                    return await send_error(send, 404, no_model(name, model.name))
+                return await answer(send)
+        return await send_error(send, 404, f"{path}: not served here")
+
+    @staticmethod
+    def known(path: str) -> bool:
+        return path in ("/", "/metrics") or path.startswith(("/v1/models/", "/v2/"))
+
+    async def predict(self, name: str, receive, send):
+        """TF Serving's predict, rows or columns (`protocol.parse_predict`)."""
+        model = self.model
+        body = await read_body(receive)
+        if name != model.name:
+            return await send_error(send, 404, no_model(name, model.name))
+        if not model.ready:
+            return await send_error(send, 503, not_ready(model.name))
+        try:
+            rows, columnar = protocol.parse_predict(self.loads(body), model.inputs,
+                                                    model.takes_list)
+        except protocol.RequestError as e:
+            logger.info("400: %s", e)
+            return await send_error(send, 400, str(e))
+        outputs = await self.run(rows, send)
+        if outputs is not None:
+            await send_json(send, 200, self.dumps(protocol.predict_response(outputs, columnar)))
+
+    async def infer(self, name: str, receive, send):
+        """The Open Inference Protocol's infer, its texts as BYTES tensors."""
+        model = self.model
+        body = await read_body(receive)
+        if name != model.name:
+            return await send_error(send, 404, no_model(name, model.name))
+        if not model.ready:
+            return await send_error(send, 503, not_ready(model.name))
+        try:
+            request = self.loads(body)
+            rows = protocol.v2_rows(protocol.v2_tensors(request, model.inputs), model.inputs,
+                                    model.takes_list)
+        except protocol.RequestError as e:
+            logger.info("400: %s", e)
+            return await send_error(send, 400, str(e))
+        outputs = await self.run(rows, send)
+        if outputs is not None:
+            await send_json(send, 200, self.dumps(protocol.v2_infer_response(
+                model.name, outputs, str(request.get("id") or ""))))
+
+    def loads(self, body: bytes):
+        try:
+            return self.orjson.loads(body)
+        except self.orjson.JSONDecodeError:
+            return protocol.parse_json(body)  # raises, saying what is wrong
+
+    async def run(self, rows: list, send) -> dict | None:
+        """The rows through the batcher; None when the answer was an error, already sent."""
+        try:
+            return await self.model.batcher.predict(rows) if rows else {}
+        except (Overloaded, NotServing) as e:
+            await send_error(send, 503, str(e))
+        except Exception as e:  # noqa: BLE001 - the model failed: 500, logged
+            logger.exception("predict failed")
+            await send_error(send, 500, f"{type(e).__name__} : {e}")
+        return None
+
+    async def metrics(self, send):
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        body = generate_latest()
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", CONTENT_TYPE_LATEST.encode()),
+            (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def v1_status(self, send):
+        state = "AVAILABLE" if self.model.ready else "LOADING"
+        await send_json(send, 200, self.dumps(protocol.status_response(state)))
+
+    async def v1_metadata(self, send):
+        model = self.model
+        if model.example_outputs is None:
+            return await send_error(send, 503, f"model {model.name} is warming up")
+        await send_json(send, 200, self.dumps(protocol.metadata_response(
+            model.name, model.inputs, model.takes_list, model.example_outputs)))
+
+    async def v2_ready(self, send):
+        ready = self.model.ready
+        await send_json(send, 200 if ready else 503, self.dumps(
+            {"name": self.model.name, "ready": ready}))
+
+    async def v2_metadata(self, send):
+        model = self.model
+        if model.example_outputs is None:
+            return await send_error(send, 503, f"model {model.name} is warming up")
+        await send_json(send, 200, self.dumps(protocol.v2_metadata(
+            model.name, model.inputs, model.takes_list, model.example_outputs)))
 
 
 class Guard:
     """The outermost ASGI layer: the request-size limit (413, by Content-Length or while the
     body arrives) and the request metrics."""
 
-    def __init__(self, app, max_request_bytes: int, metrics: Metrics, predict=None):
+    def __init__(self, app, max_request_bytes: int, metrics: Metrics):
         self.app, self.limit, self.metrics = app, max_request_bytes, metrics
-        self.predict = predict
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         endpoint = endpoint_of(scope["path"])
-        app = self.app
-        if (endpoint == "predict" and scope["method"] == "POST" and self.predict is not None
-                and "/" not in scope["path"][len(PREDICT_PREFIX):]
-                and scope["path"].startswith(PREDICT_PREFIX)):
-            app = self.predict
         start = time.perf_counter()
         status = [500]
         started = [False]
@@ -154,7 +324,7 @@ class Guard:
                 return message
 
             try:
-                await app(scope, counted, send_status)
+                await self.app(scope, counted, send_status)
             except _TooLarge as e:
                 if not started[0]:
                     await self.too_large(send_status, e.args[0])
@@ -173,147 +343,14 @@ class _TooLarge(Exception):
     pass
 
 
-PREDICT_PREFIX = "/v1/models/"
-JSON_HEADERS = [(b"content-type", b"application/json")]
-
-
-class Predict:
-    """TF Serving's predict (`POST /v1/models/NAME:predict`) as a bare ASGI endpoint, which
-    `Guard` calls before FastAPI: the body read and parsed once, straight to the batcher, the
-    answer encoded once. At 16 clients the event loop's CPU a request fell from about 150
-    microseconds through FastAPI's router and exception middleware to 120; the model waits for
-    that time at the end of each batch, while the next batch's requests are read
-    (docs/serving.md, "Under load")."""
-
-    def __init__(self, model):
-        import orjson
-
-        self.model, self.orjson = model, orjson
-
-    async def __call__(self, scope, receive, send):
-        model = self.model
-        name = scope["path"][len(PREDICT_PREFIX):-len(":predict")]
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        if name != model.name:
-            return await send_error(send, 404, no_model(name, model.name))
-        if not model.ready:
-            return await send_error(send, 503, not_ready(model.name))
-        try:
-            body = b"".join(chunks)
-            try:
-                payload = self.orjson.loads(body)
-            except self.orjson.JSONDecodeError:
-                payload = protocol.parse_json(body)  # raises, saying what is wrong
-            rows, columnar = protocol.parse_predict(payload, model.inputs, model.takes_list)
-            outputs = await model.batcher.predict(rows) if rows else {}
-        except protocol.RequestError as e:
-            logger.info("400: %s", e)
-            return await send_error(send, 400, str(e))
-        except (Overloaded, NotServing) as e:
-            return await send_error(send, 503, str(e))
-        except Exception as e:  # noqa: BLE001 - the model failed: 500, logged
-            logger.exception("predict failed")
-            return await send_error(send, 500, f"{type(e).__name__} : {e}")
-        body = self.orjson.dumps(protocol.predict_response(outputs, columnar))
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            *JSON_HEADERS, (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
-
-
-
-async def send_error(send, status: int, message: str, headers: list = ()) -> None:
-    """An ASGI answer in TF Serving's error shape, `{"error": message}` (503s with
-    Retry-After)."""
-    body = json.dumps({"error": message}).encode("utf-8")
-    headers = [*JSON_HEADERS, (b"content-length", str(len(body)).encode()), *headers]
-    if status == 503:
-        headers.append((b"retry-after", RETRY_AFTER_S.encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-def no_model(name: str, served: str) -> str:
-    return f"no model {name} (this server serves {served})"
-
-
-def not_ready(name: str) -> str:
-    return f"model {name} is not ready (warming up or stopping)"
-
-
-class BertModel(Model):
-    """The export's runtime behind the dynamic batcher, as KServe's model (V2 requests, status)."""
-
-    def __init__(self, name: str, runtime, batcher: DynamicBatcher):
-        super().__init__(name)
-        self.batcher = batcher
-        # The runtime's inputs as requests name them (sorted), and which take a list per row.
-        self.inputs = sorted(runtime.input_names)
-        self.takes_list = {name: name in list_inputs(runtime) for name in self.inputs}
-        self.example_outputs = None
-        self.ready = False
-
-    def load(self) -> bool:  # KServe calls it at registration; warm-up runs in a thread
-        return self.ready
-
-    async def predict(self, payload, headers=None):
-        """KServe's V2 requests (REST and gRPC); TF Serving's predict is answered by `Predict`
-        before FastAPI, so no V1 request reaches here."""
-        if not self.ready:
-            raise NotServing(f"model {self.name} is warming up")
-        return await self.infer_v2(payload)
-
-    async def infer_v2(self, request):
-        tensors = {}
-        for tensor in request.inputs:
-            if tensor.name not in self.inputs:
-                raise InvalidInput(f"unknown input {tensor.name} (the model takes "
-                                   f"{', '.join(self.inputs)})")
-            if tensor.datatype != "BYTES":
-                raise InvalidInput(f"input {tensor.name}: datatype {tensor.datatype}; "
-                                   f"texts are BYTES")
-            tensors[tensor.name] = tensor.as_numpy()
-        missing = [name for name in self.inputs if name not in tensors]
-        if missing:
-            raise InvalidInput(f"no input {', '.join(missing)} (the model takes "
-                               f"{', '.join(self.inputs)})")
-        try:
-            rows = [dict(zip(tensors, values)) for values in zip(*[
-                [_decoded(value) for value in array]
-                for name, array in tensors.items()])]
-        except UnicodeDecodeError as e:
-            raise InvalidInput(f"an input is not UTF-8 text ({e.reason})") from None
-        outputs = await self.batcher.predict(rows) if rows else {}
-        infer_outputs = []
-        for name in sorted(outputs):
-            value = np.asarray(jsonable(outputs[name]), dtype=object)
-            kind = np.asarray(outputs[name]).dtype.kind
-            datatype = {"f": "FP32", "i": "INT32", "u": "INT32", "b": "BOOL"}.get(
-                kind, "BYTES")
-            data = value.ravel().tolist()
-            infer_outputs.append(InferOutput(name, list(value.shape), datatype, data))
-        return InferResponse(response_id=request.id or "", model_name=self.name,
-                             infer_outputs=infer_outputs)
-
-
-
-def _decoded(value):
-    if isinstance(value, np.ndarray):  # a list per row (choices)
-        return [_decoded(v) for v in value]
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
 def serve(settings: ServerSettings, runtime=None) -> None:
     """Listen, load, warm up, serve until SIGTERM or Ctrl-C, drain, return. `runtime`: what
     answers (default: the export's, as `tasks.runtimes.load_runtime` loads it), anything with
     the interface of `inference.runtime`."""
     from bert_tf2.tasks.runtimes import default_runtime, load_runtime
 
-    chosen = settings.runtime or default_runtime(settings.export_dir)
+    chosen = settings.runtime or getattr(runtime, "name", None) or default_runtime(
+        settings.export_dir)
     if settings.num_batch_threads > 1 and chosen != "savedmodel":
         raise SettingsError(f"--num_batch_threads={settings.num_batch_threads}: a LiteRT runtime "
                             f"runs one batch at a time (its interpreters are not shared between "
@@ -329,8 +366,12 @@ def serve(settings: ServerSettings, runtime=None) -> None:
     batcher = DynamicBatcher(functools.partial(predict_rows, runtime), settings.max_batch_size,
                              settings.batch_timeout_micros, settings.max_enqueued_batches,
                              settings.num_batch_threads, observe=metrics.observe_batch)
-    model = BertModel(settings.model_name, runtime, batcher)
-    app, grpc_server, server_of = _kserve_app(model, settings, metrics)
+    model = ServedModel(settings.model_name, runtime, batcher)
+    grpc_server = None
+    if settings.grpc_port:
+        from bert_tf2.model_server.oip_grpc import grpc_server as make_grpc_server
+
+        grpc_server = make_grpc_server(model, settings)
 
     def warm_up():
         start = time.perf_counter()
@@ -348,8 +389,11 @@ def serve(settings: ServerSettings, runtime=None) -> None:
         logger.info("warm in %.1f s: ready on http://%s:%d/v1/models/%s", time.perf_counter()
                     - start, settings.host, sock.getsockname()[1], settings.model_name)
 
-    server = server_of(app, sock, on_exit=lambda: setattr(model, "ready", False))
-    threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
+    config = uvicorn.Config(Guard(App(model), settings.max_request_bytes, metrics),
+                            log_config=None, access_log=False, lifespan="off",
+                            timeout_keep_alive=65,
+                            timeout_graceful_shutdown=max(1, int(settings.drain_seconds)))
+    server = uvicorn.Server(config)
 
     async def main():
         logger.info("event loop: %s", type(asyncio.get_running_loop()).__module__)
@@ -362,7 +406,31 @@ def serve(settings: ServerSettings, runtime=None) -> None:
             await grpc_server.stop(signal.SIGTERM)
             await asyncio.gather(grpc, return_exceptions=True)
 
-    run_on(server.config.get_loop_factory(), main())
+    def on_signal(sig, frame) -> None:
+        """SIGTERM or Ctrl-C: readiness drops now, and uvicorn drains (a second Ctrl-C cuts the
+        drain short)."""
+        if server.should_exit:
+            server.force_exit = sig == signal.SIGINT
+            return
+        logger.info("%s: draining (no new connections; answering what is in flight)",
+                    signal.Signals(sig).name)
+        model.ready = False
+        server.should_exit = True
+
+    threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
+    # uvicorn runs on a thread of its own, where it leaves signals alone; this (main) thread
+    # takes SIGTERM and SIGINT and tells it to stop.
+    serving = threading.Thread(target=run_on, args=(config.get_loop_factory(), main()),
+                               name="server")
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
+    try:
+        serving.start()
+        while serving.is_alive():
+            serving.join(0.2)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     drained = batcher.stop(settings.drain_seconds)
     logger.info("stopped%s", "" if drained else " (rows still running at the drain timeout)")
 
@@ -381,108 +449,3 @@ def run_on(loop_factory, coroutine):
 def _grpc_failed(error: BaseException, server) -> None:
     logger.error("the gRPC server stopped: %s", error)
     server.should_exit = True
-
-
-def _kserve_app(model, settings: ServerSettings, metrics: Metrics):
-    import kserve.model_server
-    from fastapi.responses import JSONResponse
-    from kserve.errors import ModelNotReady
-    from kserve.model_repository import ModelRepository
-    from kserve.protocol.dataplane import DataPlane
-    from kserve.protocol.model_repository_extension import ModelRepositoryExtension
-    from kserve.protocol.rest.server import RESTServer
-
-    repository = ModelRepository()
-    repository.update(model, model.name)
-    dataplane = DataPlane(model_registry=repository)
-    extension = ModelRepositoryExtension(model_registry=repository)
-    app = kserve.model_server.app
-
-    def unknown(model_name: str):
-        return JSONResponse({"error": no_model(model_name, model.name)}, status_code=404)
-
-    # TF Serving's status and metadata, registered before KServe's routes of the same paths.
-    async def status(model_name: str):
-        if model_name != model.name:
-            return unknown(model_name)
-        return protocol.status_response("AVAILABLE" if model.ready else "LOADING")
-
-    async def metadata(model_name: str):
-        if model_name != model.name:
-            return unknown(model_name)
-        if model.example_outputs is None:
-            return JSONResponse({"error": f"model {model.name} is warming up"},
-                                status_code=503, headers={"Retry-After": RETRY_AFTER_S})
-        return protocol.metadata_response(model.name, model.inputs, model.takes_list,
-                                          model.example_outputs)
-
-    app.add_api_route("/v1/models/{model_name}", status, methods=["GET"])
-    app.add_api_route("/v1/models/{model_name}/metadata", metadata, methods=["GET"])
-    class Rest(RESTServer):
-        def _add_middlewares(self, app):
-            """None of KServe's: its timing middleware logs two lines per request; `Guard`
-            counts and times requests for /metrics."""
-
-    rest = Rest("kserve.model_server:app", dataplane, extension, settings.port,
-                grace_period=int(settings.drain_seconds))
-    rest.create_application()
-
-    async def bad_request(_, exc):
-        message = str(exc).replace("Unrecognized request format: ", "the body is not JSON: ")
-        logger.info("400: %s", message)
-        return JSONResponse({"error": message}, status_code=400)
-
-    async def unavailable(_, exc):
-        message = not_ready(exc.model_name) if isinstance(exc, ModelNotReady) else str(exc)
-        return JSONResponse({"error": message}, status_code=503,
-                            headers={"Retry-After": RETRY_AFTER_S})
-
-    app.add_exception_handler(InvalidInput, bad_request)
-    for kind in (Overloaded, NotServing, ModelNotReady):
-        app.add_exception_handler(kind, unavailable)
-    guarded = Guard(app, settings.max_request_bytes, metrics, Predict(model))
-
-    grpc_server = None
-    if settings.grpc_port:
-        from kserve.protocol.grpc.server import GRPCServer
-
-        grpc_server = GRPCServer(settings.grpc_port, dataplane, extension, kwargs={
-            "grpc_max_receive_message_length": settings.max_request_bytes,
-            "grpc_max_send_message_length": max(settings.max_request_bytes, 64 << 20)},
-            grace_period=int(settings.drain_seconds))
-
-    def server_of(app, sock, on_exit):
-        config = uvicorn.Config(app, log_config=None, timeout_graceful_shutdown=max(
-            1, int(settings.drain_seconds)), timeout_keep_alive=65, access_log=False)
-        return _DrainingServer(config, on_exit)
-
-    return guarded, grpc_server, server_of
-
-
-class _DrainingServer(uvicorn.Server):
-    """uvicorn's server, with SIGTERM and SIGINT marking the model unready first, and without
-    re-raising the signal after the graceful shutdown (so that a drained server exits 0)."""
-
-    def __init__(self, config, on_exit):
-        super().__init__(config)
-        self.on_exit = on_exit
-
-    def handle_exit(self, sig, frame) -> None:
-        if not self.should_exit:
-            logger.info("%s: draining (no new connections; answering what is in flight)",
-                        signal.Signals(sig).name)
-        self.on_exit()
-        super().handle_exit(sig, frame)
-
-    @contextlib.contextmanager
-    def capture_signals(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        handled = (signal.SIGINT, signal.SIGTERM)
-        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-        try:
-            yield
-        finally:
-            for sig, handler in original.items():
-                signal.signal(sig, handler)

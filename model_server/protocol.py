@@ -166,3 +166,107 @@ def metadata_response(model_name: str, inputs: list, takes_list: dict, example_o
     return {"model_spec": {"name": model_name, "signature_name": "", "version": version},
             "metadata": {"signature_def": {"signature_def": {
                 name: signature for name in SIGNATURES}}}}
+
+
+# ---------------------------------------------------------------- the Open Inference Protocol (V2)
+_V2_DATATYPES = {"f": "FP32", "i": "INT32", "u": "INT32", "b": "BOOL"}
+
+
+def v2_tensors(body, inputs: list) -> dict:
+    """A V2 infer request's (`POST /v2/models/NAME/infer`) tensors as `{name: array}`, each
+    shaped by its `shape`; only BYTES inputs (texts) are taken."""
+    if not isinstance(body, dict) or not isinstance(body.get("inputs"), list):
+        raise RequestError(f"the body must be a JSON object with \"inputs\": a list of tensors, "
+                           f"not {_short(body)}")
+    tensors = {}
+    for i, tensor in enumerate(body["inputs"]):
+        where = f"inputs[{i}]"
+        if not isinstance(tensor, dict) or not {"name", "shape", "datatype", "data"} <= set(
+                tensor):
+            raise RequestError(f"{where} must have name, shape, datatype and data, not "
+                               f"{_short(tensor)}")
+        name = tensor["name"]
+        if name not in inputs:
+            raise RequestError(f"{where}: unknown input {_short(name)} (the model takes "
+                               f"{', '.join(inputs)})")
+        if tensor["datatype"] != "BYTES":
+            raise RequestError(f"input {name}: datatype {_short(tensor['datatype'])}; texts are "
+                               f"BYTES")
+        shape = tensor["shape"]
+        if not (isinstance(shape, list) and all(isinstance(n, int) and n >= 0 for n in shape)):
+            raise RequestError(f"input {name}: shape must be a list of sizes, not "
+                               f"{_short(shape)}")
+        data = np.asarray(tensor["data"], dtype=object).ravel()
+        if data.size != int(np.prod(shape)):
+            raise RequestError(f"input {name}: {data.size} values for shape {shape}")
+        tensors[name] = data.reshape(shape)
+    missing = [name for name in inputs if name not in tensors]
+    if missing:
+        raise RequestError(f"no input {', '.join(missing)} (the model takes "
+                           f"{', '.join(inputs)})")
+    return tensors
+
+
+def v2_rows(tensors: dict, inputs: list, takes_list: dict) -> list:
+    """Rows `{input: text or list of texts}` of V2 tensors (texts as strings or UTF-8 bytes):
+    a `[batch]` tensor per text input, `[batch, n]` for a list input."""
+    counts = {name: (len(value) if value.ndim else 1) for name, value in tensors.items()}
+    if len(set(counts.values())) > 1:
+        raise RequestError("the inputs have different numbers of rows: " + ", ".join(
+            f"{name} {count}" for name, count in counts.items()))
+    rows = []
+    for i in range(next(iter(counts.values()), 0)):
+        row = {}
+        for name in inputs:
+            value = tensors[name][i] if tensors[name].ndim else tensors[name]
+            where = f"input {name}[{i}]"
+            if takes_list[name]:
+                row[name] = [_decoded(v, where) for v in np.asarray(value, dtype=object).ravel()]
+            else:
+                if isinstance(value, np.ndarray):
+                    raise RequestError(f"{where}: one text per row, not {value.shape}")
+                row[name] = _decoded(value, where)
+        rows.append(row)
+    return rows
+
+
+def _decoded(value, where: str) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RequestError(f"{where} is not UTF-8 text ({e.reason})") from None
+    if isinstance(value, str):
+        return value
+    raise RequestError(f"{where} must be text, not {_short(value)}")
+
+
+def v2_outputs(outputs: dict) -> list:
+    """`(name, shape, datatype, data)` of each output, as V2 tensors (REST and gRPC)."""
+    tensors = []
+    for name in sorted(outputs):
+        value = np.asarray(jsonable(outputs[name]), dtype=object)
+        kind = np.asarray(outputs[name]).dtype.kind
+        tensors.append((name, list(value.shape), _V2_DATATYPES.get(kind, "BYTES"),
+                        value.ravel().tolist()))
+    return tensors
+
+
+def v2_infer_response(model_name: str, outputs: dict, request_id: str = "") -> dict:
+    return {"model_name": model_name, "id": request_id, "outputs": [
+        {"name": name, "shape": shape, "datatype": datatype, "data": data}
+        for name, shape, datatype, data in v2_outputs(outputs)]}
+
+
+def v2_metadata(model_name: str, inputs: list, takes_list: dict, example_outputs: dict) -> dict:
+    """`GET /v2/models/NAME`: the model's inputs (BYTES texts) and outputs."""
+    def entry(name, example, datatype=None):
+        value = np.asarray(example)
+        return {"name": name, "datatype": datatype or _V2_DATATYPES.get(value.dtype.kind,
+                                                                        "BYTES"),
+                "shape": [-1, *value.shape]}
+
+    return {"name": model_name, "versions": ["1"], "platform": "bert_tf2",
+            "inputs": [{"name": name, "datatype": "BYTES",
+                        "shape": [-1, -1] if takes_list[name] else [-1]} for name in inputs],
+            "outputs": [entry(name, value) for name, value in sorted(example_outputs.items())]}
