@@ -15,6 +15,7 @@ docs/serving.md, "The model server", says what each endpoint answers.
 from __future__ import annotations
 
 import os
+import re
 
 from absl import flags
 
@@ -24,6 +25,8 @@ from bert_tf2.process import flag_ranges
 from bert_tf2.tasks.runtimes import RUNTIMES
 
 FLAGS = flags.FLAGS
+# What a model name may be: a path segment of /v1/models/NAME that needs no escaping.
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 D = ServerSettings  # every default below is ServerSettings' own
 
 flags.DEFINE_string("export_dir", None, "A SavedModel folder a runner's --export_dir wrote.")
@@ -66,12 +69,22 @@ def main(argv):
     runner_flags.setup_logging()
     if not FLAGS.export_dir:
         raise SettingsError("--export_dir is required: the folder a runner's --export_dir wrote")
+    name = FLAGS.model_name
+    if name is None:
+        name = os.path.basename(os.path.normpath(FLAGS.export_dir))
+        if not MODEL_NAME.fullmatch(name):
+            raise SettingsError(f"--export_dir={FLAGS.export_dir}: its folder's name {name!r} "
+                                f"cannot be a model name (letters, digits, '.', '_', '-'); "
+                                f"give one with --model_name")
+    elif not MODEL_NAME.fullmatch(name):
+        raise SettingsError(f"--model_name={name!r}: a model name is letters, digits, '.', '_' "
+                            f"and '-', starting with a letter or digit (the NAME of "
+                            f"/v1/models/NAME)")
     try:
         from bert_tf2.model_server.app import ServerSettings, serve
     except ImportError as e:
         raise SettingsError(f"serve.py needs the serve extra ({e}): pip install "
                             f"'bert-tf2[serve]'") from None
-    name = FLAGS.model_name or os.path.basename(os.path.normpath(FLAGS.export_dir))
     serve(ServerSettings(
         export_dir=FLAGS.export_dir, model_name=name, host=FLAGS.host, port=FLAGS.port,
         grpc_port=FLAGS.grpc_port, runtime=FLAGS.runtime, max_batch_size=FLAGS.max_batch_size,

@@ -210,6 +210,8 @@ class App:
         except protocol.RequestError as e:
             logger.info("400: %s", e)
             return await send_error(send, 400, str(e))
+        except RecursionError:  # a value nested past Python's stack, anywhere in the body
+            return await send_error(send, 400, protocol.TOO_DEEP)
         outputs = await self.run(rows, send)
         if outputs is not None:
             await send_json(send, 200, self.dumps(protocol.predict_response(outputs, columnar)))
@@ -229,6 +231,8 @@ class App:
         except protocol.RequestError as e:
             logger.info("400: %s", e)
             return await send_error(send, 400, str(e))
+        except RecursionError:  # a value nested past Python's stack, anywhere in the body
+            return await send_error(send, 400, protocol.TOO_DEEP)
         outputs = await self.run(rows, send)
         if outputs is not None:
             await send_json(send, 200, self.dumps(protocol.v2_infer_response(

@@ -22,6 +22,7 @@ import numpy as np
 from bert_tf2.inference.runtime import jsonable
 
 SIGNATURES = ("serving_default", "serve_text")  # the raw-text signature, under both names
+TOO_DEEP = "the body is not JSON this server reads: nested deeper than 1,000 levels"
 
 
 class RequestError(ValueError):
@@ -46,7 +47,10 @@ def _texts(value, where: str) -> list:
 
 
 def _short(value) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=repr)
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=repr)
+    except (RecursionError, ValueError):
+        text = f"a nested {type(value).__name__}"
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -61,6 +65,8 @@ def parse_json(body: bytes):
         return json.loads(text)
     except ValueError as e:
         raise RequestError(f"the body is not JSON ({e})") from None
+    except RecursionError:  # orjson stops at 1024 levels, and json.loads runs out of stack
+        raise RequestError(TOO_DEEP) from None
 
 
 def parse_predict(body, inputs: list, takes_list: dict) -> tuple:

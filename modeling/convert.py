@@ -16,8 +16,8 @@ import os
 
 from absl import app, flags
 
-from bert_tf2.process import atomic_files, environment, output_lock
-from bert_tf2.process.errors import as_user_error, run_main
+from bert_tf2.process import atomic_files, output_lock
+from bert_tf2.process.errors import as_user_error, configure_process, run_main
 
 # Keras and the modules that load it are imported where they are used: `python -m
 # bert_tf2.modeling.convert` imports this module before `run_main` sets up the process
@@ -158,7 +158,7 @@ def define_flags():
 
 
 def console_main():
-    environment.configure()  # before define_flags loads Keras for the formats' names
+    configure_process()  # before define_flags loads Keras for the formats' names
     define_flags()
     run_main(main)
 

@@ -28,6 +28,13 @@ import sys
 import tempfile
 
 
+BACKENDS = ("tensorflow", "jax", "torch")
+
+
+class BackendError(ValueError):
+    """`KERAS_BACKEND` names no backend Keras can load (one line; raised before Keras is)."""
+
+
 def backend() -> str:
     """Keras's backend for this process: `tensorflow` (the default), `jax` or `torch`."""
     return os.environ.get("KERAS_BACKEND") or "tensorflow"
@@ -89,7 +96,13 @@ class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
 def configure() -> None:
     """A program's process settings, before Keras or TensorFlow is imported: Keras on TensorFlow
     unless `KERAS_BACKEND` names another, oneDNN's CPU kernels on, TensorFlow's quiet start-up.
-    A user's own setting of any of these variables is kept."""
+    A user's own setting of any of these variables is kept; a `KERAS_BACKEND` Keras cannot load
+    is a `BackendError`, before anything imports Keras."""
+    given = os.environ.get("KERAS_BACKEND")
+    if given is not None and given not in BACKENDS:
+        raise BackendError(f"KERAS_BACKEND={given!r}: Keras's backend is one of "
+                           f"{', '.join(BACKENDS)} (unset: tensorflow); the runners train on "
+                           f"tensorflow and jax")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     # oneDNN's CPU kernels: TensorFlow turns them on by itself only on some CPUs (Intel's, not
     # AMD's, where they made fine-tuning 1.9x faster). A user's own setting, 0 included, is kept.

@@ -190,12 +190,20 @@ def parse_known_flags(argv: list) -> list:
     return flags.FLAGS(ours, known_only=True) + others
 
 
+def configure_process() -> None:
+    """`environment.configure()`, a bad `KERAS_BACKEND` reported as one line (exit status 2)."""
+    try:
+        environment.configure()
+    except environment.BackendError as error:
+        report(str(error), USAGE_STATUS)
+
+
 def run_main(main: Callable, flags_parser: Callable | None = None) -> None:
     """absl's `app.run(main)` with one-line user errors and flag errors, and Ctrl-C and SIGTERM
     reported in one line (`interrupts`); the process's settings (`environment.configure`) are
     made here, the one place every program starts through."""
     from absl import app
 
-    environment.configure()
+    configure_process()
     interrupts.install()
     app.run(guarded(main), flags_parser=parse_flags_or_exit(flags_parser))

@@ -84,6 +84,9 @@ def test_every_bad_request_is_one_line_and_a_2mb_text_costs_no_more_memory(pair_
             ({"inputs": {"text_a": ["x"], "text_b": "y", "text_c": []}}, 400,
              "\"inputs\": unknown input text_c"),
             ({"instances": [], "inputs": {}}, 400, "the body needs one of"),
+            (b"[" * 5000 + b"]" * 5000, 400, "nested deeper than 1,000 levels"),
+            (b'{"instances": [{"text_a": ' + b"[" * 990 + b"]" * 990 + b', "text_b": "y"}]}',
+             400, "instances[0].text_a must be text (a JSON string), not a nested list"),
             (too_large, 413, f"the request has {len(too_large)} bytes; this server takes at "
              f"most 3000000 (--max_request_bytes)"),
         ]
