@@ -29,6 +29,8 @@ import errno
 import functools
 import json
 import logging
+import os
+import re
 import signal
 import socket
 import threading
@@ -49,6 +51,12 @@ RETRY_AFTER_S = "1"
 # still sending it reads the answer instead of a broken pipe; a larger one is cut off.
 DISCARD_BYTES = 256 << 20
 JSON_HEADERS = [(b"content-type", b"application/json")]
+VERSION = "1"  # the one version a server serves, as TF Serving numbers them
+# TF Serving's REST paths: /v1/models/NAME, optionally /versions/N or /labels/L, then /metadata,
+# :predict, :classify or :regress (or nothing: the status).
+V1_PATH = re.compile(r"/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)"
+                     r"|/labels/(?P<label>[^/:]+))?(?P<action>/metadata|:predict|:classify"
+                     r"|:regress)?")
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -93,8 +101,8 @@ class Metrics:
 
 
 def endpoint_of(path: str) -> str:
-    if path.endswith(":predict"):
-        return "predict"
+    if path.endswith((":predict", ":classify", ":regress")):
+        return path.rsplit(":", 1)[1]
     if path.endswith("/infer"):
         return "infer"
     if path.endswith("/metadata"):
@@ -114,6 +122,15 @@ class ServedModel:
         self.takes_list = {name: name in list_inputs(runtime) for name in self.inputs}
         self.example_outputs = None  # one row's outputs, once warm (the metadata's dtypes)
         self.ready = False
+        # What :classify and :regress answer with: a classifier's classes, or a regression.
+        self.classes, self.regression = [], False
+
+    def describe(self, description: dict) -> None:
+        """The export's description (`serving.json`): a classifier's classes or a regression
+        make :classify or :regress available."""
+        if description.get("task") == "classification":
+            self.classes = list(description.get("labels") or [])
+            self.regression = not self.classes
 
 
 async def read_body(receive) -> bytes:
@@ -163,8 +180,9 @@ class App:
             return
         path, method = scope["path"], scope["method"]
         model = self.model
-        if method == "POST" and path.startswith("/v1/models/") and path.endswith(":predict"):
-            return await self.predict(path[len("/v1/models/"):-len(":predict")], receive, send)
+        v1 = V1_PATH.fullmatch(path)
+        if v1 is not None:
+            return await self.v1(v1, method, receive, send)
         if method == "POST" and path.startswith("/v2/models/") and path.endswith("/infer"):
             return await self.infer(path[len("/v2/models/"):-len("/infer")], receive, send)
         if method != "GET":
@@ -179,9 +197,7 @@ class App:
         if path == "/v2/health/ready":
             return await send_json(send, 200 if model.ready else 503,
                                    self.dumps({"ready": model.ready}))
-        for prefix, suffix, answer in (("/v1/models/", "/metadata", self.v1_metadata),
-                                       ("/v1/models/", "", self.v1_status),
-                                       ("/v2/models/", "/ready", self.v2_ready),
+        for prefix, suffix, answer in (("/v2/models/", "/ready", self.v2_ready),
                                        ("/v2/models/", "", self.v2_metadata)):
             if path.startswith(prefix) and path.endswith(suffix):
                 name = path[len(prefix):len(path) - len(suffix)]
@@ -196,25 +212,61 @@ class App:
     def known(path: str) -> bool:
         return path in ("/", "/metrics") or path.startswith(("/v1/models/", "/v2/"))
 
-    async def predict(self, name: str, receive, send):
-        """TF Serving's predict, rows or columns (`protocol.parse_predict`)."""
-        model = self.model
-        body = await read_body(receive)
+    async def v1(self, match, method: str, receive, send):
+        """TF Serving's routes: `/v1/models/NAME[/versions/N | /labels/L]`, then nothing
+        (status), `/metadata`, `:predict`, `:classify` or `:regress`."""
+        model, name = self.model, match["name"]
+        action = match["action"] or ""
+        posted = action.startswith(":")
+        if method != ("POST" if posted else "GET"):
+            await read_body(receive)
+            return await send_error(send, 405, f"{method} {match[0]}: TF Serving's "
+                                               f"{action or 'status'} is a "
+                                               f"{'POST' if posted else 'GET'}")
+        body = await read_body(receive) if posted else b""
         if name != model.name:
             return await send_error(send, 404, no_model(name, model.name))
+        if match["label"] is not None:
+            return await send_error(send, 404, f"Unrecognized servable version label: "
+                                               f"{match['label']}")
+        if match["version"] not in (None, VERSION):
+            return await send_error(send, 404, f"Servable not found for request: "
+                                               f"Specific({name}, {match['version']})")
+        if not posted:
+            return await (self.v1_metadata(send) if action == "/metadata"
+                          else self.v1_status(send))
         if not model.ready:
             return await send_error(send, 503, not_ready(model.name))
+        if action == ":classify" and not model.classes:
+            return await send_error(send, 400, f"model {name} is not a classifier: ask it "
+                                               f"with :predict" + (" or :regress" if
+                                                                   model.regression else ""))
+        if action == ":regress" and not model.regression:
+            return await send_error(send, 400, f"model {name} is not a regression model: ask "
+                                               f"it with :predict" + (" or :classify" if
+                                                                      model.classes else ""))
         try:
-            rows, columnar = protocol.parse_predict(self.loads(body), model.inputs,
-                                                    model.takes_list)
+            payload = self.loads(body)
+            if action == ":predict":
+                rows, columnar = protocol.parse_predict(payload, model.inputs, model.takes_list)
+            else:
+                rows = protocol.parse_examples(payload, model.inputs, model.takes_list)
         except protocol.RequestError as e:
             logger.info("400: %s", e)
             return await send_error(send, 400, str(e))
         except RecursionError:  # a value nested past Python's stack, anywhere in the body
             return await send_error(send, 400, protocol.TOO_DEEP)
         outputs = await self.run(rows, send)
-        if outputs is not None:
-            await send_json(send, 200, self.dumps(protocol.predict_response(outputs, columnar)))
+        if outputs is None:
+            return
+        if action == ":predict":
+            answer = protocol.predict_response(outputs, columnar)
+        elif action == ":classify":
+            answer = protocol.classify_response(outputs, model.classes) if rows else {
+                "result": []}
+        else:
+            answer = protocol.regress_response(outputs) if rows else {"result": []}
+        await send_json(send, 200, self.dumps(answer))
 
     async def infer(self, name: str, receive, send):
         """The Open Inference Protocol's infer, its texts as BYTES tensors."""
@@ -266,14 +318,14 @@ class App:
 
     async def v1_status(self, send):
         state = "AVAILABLE" if self.model.ready else "LOADING"
-        await send_json(send, 200, self.dumps(protocol.status_response(state)))
+        await send_json(send, 200, self.dumps(protocol.status_response(state, VERSION)))
 
     async def v1_metadata(self, send):
         model = self.model
         if model.example_outputs is None:
             return await send_error(send, 503, f"model {model.name} is warming up")
         await send_json(send, 200, self.dumps(protocol.metadata_response(
-            model.name, model.inputs, model.takes_list, model.example_outputs)))
+            model.name, model.inputs, model.takes_list, model.example_outputs, VERSION)))
 
     async def v2_ready(self, send):
         ready = self.model.ready
@@ -371,6 +423,7 @@ def serve(settings: ServerSettings, runtime=None) -> None:
                              settings.batch_timeout_micros, settings.max_enqueued_batches,
                              settings.num_batch_threads, observe=metrics.observe_batch)
     model = ServedModel(settings.model_name, runtime, batcher)
+    model.describe(export_description(settings.export_dir))
     grpc_server = None
     if settings.grpc_port:
         from bert_tf2.model_server.oip_grpc import grpc_server as make_grpc_server
@@ -437,6 +490,17 @@ def serve(settings: ServerSettings, runtime=None) -> None:
             signal.signal(sig, handler)
     drained = batcher.stop(settings.drain_seconds)
     logger.info("stopped%s", "" if drained else " (rows still running at the drain timeout)")
+
+
+def export_description(export_dir: str) -> dict:
+    """The export's `serving.json` (its task, a classifier's labels), or {} without one."""
+    from bert_tf2.inference.litert_layout import DESCRIPTION
+
+    try:
+        with open(os.path.join(export_dir, "assets.extra", DESCRIPTION), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
 
 
 def run_on(loop_factory, coroutine):

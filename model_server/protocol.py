@@ -276,3 +276,39 @@ def v2_metadata(model_name: str, inputs: list, takes_list: dict, example_outputs
             "inputs": [{"name": name, "datatype": "BYTES",
                         "shape": [-1, -1] if takes_list[name] else [-1]} for name in inputs],
             "outputs": [entry(name, value) for name, value in sorted(example_outputs.items())]}
+
+
+# ---------------------------------------------------------------- TF Serving's classify and regress
+def parse_examples(body, inputs: list, takes_list: dict) -> list:
+    """Rows of a classify or regress request: `{"examples": [{feature: value}, ...]}` with an
+    optional `"context"` of features every example shares, as TF Serving takes them."""
+    if not isinstance(body, dict) or not isinstance(body.get("examples"), list):
+        raise RequestError(f"the body must be a JSON object with \"examples\": a list of "
+                           f"objects, not {_short(body)}")
+    context = body.get("context", {})
+    if not isinstance(context, dict):
+        raise RequestError(f"\"context\" must be an object of features, not {_short(context)}")
+    signature = body.get("signature_name", SIGNATURES[0])
+    if signature not in SIGNATURES:
+        raise RequestError(f"signature_name {_short(signature)}: this model serves "
+                           f"{' or '.join(SIGNATURES)}")
+    read = {name: (_texts if takes_list[name] else _text) for name in inputs}
+    rows = []
+    for i, example in enumerate(body["examples"]):
+        if not isinstance(example, dict):
+            raise RequestError(f"examples[{i}] must be an object of features, not "
+                               f"{_short(example)}")
+        rows.append(_row({**context, **example}, inputs, read, f"examples[{i}]"))
+    return rows
+
+
+def classify_response(outputs: dict, classes: list) -> dict:
+    """`{"result": [[[class, score], ...] per example]}`: each class with its probability."""
+    probabilities = np.asarray(outputs["probabilities"], np.float64)
+    return {"result": [[[name, float(p)] for name, p in zip(classes, row)]
+                       for row in probabilities]}
+
+
+def regress_response(outputs: dict) -> dict:
+    """`{"result": [value per example]}`."""
+    return {"result": [float(v) for v in np.asarray(outputs["score"], np.float64)]}

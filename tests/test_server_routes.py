@@ -1,0 +1,176 @@
+"""The model server's routes, called in process as ASGI (no socket): TF Serving's REST surface as
+its API documentation gives it (versions and labels on status, metadata and predict; classify and
+regress where the head fits, with their request and response shapes) and the Open Inference
+Protocol's REST routes, over a stand-in runtime whose answers are known."""
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install "
+                    "'bert-tf2[serve]'")
+
+
+class Classifier:
+    """A pair classifier's runtime: class 1's logit is len(text_a) - len(text_b)."""
+    input_names = ("text_a", "text_b")
+    list_inputs = ()
+    labels = np.array(["no", "yes"], dtype=object)
+
+    def warm_up(self, batches):
+        pass
+
+    def __call__(self, text_a, text_b):
+        logits = np.array([[0.0, len(a) - len(b)] for a, b in zip(text_a, text_b)], np.float32)
+        shifted = np.exp(logits - logits.max(-1, keepdims=True))
+        label_id = logits.argmax(-1).astype(np.int32)
+        return {"logits": logits, "probabilities": shifted / shifted.sum(-1, keepdims=True),
+                "label_id": label_id, "label": self.labels[label_id].tolist()}
+
+
+class Regressor:
+    """A regression's runtime: the score is the text's length over 10."""
+    input_names = ("text_a",)
+    list_inputs = ()
+
+    def warm_up(self, batches):
+        pass
+
+    def __call__(self, text_a):
+        score = np.array([len(a) / 10 for a in text_a], np.float32)
+        return {"logits": score[:, None], "score": score}
+
+
+def app_of(runtime, description: dict):
+    import functools
+
+    from bert_tf2.inference.runtime import predict_rows
+    from bert_tf2.model_server.app import App, ServedModel
+    from bert_tf2.model_server.batching import DynamicBatcher
+
+    batcher = DynamicBatcher(functools.partial(predict_rows, runtime))
+    model = ServedModel("m", runtime, batcher)
+    model.describe(description)
+    row = {name: "warm up" for name in model.inputs}
+    model.example_outputs = {k: v[0] for k, v in predict_rows(runtime, [row]).items()}
+    batcher.start_accepting()
+    model.ready = True
+    return App(model)
+
+
+def call(app, method: str, path: str, body=None) -> tuple:
+    """`(status, JSON answer)` of one request, run to its end."""
+    data = body if isinstance(body, bytes) else (b"" if body is None else json.dumps(body).encode())
+
+    async def run():
+        messages = [{"type": "http.request", "body": data, "more_body": False}]
+        sent = []
+
+        async def receive():
+            return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+
+        await app({"type": "http", "method": method, "path": path, "headers": []}, receive,
+                  send)
+        return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+    return asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    return app_of(Classifier(), {"task": "classification", "labels": ["no", "yes"]})
+
+
+@pytest.fixture(scope="module")
+def regressor():
+    return app_of(Regressor(), {"task": "classification", "labels": []})
+
+
+PAIRS = {"instances": [{"text_a": "a long text", "text_b": "short"},
+                       {"text_a": "x", "text_b": "longer"}]}
+
+
+def test_version_1_answers_as_the_model_and_other_versions_and_labels_are_404(classifier):
+    for suffix in ("", "/metadata"):
+        plain = call(classifier, "GET", f"/v1/models/m{suffix}")
+        assert plain[0] == 200
+        assert call(classifier, "GET", f"/v1/models/m/versions/1{suffix}") == plain
+        assert call(classifier, "GET", f"/v1/models/m/versions/2{suffix}") == (404, {
+            "error": "Servable not found for request: Specific(m, 2)"})
+        assert call(classifier, "GET", f"/v1/models/m/labels/stable{suffix}") == (404, {
+            "error": "Unrecognized servable version label: stable"})
+    assert call(classifier, "GET", "/v1/models/m")[1]["model_version_status"][0][
+        "version"] == "1"
+    assert call(classifier, "GET", "/v1/models/m/metadata")[1]["model_spec"] == {
+        "name": "m", "signature_name": "", "version": "1"}
+    predicted = call(classifier, "POST", "/v1/models/m:predict", PAIRS)
+    assert predicted[0] == 200
+    assert call(classifier, "POST", "/v1/models/m/versions/1:predict", PAIRS) == predicted
+    assert call(classifier, "POST", "/v1/models/m/versions/7:predict", PAIRS)[0] == 404
+    assert call(classifier, "POST", "/v1/models/m/labels/canary:predict", PAIRS)[0] == 404
+    assert call(classifier, "POST", "/v1/models/other/versions/1:predict", PAIRS) == (404, {
+        "error": "no model other (this server serves m)"})
+
+
+def test_classify_answers_each_class_with_its_probability(classifier):
+    predicted = call(classifier, "POST", "/v1/models/m:predict", PAIRS)[1]["predictions"]
+    status, answer = call(classifier, "POST", "/v1/models/m/versions/1:classify", {
+        "signature_name": "serving_default", "context": {"text_b": "short"},
+        "examples": [{"text_a": "a long text"}, {"text_a": "x", "text_b": "longer"}]})
+    assert status == 200
+    assert [[name for name, _ in row] for row in answer["result"]] == [["no", "yes"]] * 2
+    np.testing.assert_allclose([[p for _, p in row] for row in answer["result"]],
+                               [row["probabilities"] for row in predicted], atol=1e-7)
+    assert call(classifier, "POST", "/v1/models/m:classify", {"examples": []}) == (200, {
+        "result": []})
+    status, answer = call(classifier, "POST", "/v1/models/m:classify",
+                          {"examples": [{"text_a": "x"}]})
+    assert status == 400 and answer == {
+        "error": "examples[0]: no text_b (the signature takes text_a, text_b)"}
+    assert call(classifier, "POST", "/v1/models/m:regress", {"examples": []}) == (400, {
+        "error": "model m is not a regression model: ask it with :predict or :classify"})
+
+
+def test_regress_answers_the_score_of_each_example(regressor):
+    status, answer = call(regressor, "POST", "/v1/models/m:regress",
+                          {"examples": [{"text_a": "four"}, {"text_a": "ten chars!"}]})
+    assert status == 200
+    np.testing.assert_allclose(answer["result"], [0.4, 1.0], rtol=1e-6)
+    assert call(regressor, "POST", "/v1/models/m:classify", {"examples": []}) == (400, {
+        "error": "model m is not a classifier: ask it with :predict or :regress"})
+
+
+def test_wrong_methods_and_unknown_paths_are_answered_in_one_line(classifier):
+    assert call(classifier, "GET", "/v1/models/m:predict")[0] == 405
+    assert call(classifier, "POST", "/v1/models/m", {})[0] == 405
+    assert call(classifier, "GET", "/v3/anything") == (404, {
+        "error": "/v3/anything: not served here"})
+    assert call(classifier, "POST", "/v1/models/m:predict", b"[" * 5000 + b"]" * 5000) == (
+        400, {"error": "the body is not JSON this server reads: nested deeper than 1,000 "
+                       "levels"})
+
+
+def test_the_open_inference_protocol_over_rest(classifier):
+    assert call(classifier, "GET", "/v2/health/live") == (200, {"live": True})
+    assert call(classifier, "GET", "/v2/health/ready") == (200, {"ready": True})
+    assert call(classifier, "GET", "/v2/models/m/ready") == (200, {"name": "m", "ready": True})
+    status, meta = call(classifier, "GET", "/v2/models/m")
+    assert status == 200 and meta["inputs"] == [
+        {"name": "text_a", "datatype": "BYTES", "shape": [-1]},
+        {"name": "text_b", "datatype": "BYTES", "shape": [-1]}]
+    assert {o["name"]: o["datatype"] for o in meta["outputs"]} == {
+        "label": "BYTES", "label_id": "INT32", "logits": "FP32", "probabilities": "FP32"}
+    status, answer = call(classifier, "POST", "/v2/models/m/infer", {"id": "7", "inputs": [
+        {"name": "text_a", "shape": [2], "datatype": "BYTES", "data": ["a long text", "x"]},
+        {"name": "text_b", "shape": [2], "datatype": "BYTES", "data": ["short", "longer"]}]})
+    assert status == 200 and answer["id"] == "7" and answer["model_name"] == "m"
+    outputs = {o["name"]: o for o in answer["outputs"]}
+    assert outputs["label"]["data"] == ["yes", "no"]
+    assert outputs["probabilities"]["shape"] == [2, 2]
+    assert call(classifier, "POST", "/v2/models/m/infer", {"inputs": [
+        {"name": "text_a", "shape": [1], "datatype": "FP32", "data": [1.0]}]}) == (400, {
+            "error": "input text_a: datatype \"FP32\"; texts are BYTES"})
