@@ -42,6 +42,7 @@ from bert_tf2.search import report
 from bert_tf2.search.runner_check import flag_value
 from bert_tf2.search.space import SearchSpace, config_name, flag_text, flags_of
 from bert_tf2.search.storage import (
+    LOCK_FILE,
     STUDY_FILE,
     SchedulingLock,
     connection_error,
@@ -121,6 +122,19 @@ class Search:
                 "metric": s.metric}
 
     def open(self) -> None:
+        """Open (or create) the study; a refused one (a bad or unreachable --storage, another
+        search's settings) leaves nothing that was not there before: no lock file, no study
+        file, no folder."""
+        existed = existing_paths(self.search_dir, STUDY_FILE, LOCK_FILE)
+        try:
+            self._open()
+        except UserError:
+            remove_new_paths(self.search_dir, existed, STUDY_FILE, LOCK_FILE)
+            if self.scheduling is not None:
+                self.scheduling.close()
+            raise
+
+    def _open(self) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -642,3 +656,27 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def existing_paths(folder: str, *names: str) -> set:
+    """Which of `folder`, its parents and `folder/NAME` exist now."""
+    paths = {os.path.join(folder, name) for name in names}
+    while folder and folder != os.path.dirname(folder):
+        paths.add(folder)
+        folder = os.path.dirname(folder)
+    return {path for path in paths if os.path.lexists(path)}
+
+
+def remove_new_paths(folder: str, existed: set, *names: str) -> None:
+    """Remove the files `names` in `folder` and the empty folders up from it that were not in
+    `existed` (what a refused start made)."""
+    for name in names:
+        path = os.path.join(folder, name)
+        if path not in existed and os.path.lexists(path):
+            os.remove(path)
+    while folder and folder not in existed and folder != os.path.dirname(folder):
+        try:
+            os.rmdir(folder)  # only an empty folder
+        except OSError:
+            return
+        folder = os.path.dirname(folder)

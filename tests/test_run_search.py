@@ -343,3 +343,23 @@ def test_any_runner_ner_with_seeds_chooses_by_its_own_metric(tmp_path, shared_da
     (config,) = table(search / "configurations.tsv")
     assert config["n"] == "2" and float(config["mean"]) == pytest.approx(sum(scores) / 2, abs=5e-5)
     assert "eval_f1" in result.stderr
+
+
+@pytest.mark.parametrize("storage", ["sqlite:///{tmp}/missing/x.db", "nosuchdb://somewhere/x"])
+@pytest.mark.parametrize("existing", [False, True], ids=["new_folder", "existing_folder"])
+def test_a_refused_storage_leaves_nothing_that_was_not_there(tmp_path, storage, existing):
+    """No lock file, no study, no folder (the PostgreSQL errors: tests/test_search_postgres.py)."""
+    search = tmp_path / "runs" / "search"
+    if existing:
+        search.mkdir(parents=True)
+    result = run(search_command(search, "--grid=learning_rate=1e-3",
+                                f"--storage={storage.format(tmp=tmp_path)}",
+                                runner=["--task_name=MRPC", "--data_dir=x",
+                                        "--init_checkpoint=x"]), check=False)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("run_search.py: error: --storage="), lines
+    if existing:
+        assert list(search.iterdir()) == []
+    else:
+        assert list(tmp_path.iterdir()) == []
