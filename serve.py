@@ -53,6 +53,10 @@ flags.DEFINE_integer("num_batch_threads", D.num_batch_threads, "Threads running 
                      "batch at a time, each call on every core).")
 flags.DEFINE_integer("max_request_bytes", D.max_request_bytes, "Larger requests are answered "
                      "413.")
+flags.DEFINE_float("drain_grace_s", D.drain_grace_s, "On SIGTERM, how long the server goes on "
+                   "accepting and answering (readiness already 503) before it closes its port, "
+                   "so that load balancers stop sending first (0: at once; a second SIGTERM or "
+                   "Ctrl-C cuts it short).")
 flags.DEFINE_float("drain_seconds", D.drain_seconds, "On SIGTERM, how long in-flight requests "
                    "may take before the server exits anyway.")
 flag_ranges.at_least_one("max_batch_size", "max_enqueued_batches", "num_batch_threads",
@@ -60,6 +64,8 @@ flag_ranges.at_least_one("max_batch_size", "max_enqueued_batches", "num_batch_th
 flag_ranges.check("port", 0, 65535)
 flag_ranges.check("grpc_port", 0, 65535)
 flag_ranges.check("batch_timeout_micros", 0, why="0: no wait")
+flag_ranges.check("drain_grace_s", 0, why="0: close the port at once")
+flag_ranges.check("drain_seconds", 0)
 
 
 def main(argv):
@@ -91,7 +97,7 @@ def main(argv):
         batch_timeout_micros=FLAGS.batch_timeout_micros,
         max_enqueued_batches=FLAGS.max_enqueued_batches,
         num_batch_threads=FLAGS.num_batch_threads, max_request_bytes=FLAGS.max_request_bytes,
-        drain_seconds=FLAGS.drain_seconds))
+        drain_grace_s=FLAGS.drain_grace_s, drain_seconds=FLAGS.drain_seconds))
 
 
 def console_main():

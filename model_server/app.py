@@ -18,9 +18,9 @@ The routes (docs/serving.md, "The model server"):
 Around them (`Guard`): a request-size limit (413) and the request metrics. Every malformed
 request is a one-line 400 `{"error": ...}`; overload and a model not ready are 503 with
 Retry-After at once (the bounded queue of `batching`); a model that fails on a batch is a one-line
-500 and the server goes on. SIGTERM (or Ctrl-C) drops readiness, stops accepting, answers every
-request in flight and exits 0, within `--drain_seconds`. The port is bound before anything loads,
-so a second server on it is refused in one line.
+500 and the server goes on. SIGTERM (or Ctrl-C) drains without losing a request
+(`model_server.drain`) and exits 0. The port is bound before anything loads, so a second server
+on it is refused in one line.
 """
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ import uvicorn
 from bert_tf2.inference.runtime import WARM_BATCHES, list_inputs, predict_rows
 from bert_tf2.model_server import protocol
 from bert_tf2.model_server.batching import DynamicBatcher, NotServing, Overloaded
+from bert_tf2.model_server.drain import Drain
 from bert_tf2.model_server.settings import ServerSettings
 from bert_tf2.process.errors import SettingsError
 
@@ -121,9 +122,15 @@ class ServedModel:
         self.inputs = sorted(runtime.input_names)
         self.takes_list = {name: name in list_inputs(runtime) for name in self.inputs}
         self.example_outputs = None  # one row's outputs, once warm (the metadata's dtypes)
-        self.ready = False
+        self.ready = False  # warm: predictions are answered (until the server exits)
+        self.draining = False  # SIGTERM came: readiness says no (model_server.drain)
         # What :classify and :regress answer with: a classifier's classes, or a regression.
         self.classes, self.regression = [], False
+
+    @property
+    def takes_traffic(self) -> bool:
+        """What readiness answers: warm, and not draining."""
+        return self.ready and not self.draining
 
     def describe(self, description: dict) -> None:
         """The export's description (`serving.json`): a classifier's classes or a regression
@@ -195,8 +202,8 @@ class App:
         if path == "/v2/health/live":
             return await send_json(send, 200, b'{"live":true}')
         if path == "/v2/health/ready":
-            return await send_json(send, 200 if model.ready else 503,
-                                   self.dumps({"ready": model.ready}))
+            ready = model.takes_traffic
+            return await send_json(send, 200 if ready else 503, self.dumps({"ready": ready}))
         for prefix, suffix, answer in (("/v2/models/", "/ready", self.v2_ready),
                                        ("/v2/models/", "", self.v2_metadata)):
             if path.startswith(prefix) and path.endswith(suffix):
@@ -317,7 +324,8 @@ class App:
         await send({"type": "http.response.body", "body": body})
 
     async def v1_status(self, send):
-        state = "AVAILABLE" if self.model.ready else "LOADING"
+        model = self.model
+        state = ("UNLOADING" if model.draining else "AVAILABLE") if model.ready else "LOADING"
         await send_json(send, 200, self.dumps(protocol.status_response(state, VERSION)))
 
     async def v1_metadata(self, send):
@@ -328,7 +336,7 @@ class App:
             model.name, model.inputs, model.takes_list, model.example_outputs, VERSION)))
 
     async def v2_ready(self, send):
-        ready = self.model.ready
+        ready = self.model.takes_traffic
         await send_json(send, 200 if ready else 503, self.dumps(
             {"name": self.model.name, "ready": ready}))
 
@@ -344,12 +352,15 @@ class Guard:
     """The outermost ASGI layer: the request-size limit (413, by Content-Length or while the
     body arrives) and the request metrics."""
 
-    def __init__(self, app, max_request_bytes: int, metrics: Metrics):
+    def __init__(self, app, max_request_bytes: int, metrics: Metrics, draining=lambda: False):
         self.app, self.limit, self.metrics = app, max_request_bytes, metrics
+        self.draining = draining  # then every answer closes its connection
+        self.received = 0  # requests so far (the drain waits until none come)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        self.received += 1
         endpoint = endpoint_of(scope["path"])
         start = time.perf_counter()
         status = [500]
@@ -359,6 +370,10 @@ class Guard:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
                 started[0] = True
+                if self.draining() and not any(k == b"connection" for k, _ in
+                                               message.get("headers", ())):
+                    message = {**message, "headers": [*message.get("headers", ()),
+                                                      (b"connection", b"close")]}
             await send(message)
 
         self.metrics.in_flight.inc()
@@ -446,7 +461,8 @@ def serve(settings: ServerSettings, runtime=None) -> None:
         logger.info("warm in %.1f s: ready on http://%s:%d/v1/models/%s", time.perf_counter()
                     - start, settings.host, sock.getsockname()[1], settings.model_name)
 
-    config = uvicorn.Config(Guard(App(model), settings.max_request_bytes, metrics),
+    guard = Guard(App(model), settings.max_request_bytes, metrics, lambda: model.draining)
+    config = uvicorn.Config(guard,
                             log_config=None, access_log=False, lifespan="off",
                             timeout_keep_alive=65,
                             timeout_graceful_shutdown=max(1, int(settings.drain_seconds)))
@@ -463,24 +479,14 @@ def serve(settings: ServerSettings, runtime=None) -> None:
             await grpc_server.stop(signal.SIGTERM)
             await asyncio.gather(grpc, return_exceptions=True)
 
-    def on_signal(sig, frame) -> None:
-        """SIGTERM or Ctrl-C: readiness drops now, and uvicorn drains (a second Ctrl-C cuts the
-        drain short)."""
-        if server.should_exit:
-            server.force_exit = sig == signal.SIGINT
-            return
-        logger.info("%s: draining (no new connections; answering what is in flight)",
-                    signal.Signals(sig).name)
-        model.ready = False
-        server.should_exit = True
-
+    drain = Drain(server, sock, model, settings.drain_grace_s, lambda: guard.received)
     threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
     # uvicorn runs on a thread of its own, where it leaves signals alone; this (main) thread
     # takes SIGTERM and SIGINT and tells it to stop.
     serving = threading.Thread(target=run_on, args=(config.get_loop_factory(), main()),
                                name="server")
     handled = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
+    previous = {sig: signal.signal(sig, drain.on_signal) for sig in handled}
     try:
         serving.start()
         while serving.is_alive():

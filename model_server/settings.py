@@ -19,4 +19,7 @@ class ServerSettings:
     max_enqueued_batches: int = 16
     num_batch_threads: int = 1
     max_request_bytes: int = 8 << 20
+    # SIGTERM: answer for this long before closing the listening socket, while load balancers
+    # stop sending (model_server.drain); then at most drain_seconds for what is in flight.
+    drain_grace_s: float = 5.0
     drain_seconds: float = 30.0

@@ -27,7 +27,6 @@ import re
 import sys
 import tempfile
 
-
 BACKENDS = ("tensorflow", "jax", "torch")
 
 

@@ -194,17 +194,24 @@ def test_sigterm_answers_everything_in_flight_refuses_new_connections_and_exits_
     text_a, text_b = pairs(data, 4)
     body = {"instances": [{"text_a": a, "text_b": b} for a, b in zip(text_a, text_b)]}
     with server(export, "--runtime=float32", "--delay_s=0.25", "--max_batch_size=4",
-                harness=True) as (base, proc):
+                "--drain_grace_s=0", harness=True) as (base, proc):
         port = int(base.rsplit(":", 1)[1])
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             futures = [pool.submit(call, base + "/v1/models/m:predict", body) for _ in range(8)]
             time.sleep(0.4)  # every request sent; one or two batches done
             proc.send_signal(signal.SIGTERM)
             sent = time.perf_counter()
-            time.sleep(0.3)
-            with pytest.raises(ConnectionRefusedError), socket.create_connection(
-                    ("127.0.0.1", port), timeout=5):
-                pass
+            deadline = time.time() + 5
+            while True:  # no grace: the port closes once its backlog is empty
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                        pass
+                except ConnectionRefusedError:
+                    break
+                except TimeoutError:  # its SYN dropped: the door is closing
+                    pass
+                assert time.time() < deadline
+                time.sleep(0.05)
             answers = [future.result() for future in futures]
             answered_after = time.perf_counter() - sent
         assert proc.wait(30) == 0
@@ -333,3 +340,82 @@ def test_grpc_answers_as_rest(pair_export):
     assert [label.decode() for label in answer["label"]] == rest["outputs"]["label"]
     np.testing.assert_allclose(answer["probabilities"], rest["outputs"]["probabilities"],
                                atol=1e-6)
+
+
+def drain_under_load(export, base, proc, clients: int, keep_alive: int, signals: list) -> dict:
+    """Clients on new connections and on keep-alive connections, each sending until the server
+    refuses it, while `signals` ((seconds in, signal)) are sent; every outcome counted."""
+    import http.client
+    import json
+    import threading
+
+    host, port = "127.0.0.1", int(base.rsplit(":", 1)[1])
+    body = json.dumps({"instances": [{"text_a": "The cat sat.", "text_b": "A cat sat."}]})
+    outcomes, lock = {}, threading.Lock()
+
+    def count(kind):
+        with lock:
+            outcomes[kind] = outcomes.get(kind, 0) + 1
+
+    def client(reuse: bool):
+        connection = None
+        for _ in range(5000):
+            try:
+                if connection is None:
+                    connection = http.client.HTTPConnection(host, port, timeout=30)
+                connection.request("POST", "/v1/models/m:predict", body,
+                                   {"Content-Type": "application/json"})
+                response = connection.getresponse()
+                response.read()
+                count(response.status)
+                if not reuse or response.getheader("Connection") == "close":
+                    connection.close()
+                    connection = None
+            except ConnectionRefusedError:
+                count("refused")
+                return
+            except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected,
+                    http.client.BadStatusLine, TimeoutError, OSError) as e:
+                count(f"lost: {type(e).__name__}")
+                return
+        count("never refused")
+
+    threads = [threading.Thread(target=client, args=(i < keep_alive,))
+               for i in range(clients + keep_alive)]
+    for thread in threads:
+        thread.start()
+    start = time.perf_counter()
+    for i, (at, sig) in enumerate(signals):
+        time.sleep(max(0.0, at - (time.perf_counter() - start)))
+        proc.send_signal(sig)
+        if i == 0:  # in the grace: not ready, still live, still answering
+            time.sleep(0.1)
+            for path in ("/v2/health/ready", "/"):
+                probe = http.client.HTTPConnection(host, port, timeout=10)
+                probe.request("GET", path)
+                outcomes[path] = probe.getresponse().status
+                probe.close()
+    for thread in threads:
+        thread.join(120)
+    outcomes["exit"] = proc.wait(60)
+    return outcomes
+
+
+@pytest.mark.parametrize("grace, signals", [
+    ("0.5", [(0.3, signal.SIGTERM)]),
+    ("30", [(0.3, signal.SIGTERM), (0.6, signal.SIGTERM)]),  # the second cuts the grace short
+], ids=["grace", "second_signal"])
+def test_a_drain_under_load_loses_no_request(pair_export, grace, signals):
+    """Every request is answered (200) or its connection refused at connect: none is reset,
+    cut off or left unanswered, on new and keep-alive connections, over three runs."""
+    export, _ = pair_export
+    for run in range(3):
+        with server(export, "--runtime=float32", f"--drain_grace_s={grace}") as (base, proc):
+            outcomes = drain_under_load(export, base, proc, clients=24, keep_alive=8,
+                                        signals=signals)
+            log = proc.log()
+        assert outcomes.pop("exit") == 0, log[-3000:]
+        assert (outcomes.pop("/v2/health/ready"), outcomes.pop("/")) == (503, 200)
+        assert outcomes.pop("refused") == 32, (run, outcomes)  # each client ends refused
+        assert set(outcomes) == {200} and outcomes[200] > 100, (run, outcomes)
+        assert "its backlog is empty" in log
