@@ -9,12 +9,20 @@ resuming with another schedule is never what was meant. A folder of the other ki
 outright, as is a folder holding training checkpoints that no run_config.json explains. Keys an
 older version did not record are not compared. A fine-tuning run also records `best_metric`, the
 evaluation key its `best/` weights are kept by, for what reads its results (a search of runs).
+
+A folder remembers the Keras backend that trained it (`backend`; for a folder of an older version,
+its checkpoints say: TensorFlow's `model.ckpt-N.index`, JAX's `model.ckpt-N.safetensors`). Its
+checkpoints resume only there, so training in it on another backend is refused in one line naming
+the backend that wrote it, where it would have started again from step 0 beside the other
+backend's checkpoint. Evaluating, predicting and exporting its kept weights on another backend
+(`--do_train` left out) is the documented way to export a JAX run, and stays allowed.
 """
 from __future__ import annotations
 
 import json
 import os
 
+from bert_tf2.process import environment
 from bert_tf2.process.atomic_files import write_text
 from bert_tf2.process.errors import SettingsError
 
@@ -68,6 +76,13 @@ def check_run_config(output_dir: str, identity: dict, training: dict | None,
     if previous_kind != kind:
         raise RunConfigError(f"{output_dir} holds a {previous_kind} run ({RUN_CONFIG}), not a "
                              f"{kind} one: use another --output_dir")
+    trained_on = previous.get("backend") or _backend_of(names)
+    if training is not None and trained_on and trained_on != environment.backend():
+        raise RunConfigError(
+            f"{output_dir} holds a run trained on KERAS_BACKEND={trained_on}, whose checkpoints "
+            f"resume only there: run the same command with KERAS_BACKEND={trained_on} to go on "
+            f"with it; leave --do_train out to evaluate, predict or export its weights on "
+            f"{environment.backend()}; or use another --output_dir")
     groups = ["identity"]
     if training is not None and previous.get("training") is not None and has_checkpoints:
         groups.append("training")
@@ -78,6 +93,18 @@ def check_run_config(output_dir: str, identity: dict, training: dict | None,
         raise RunConfigError(f"{output_dir} holds a run with other settings "
                              f"({'; '.join(changed)}): run with the settings it was made "
                              f"with, or use another --output_dir (or empty it to start over)")
+
+
+def _backend_of(names: list) -> str | None:
+    """The backend whose training checkpoints a folder holds (older versions recorded none)."""
+    from bert_tf2.engine.trainer_config import is_training_checkpoint
+
+    checkpoints = [name for name in names if is_training_checkpoint(name)]
+    if any(name.endswith(".safetensors") for name in checkpoints):
+        return "jax"
+    if any(name.endswith(".index") for name in checkpoints):
+        return "tensorflow"
+    return None
 
 
 def _other_kind(kind: str, names: list, has_checkpoints: bool) -> str | None:
@@ -97,6 +124,8 @@ def record_run_config(output_dir: str, identity: dict, training: dict | None,
     path = os.path.join(output_dir, RUN_CONFIG)
     if training is not None or not os.path.isfile(path):
         recorded = _canonical(kind, identity, training)
+        if training is not None:  # the backend whose checkpoints the folder holds
+            recorded["backend"] = environment.backend()
         if best_metric:
             recorded["best_metric"] = best_metric
         write_text(path, json.dumps(recorded, indent=1, sort_keys=True) + "\n")

@@ -33,10 +33,15 @@ def no_tensorflow(tmp_path_factory):
     return folder
 
 
+def without_tensorflow(no_tensorflow) -> str:
+    """PYTHONPATH with the folder that hides TensorFlow first (the rest kept)."""
+    return os.pathsep.join(filter(None, [str(no_tensorflow), os.environ.get("PYTHONPATH")]))
+
+
 def run_jax(no_tensorflow, script, *flags, env=None, check=True):
     """`script` (a runner of this checkout, or `-m module`) on JAX without TensorFlow."""
     command = [sys.executable, *(flags if script == "-m" else [str(REPO / script), *flags])]
-    environment = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(no_tensorflow),
+    environment = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": without_tensorflow(no_tensorflow),
                    **(env or {})}
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=environment,
                             timeout=900)
@@ -194,6 +199,34 @@ def test_tensorflow_exports_what_jax_trained(classifier_runs, mrpc, tmp_path):
     assert [x.decode() for x in served["label"].numpy()] == [row[1] for row in jax_rows]
 
 
+def snapshot(folder):
+    """Every file's size and modification time: what a refused run must leave as it was."""
+    return {path: (path.stat().st_size, path.stat().st_mtime_ns)
+            for path in folder.rglob("*") if path.is_file()}
+
+
+def test_a_run_folder_remembers_its_backend(classifier_runs, no_tensorflow):
+    """The same training command on the other backend is refused in one line naming the backend
+    that trained the folder, in both directions, and touches nothing in it."""
+    jax_out, tf_out = classifier_runs["jax"], classifier_runs["tf"]
+    assert json.loads((jax_out / "run_config.json").read_text())["backend"] == "jax"
+    assert json.loads((tf_out / "run_config.json").read_text())["backend"] == "tensorflow"
+    for out, other, run in ((jax_out, "tensorflow", lambda c: run_script(*c, check=False)),
+                            (tf_out, "jax", lambda c: run_jax(no_tensorflow, *c, check=False))):
+        trained_on = "jax" if other == "tensorflow" else "tensorflow"
+        command = [flag if not flag.startswith("--output_dir=") else f"--output_dir={out}"
+                   for flag in classifier_runs["command"]]
+        before = snapshot(out)
+        result = run(command)
+        assert result.returncode == 2, result.stderr[-2000:]
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            f"run_classifier.py: error: {out} holds a run trained on KERAS_BACKEND={trained_on}"
+        ), lines
+        assert f"run the same command with KERAS_BACKEND={trained_on}" in lines[0]
+        assert snapshot(out) == before
+
+
 def test_what_jax_cannot_do_is_refused_in_one_line(mrpc, tiny_checkpoint, no_tensorflow,
                                                    tmp_path):
     export = run_jax(no_tensorflow, *classifier(mrpc, tiny_checkpoint, tmp_path / "a",
@@ -342,7 +375,7 @@ def test_sigterm_on_jax_is_one_line_and_the_rerun_ends_as_the_uninterrupted_run(
     process = subprocess.Popen(command, cwd=REPO, text=True, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE,
                                env={**os.environ, "KERAS_BACKEND": "jax",
-                                    "PYTHONPATH": str(no_tensorflow),
+                                    "PYTHONPATH": without_tensorflow(no_tensorflow),
                                     STOP_VARIABLE: "train_loop@2"})
     wait_until_stopped(process)
     os.kill(process.pid, signal.SIGTERM)
@@ -379,7 +412,7 @@ def test_two_processes_train_as_one_process(mrpc, tiny_checkpoint, no_tensorflow
              *classifier(mrpc, tiny_checkpoint, tmp_path / "two", *flags,
                          "--distribution_strategy=multi_worker_mirrored")[1:]],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(no_tensorflow),
+            env={**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": without_tensorflow(no_tensorflow),
                  "TF_CONFIG": config}))
     one = run_jax(no_tensorflow, *classifier(mrpc, tiny_checkpoint, tmp_path / "one", *flags))
     logs = []
