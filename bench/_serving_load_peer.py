@@ -73,7 +73,8 @@ def main():
     settings = ServerSettings(args.hf_dir, "m", host="127.0.0.1", port=args.port,
                               max_batch_size=args.max_batch_size,
                               batch_timeout_micros=args.batch_timeout_micros,
-                              max_enqueued_batches=args.max_enqueued_batches)
+                              max_enqueued_batches=args.max_enqueued_batches,
+                              drain_grace_s=0)
     serve(settings, OnnxClassifier(args.hf_dir, args.work_dir, args.max_seq_length))
 
 

@@ -10,8 +10,9 @@ server should come close to.
 2. Sides, each a server process on loopback, answering TF Serving's predict requests:
    - `ours`: `serve.py --export_dir=... --runtime=int8` (our tokenizer, our LiteRT int8 file);
    - `ort-int8`: `bench/_serving_load_peer.py`, optimum's dynamic int8 ONNX file on ONNX Runtime
-     with transformers' Rust tokenizer, behind the same `model_server` (the same ASGI application, the same dynamic
-     batcher), in `bench/.venv-serving-load` (made on first use; never a project dependency).
+     with transformers' Rust tokenizer, behind the same `model_server` (the same ASGI
+     application and dynamic batcher), in `bench/.venv-serving-load` (made on first use; never
+     a project dependency).
    Both use `--max_batch_size` and `--batch_timeout_micros` as given.
 3. Load: a bounded generator in this process (asyncio on uvloop, one keep-alive HTTP/1.1
    connection per client). At each concurrency of --clients, every client sends one request at
@@ -20,6 +21,11 @@ server should come close to.
    MRPC's train file, each text once per side and level. Throughput: answered requests over the
    level's wall time; p50/p99 over its requests. Every answer is checked (200, a label); a
    refusal or a failure is counted, not retried.
+   Then the open loop (--open_loop): --open_requests requests arriving as a Poisson process at
+   each share of the side's capacity (its rate at the most clients, that round), sent at their
+   times whatever is still unanswered; a latency runs from the scheduled arrival. Reported with
+   the p99 over the quiet p50 (the side's p50 at one client): a server's tail is judged at a
+   load below capacity, where closed-loop clients are a queue of their own (Little's law).
 4. Offline: the fast path in this process (`LiteRTClassifier`, int8, warmed), batches of 32 of
    the same texts: the ceiling a server's batching aims at.
 5. Rounds: every server is up at once (the idle ones sleep); each of --rounds measures every
@@ -108,6 +114,49 @@ def run_load(port: int, bodies: list, clients: int, seconds: float) -> dict:
     from bert_tf2.model_server.app import run_on
 
     return run_on(auto_loop_factory(), load(port, bodies, clients, seconds))
+
+
+def run_open_load(port: int, bodies: list, rate: float, seed: int) -> dict:
+    """`open_load` on uvloop, as `run_load`."""
+    from uvicorn.loops.auto import auto_loop_factory
+
+    from bert_tf2.model_server.app import run_on
+
+    return run_on(auto_loop_factory(), open_load(port, bodies, rate, seed))
+
+
+async def open_load(port: int, bodies: list, rate: float, seed: int) -> dict:
+    """Open loop: `bodies` sent at Poisson arrivals of `rate` a second (seeded), each at its
+    time whatever is still unanswered, on an idle keep-alive connection or a new one. A latency
+    runs from the request's scheduled arrival, so a client late to send counts against it."""
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, len(bodies))
+    arrivals = np.cumsum(gaps)
+    idle, latencies, failures = [], [], {}
+    start = time.perf_counter() + 0.05
+
+    async def one(at: float, body: bytes):
+        await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
+        connection = idle.pop() if idle else Connection(port)
+        try:
+            status, payload = await connection.post("/v1/models/m:predict", body)
+        except OSError as e:
+            failures[type(e).__name__] = failures.get(type(e).__name__, 0) + 1
+            connection.close()
+            return
+        if status == 200 and b'"label"' in payload:
+            latencies.append(time.perf_counter() - (start + at))
+        else:
+            failures[status] = failures.get(status, 0) + 1
+        idle.append(connection)
+
+    await asyncio.gather(*[one(at, body) for at, body in zip(arrivals, bodies)])
+    wall = time.perf_counter() - start
+    for connection in idle:
+        connection.close()
+    ms = np.asarray(latencies) * 1e3
+    return {"offered_per_s": rate, "answered": len(latencies), "failures": failures,
+            "per_s": len(latencies) / wall, "p50_ms": float(np.percentile(ms, 50)),
+            "p99_ms": float(np.percentile(ms, 99)), "connections": len(idle)}
 
 
 async def load(port: int, bodies: list, clients: int, seconds: float) -> dict:
@@ -234,6 +283,11 @@ def main():
                         help="requests per level and round (at most the texts of the kind "
                         "over the levels, so that no text repeats within a round)")
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--open_loop", default="0.5,0.8",
+                        help="after each side's levels, Poisson arrivals at these shares of its "
+                        "capacity (its rate at the most clients, the same round); '' for none")
+    parser.add_argument("--open_requests", type=positive, default=2000,
+                        help="requests per open-loop level and round")
     parser.add_argument("--max_batch_size", type=positive, default=32)
     parser.add_argument("--batch_timeout_micros", type=int, default=0)
     parser.add_argument("--json_out", default=str(RESULTS / "serving_load.json"))
@@ -246,6 +300,12 @@ def main():
         levels = [positive(c) for c in args.clients.split(",")]
     except (ValueError, argparse.ArgumentTypeError):
         parser.error(f"--clients={args.clients}: a comma-separated list of counts of at least 1")
+    try:
+        shares = [float(s) for s in args.open_loop.split(",") if s]
+    except ValueError:
+        shares = [0.0]
+    if any(not 0 < s < 1 for s in shares):
+        parser.error(f"--open_loop={args.open_loop}: shares of the capacity between 0 and 1")
     work = pathlib.Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     shared = pathlib.Path(args.shared)
@@ -261,7 +321,9 @@ def main():
     results = {"cpu": cpu_kind(), "machine": platform.machine(), "settings": batching,
                "rounds": args.rounds,
                "sides": {side: {kind: {str(c): [] for c in levels} for kind in kinds}
-                         for side in sides}}
+                         for side in sides},
+               "open_loop": {side: {kind: {str(s): [] for s in shares} for kind in kinds}
+                             for side in sides}}
     memory = {side: {} for side in sides}
     with contextlib.ExitStack() as stack:
         ports = {}
@@ -270,7 +332,7 @@ def main():
             if side == "ours":
                 command = [sys.executable, str(REPO / "serve.py"), f"--export_dir={export}",
                            "--model_name=m", "--host=127.0.0.1", f"--port={port}",
-                           "--runtime=int8", *batching]
+                           "--runtime=int8", "--drain_grace_s=0", *batching]
             else:
                 command = [peer_python(PEER_VENV, LOAD_PEER_PACKAGES),
                            str(REPO / "bench" / "_serving_load_peer.py"), f"--hf_dir={hf_dir}",
@@ -297,6 +359,21 @@ def main():
                               f"{result['p99_ms']:6.1f} ms  failures {result['failures'] or 0}"
                               + (f"  offline batch 32 {result['offline_batch32']:.0f}/s"
                                  if side == "ours" else ""), flush=True)
+                    by_level = results["sides"][side][kind]
+                    capacity = by_level[str(levels[-1])][-1]["per_s"]
+                    quiet = by_level[str(levels[0])][-1]["p50_ms"]
+                    for share in shares:
+                        part = texts[-min(args.open_requests, len(texts)):]
+                        result = run_open_load(ports[side], bodies_of(part), share * capacity,
+                                               seed=round_)
+                        result.update(share=share, capacity_per_s=capacity,
+                                      quiet_p50_ms=quiet,
+                                      p99_over_quiet_p50=result["p99_ms"] / quiet)
+                        results["open_loop"][side][kind][str(share)].append(result)
+                        print(f"round {round_ + 1}: {side:8} {kind:9} open loop at {share:.0%} "
+                              f"of {capacity:.0f}/s: p50 {result['p50_ms']:6.1f} ms  p99 "
+                              f"{result['p99_ms']:6.1f} ms ({result['p99_over_quiet_p50']:.1f}x "
+                              f"the quiet p50)  failures {result['failures'] or 0}", flush=True)
     results["peak_rss_mb"] = {side: memory[side]["peak_rss_mb"] for side in sides}
     offline = {}
     if "ours" in sides:
@@ -322,6 +399,21 @@ def main():
                 print(f"| {side} | {kind} | {clients} | {median_of(runs, 'per_s'):.0f} | "
                       f"{median_of(runs, 'p50_ms'):.1f} | {median_of(runs, 'p99_ms'):.1f} | "
                       f"{ratio} |")
+    if shares:
+        print(f"\nOpen loop: Poisson arrivals at a share of each side's capacity (its rate at "
+              f"{levels[-1]} clients, the same round); the quiet p50 is its p50 at "
+              f"{levels[0]} client(s); medians of {args.rounds} rounds\n")
+        print("| side | texts | offered | p50 ms | p99 ms | p99 / quiet p50 | failures |")
+        print("|---|---|---|---|---|---|---|")
+        for side in sides:
+            for kind in kinds:
+                for share in shares:
+                    runs = results["open_loop"][side][kind][str(share)]
+                    failed = sum(sum(r["failures"].values()) for r in runs)
+                    print(f"| {side} | {kind} | {share:.0%} of "
+                          f"{median_of(runs, 'capacity_per_s'):.0f}/s | "
+                          f"{median_of(runs, 'p50_ms'):.1f} | {median_of(runs, 'p99_ms'):.1f} | "
+                          f"{median_of(runs, 'p99_over_quiet_p50'):.1f}x | {failed} |")
     print("\npeak memory (MB): " + ", ".join(f"{side} {mb:.0f}"
                                              for side, mb in results["peak_rss_mb"].items()))
     if offline:
