@@ -252,17 +252,16 @@ class App:
             return await send_error(send, 400, f"model {name} is not a regression model: ask "
                                                f"it with :predict" + (" or :classify" if
                                                                       model.classes else ""))
-        try:
+        def parse():
             payload = self.loads(body)
             if action == ":predict":
-                rows, columnar = protocol.parse_predict(payload, model.inputs, model.takes_list)
-            else:
-                rows = protocol.parse_examples(payload, model.inputs, model.takes_list)
-        except protocol.RequestError as e:
-            logger.info("400: %s", e)
-            return await send_error(send, 400, str(e))
-        except RecursionError:  # a value nested past Python's stack, anywhere in the body
-            return await send_error(send, 400, protocol.TOO_DEEP)
+                return protocol.parse_predict(payload, model.inputs, model.takes_list)
+            return protocol.parse_examples(payload, model.inputs, model.takes_list), False
+
+        parsed = await self.parsed(parse, send)
+        if parsed is None:
+            return
+        rows, columnar = parsed
         outputs = await self.run(rows, send)
         if outputs is None:
             return
@@ -283,19 +282,31 @@ class App:
             return await send_error(send, 404, no_model(name, model.name))
         if not model.ready:
             return await send_error(send, 503, not_ready(model.name))
-        try:
+        def parse():
             request = self.loads(body)
-            rows = protocol.v2_rows(protocol.v2_tensors(request, model.inputs), model.inputs,
-                                    model.takes_list)
-        except protocol.RequestError as e:
-            logger.info("400: %s", e)
-            return await send_error(send, 400, str(e))
-        except RecursionError:  # a value nested past Python's stack, anywhere in the body
-            return await send_error(send, 400, protocol.TOO_DEEP)
+            return request, protocol.v2_rows(protocol.v2_tensors(request, model.inputs),
+                                             model.inputs, model.takes_list)
+
+        parsed = await self.parsed(parse, send)
+        if parsed is None:
+            return
+        request, rows = parsed
         outputs = await self.run(rows, send)
         if outputs is not None:
             await send_json(send, 200, self.dumps(protocol.v2_infer_response(
                 model.name, outputs, str(request.get("id") or ""))))
+
+    @staticmethod
+    async def parsed(parse, send):
+        """`parse()`'s result, or None once a one-line 400 is sent for what it refused."""
+        try:
+            return parse()
+        except protocol.RequestError as e:
+            logger.info("400: %s", e)
+            await send_error(send, 400, str(e))
+        except RecursionError:  # a value nested past Python's stack, anywhere in the body
+            await send_error(send, 400, protocol.TOO_DEEP)
+        return None
 
     def loads(self, body: bytes):
         try:
