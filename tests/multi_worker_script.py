@@ -45,7 +45,8 @@ def main(mode, output_dir, result_path):
         return batches.map(lambda b: {k: v[start:start + per_pipeline] for k, v in b.items()})
 
     trainer = Trainer(model, optimizer, PretrainingTask(), strategy, TrainerConfig(
-        output_dir, num_train_steps=STEPS, steps_per_loop=3, save_checkpoints_steps=3))
+        output_dir, num_train_steps=STEPS, steps_per_loop=3, save_checkpoints_steps=3,
+        keep_checkpoint_max=5))
     metrics = trainer.train(dataset_fn)
     np.savez(result_path, loss=metrics["loss"], replicas=strategy.num_replicas_in_sync,
              chief=trainer.is_chief,

@@ -155,7 +155,7 @@ import numpy as np
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[1] + "/tests")
 import test_finetuning as t
 from bert_tf2.engine import finetuning
 from bert_tf2.data_gen.datasets import in_memory_dataset

@@ -48,7 +48,7 @@ def trainer(output_dir, steps, batch, accumulation=1, dropout=0.1, lr=1e-3, warm
     loop = Trainer(model, optimizer, PretrainingTask(), strategy, TrainerConfig(
         str(output_dir), num_train_steps=steps, steps_per_loop=steps_per_loop,
         save_checkpoints_steps=save_every, num_accumulation_steps=accumulation,
-        jit_compile=jit, examples_per_step=batch))
+        jit_compile=jit, examples_per_step=batch, keep_checkpoint_max=5))
     data = records()
 
     def dataset_fn(context):
