@@ -20,7 +20,10 @@ them (only index arrays are made for the skipped part).
 """
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
+import os
 from typing import Callable, Iterator
 
 import numpy as np
@@ -47,24 +50,61 @@ class HostInputContext:
 
 
 class Batches:
-    """Batches (dicts of NumPy arrays) made from an endless or finite stream of index arrays."""
+    """Batches (dicts of NumPy arrays) made from an endless or finite stream of index arrays.
+
+    The stream (cheap: which rows or records make each batch) is walked by the consumer; the
+    batches themselves are made by `workers` threads, up to `2 * workers` batches ahead, and come
+    out in the stream's order. The makers are NumPy and compiled code that release the GIL, so the
+    threads make batches side by side and beside the training step (0 workers: made in turn by
+    the consumer)."""
 
     def __init__(self, index_batches: Callable[[], Iterator], make_batch: Callable,
-                 skipped: int = 0):
+                 skipped: int = 0, workers: int | None = None):
         self._index_batches = index_batches
         self._make_batch = make_batch
         self._skipped = skipped
+        self.workers = default_workers() if workers is None else workers
 
     def skip(self, count: int) -> "Batches":
-        return Batches(self._index_batches, self._make_batch, self._skipped + count)
+        return Batches(self._index_batches, self._make_batch, self._skipped + count,
+                       self.workers)
 
-    def __iter__(self):
+    def with_workers(self, workers: int) -> "Batches":
+        return Batches(self._index_batches, self._make_batch, self._skipped, workers)
+
+    def _stream(self) -> Iterator:
         stream = self._index_batches()
         for _ in range(self._skipped):
             if next(stream, None) is None:
                 return
-        for indices in stream:
-            yield self._make_batch(indices)
+        yield from stream
+
+    def __iter__(self):
+        if not self.workers:
+            for indices in self._stream():
+                yield self._make_batch(indices)
+            return
+        pool = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="input")
+        try:
+            pending = collections.deque()
+            for indices in self._stream():
+                pending.append(pool.submit(self._make_batch, indices))
+                if len(pending) > 2 * self.workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def default_workers() -> int:
+    """Input threads: one per core the process may use beyond the training step's own, at
+    least one and at most 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores - 1))
 
 
 def _epoch_order(count: int, seed: int) -> Iterator[int]:

@@ -10,7 +10,7 @@ its features in sorted order: protobuf writes a map in an order that changes fro
 process otherwise, and the same features must give the same bytes.
 
 Reading (`read_records`): every record of a file parsed by a feature spec (`FixedLen` features), as
-arrays in file order: by tf.data on TensorFlow, else by `tfrecord_frames` and `example_proto`
+arrays in file order: by tf.data on TensorFlow, else by `tfrecord_frames` and `compiled_examples`
 (the same arrays; no TensorFlow needed).
 
 TensorFlow (for remote file systems and for reading) is imported on first use: the command-line
@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 
 from bert_tf2.data_gen import example_proto, tfrecord_frames
+from bert_tf2.data_gen.compiled_examples import FixedSpec
 from bert_tf2.data_gen.errors import DataError
 from bert_tf2.data_gen.example_proto import FixedLen
 from bert_tf2.process import environment, fault_points
@@ -71,9 +72,10 @@ def read_records(path, spec: dict) -> dict:
                 raise DataError(f"{name}: remote files are read through TensorFlow; copy it to "
                                 f"a local folder to read it without TensorFlow")
             try:
-                records = list(tfrecord_frames.read_frames(name))
-                batches.append(example_proto.parse_fixed(records, spec, where=f"{name}: ")
-                               if records else None)
+                data = tfrecord_frames.mapped(name)
+                starts, ends = tfrecord_frames.frame_bounds(data, name)
+                batches.append(FixedSpec(spec).parse(data, starts, ends, where=f"{name}: ")
+                               if len(starts) else None)
             except ValueError as e:
                 raise DataError(str(e)) from None
         batches = [batch for batch in batches if batch is not None]

@@ -70,3 +70,68 @@ def read_frames(path: str):
                                  f"{length} bytes)")
             yield body[:length]
             offset += HEADER_BYTES + length + FOOTER_BYTES
+
+
+@numba.njit(nogil=True, cache=True)
+def _frame_count(data) -> int:
+    """How many frames the headers of `data` chain together (unchecked; a short tail ends it)."""
+    at, count = 0, 0
+    while at + HEADER_BYTES <= len(data):
+        length = 0
+        for k in range(8):
+            length |= np.int64(data[at + k]) << (8 * k)
+        if length < 0:
+            break
+        at += HEADER_BYTES + length + FOOTER_BYTES
+        count += 1
+    return count
+
+
+@numba.njit(nogil=True, cache=True)
+def _frame_bounds(data, table, starts, ends):
+    """Fills `starts`/`ends` with where each record's bytes lie, checking every length and CRC;
+    returns (frames read, byte offset of the first broken frame or -1, its record length or -1
+    when its header is what broke)."""
+    at = 0
+    for i in range(len(starts)):
+        if at + HEADER_BYTES > len(data) or masked_crc32c(data, at, at + 8, table) != (
+                np.int64(data[at + 8]) | (np.int64(data[at + 9]) << 8)
+                | (np.int64(data[at + 10]) << 16) | (np.int64(data[at + 11]) << 24)):
+            return i, at, -1
+        length = 0
+        for k in range(8):
+            length |= np.int64(data[at + k]) << (8 * k)
+        body = at + HEADER_BYTES
+        end = body + length
+        if end + FOOTER_BYTES > len(data) or masked_crc32c(data, body, end, table) != (
+                np.int64(data[end]) | (np.int64(data[end + 1]) << 8)
+                | (np.int64(data[end + 2]) << 16) | (np.int64(data[end + 3]) << 24)):
+            return i, at, length
+        starts[i], ends[i] = body, end
+        at = end + FOOTER_BYTES
+    if at != len(data):
+        return len(starts), at, -1
+    return len(starts), -1, -1
+
+
+def frame_bounds(data: np.ndarray, where: str = "") -> tuple:
+    """`(starts, ends)`: where every record of the TFRecord bytes `data` (a uint8 array: a file
+    read or memory-mapped whole) lies, every frame checked as `read_frames` checks it; a damaged
+    or truncated frame is the same ValueError naming `where` and the byte where it starts."""
+    count = _frame_count(data)
+    starts, ends = np.empty(count, np.int64), np.empty(count, np.int64)
+    _, broken, length = _frame_bounds(data, _TABLE, starts, ends)
+    if broken >= 0:
+        what = "a record header" if length < 0 else f"a record of {length} bytes"
+        raise ValueError(f"{where}: truncated or damaged at byte {broken} ({what})")
+    return starts, ends
+
+
+def mapped(path: str) -> np.ndarray:
+    """The bytes of a local file as a read-only uint8 array, mapped rather than read (an empty
+    file: an empty array)."""
+    import os
+
+    if os.path.getsize(path) == 0:
+        return np.zeros(0, np.uint8)
+    return np.asarray(np.memmap(path, dtype=np.uint8, mode="r"))

@@ -16,6 +16,7 @@ from test_run_squad import paragraphs
 from test_tasks import settings
 
 from bert_tf2.data_gen import example_proto, records
+from bert_tf2.data_gen.compiled_examples import FixedSpec
 from bert_tf2.data_gen.example_proto import FixedLen
 from bert_tf2.engine.task import Setup
 from bert_tf2.tasks.classification.task import ClassificationTask
@@ -55,10 +56,13 @@ def _check_against_tensorflow(all_records: list, where: str) -> int:
         assert tf.train.Example.FromString(record).SerializeToString(deterministic=True) == record
     spec = _spec_of(all_records[0])
     ours = example_proto.parse_fixed(all_records, spec)
+    compiled = FixedSpec(spec).parse_records(all_records)
     theirs = tf.io.parse_example(tf.constant(all_records), _tf_spec(spec))
     for name in spec:
         np.testing.assert_array_equal(ours[name], theirs[name].numpy(), err_msg=f"{where} {name}")
-        assert ours[name].dtype == theirs[name].numpy().dtype
+        np.testing.assert_array_equal(compiled[name], theirs[name].numpy(),
+                                      err_msg=f"{where} {name}")
+        assert ours[name].dtype == compiled[name].dtype == theirs[name].numpy().dtype
     return len(all_records)
 
 
@@ -128,6 +132,11 @@ def test_edge_values_decode_as_tensorflow_wrote_them():
     record = example.SerializeToString(deterministic=True)
     decoded = example_proto.decode(record)
     np.testing.assert_array_equal(decoded["ints"], np.array(int64, np.int64))
+    compiled = FixedSpec({"ints": FixedLen((10,), "int64"), "floats": FixedLen((3,), "float32"),
+                          "empty": FixedLen((0,), "int64")}).parse_records([record])
+    np.testing.assert_array_equal(compiled["ints"][0], np.array(int64, np.int64))
+    np.testing.assert_array_equal(compiled["floats"][0], np.array([0.5, -1e30, 3.25], np.float32))
+    assert compiled["empty"].shape == (1, 0)
     np.testing.assert_array_equal(decoded["floats"], np.array([0.5, -1e30, 3.25], np.float32))
     assert len(decoded["empty"]) == len(decoded["empty_floats"]) == 0
     assert list(decoded["text"]) == [b"a", b""]
@@ -157,20 +166,49 @@ def test_unpacked_int64_lists_are_read_too():
     record = example_proto.length_delimited(
         example_proto.TAG_1, example_proto.length_delimited(example_proto.TAG_1, entry))
     np.testing.assert_array_equal(example_proto.decode(record)["x"], [5, 300, -1])
+    np.testing.assert_array_equal(
+        FixedSpec({"x": FixedLen((3,), "int64")}).parse_records([record])["x"][0], [5, 300, -1])
     parsed = tf.io.parse_example(tf.constant([record]), {"x": tf.io.FixedLenFeature([3],
                                                                                      tf.int64)})
     np.testing.assert_array_equal(parsed["x"].numpy()[0], [5, 300, -1])
 
 
-def test_a_record_of_another_shape_or_not_an_example_is_named():
+def _compiled_parse_fixed(records_, spec, where=""):
+    return FixedSpec(spec).parse_records(records_, where=where)
+
+
+@pytest.mark.parametrize("parse_fixed", [example_proto.parse_fixed, _compiled_parse_fixed])
+def test_a_record_of_another_shape_or_not_an_example_is_named(parse_fixed):
     record = example_proto.encode({"a": [1, 2, 3]})
     with pytest.raises(ValueError, match=r"f: record 0: feature 'a' has 3 values, 4 expected"):
-        example_proto.parse_fixed([record], {"a": FixedLen((4,), "int64")}, where="f: ")
+        parse_fixed([record], {"a": FixedLen((4,), "int64")}, where="f: ")
     with pytest.raises(ValueError, match=r"record 1: no feature 'b'"):
-        example_proto.parse_fixed([example_proto.encode({"b": [1]}), record],
-                                  {"b": FixedLen((), "int64")})
+        parse_fixed([example_proto.encode({"b": [1]}), record], {"b": FixedLen((), "int64")})
     with pytest.raises(ValueError, match="record 0: not a tf.train.Example"):
-        example_proto.parse_fixed([b"\x0a\x05ab"], {"a": FixedLen((), "int64")})
+        parse_fixed([b"\x0a\x05ab"], {"a": FixedLen((), "int64")})
+
+
+def test_the_compiled_parser_reads_what_tensorflow_reads_and_refuses_what_it_refuses():
+    """Hand-made records: a repeated name (the last one counts), unknown fields at every level,
+    a float list read as int64 (refused by both), cut-off bytes (refused by both)."""
+    one = example_proto.encode({"a": [7, 8]})
+    repeated = example_proto.length_delimited(example_proto.TAG_1, (
+        example_proto.length_delimited(example_proto.TAG_1, example_proto.length_delimited(
+            example_proto.TAG_1, b"a") + example_proto.length_delimited(
+            example_proto.TAG_2, example_proto.encode_feature("int64", [1, 2, 3])))
+        + example_proto.encode({"a": [4, 5]})[2:]))
+    unknown = b"\x10\x05" + one + b"\x25\x00\x00\x00\x00"  # varint and fixed32 fields around
+    spec = {"a": FixedLen((2,), "int64")}
+    for record, expected in ((one, [7, 8]), (repeated, [4, 5]), (unknown, [7, 8])):
+        theirs = tf.io.parse_example(tf.constant([record]), _tf_spec(spec))["a"].numpy()[0]
+        np.testing.assert_array_equal(theirs, expected)
+        np.testing.assert_array_equal(FixedSpec(spec).parse_records([record])["a"][0], expected)
+    floats = example_proto.encode({"a": [1.0, 2.0]}, float_features=("a",))
+    for bad, words in ((floats, "is not an int64 list"), (one[:-1], "not a tf.train.Example")):
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            tf.io.parse_example(tf.constant([bad]), _tf_spec(spec))
+        with pytest.raises(ValueError, match=words):
+            FixedSpec(spec).parse_records([bad])
 
 
 def test_read_records_without_tensorflow_equals_tf_data(task_records, tmp_path):

@@ -11,106 +11,242 @@ The twin of `dataset.pretraining_dataset` and `dynamic_masking`, rule for rule:
 - `--dynamic_masking`: each batch un-masked and masked afresh by the original's rule
   (`dynamic_masking.mask_batch`'s), from a generator seeded by (seed, batch number), so a resumed
   run sees the same masks.
-The draws are NumPy's, not tf.data's: the same rules, another order (docs/backends.md). Records
-are read with `data_gen.tfrecord_frames` and parsed by `data_gen.example_proto`; a damaged file is
-a `DataError` naming it and the byte where its framing breaks.
+The draws are NumPy's, not tf.data's: the same rules, another order (docs/backends.md).
+
+At tf.data's pace: a file is memory-mapped and its frames found and checked once
+(`tfrecord_frames.frame_bounds`) when the stream reaches it; the order above is worked out on
+record references (file and record numbers, whole rounds of the interleave at once, the shuffle
+buffer compiled), so no bytes are touched to decide it and a resumed run skips the batches it had
+used by references alone; each batch's records are then parsed straight from the mapped files
+into the batch's arrays (`compiled_examples`) and masked (compiled), by the worker threads of
+`numpy_datasets.Batches`, ahead of the step. A damaged file is a `DataError` naming it and the
+byte where its framing breaks.
 """
 from __future__ import annotations
 
 from typing import Iterator
 
+import numba
 import numpy as np
 
-from bert_tf2.data_gen import example_proto, tfrecord_frames
+from bert_tf2.data_gen import tfrecord_frames
+from bert_tf2.data_gen.compiled_examples import FixedSpec
 from bert_tf2.data_gen.errors import DataError
 from bert_tf2.data_gen.numpy_datasets import Batches
 from bert_tf2.data_gen.pretraining import schema
 from bert_tf2.data_gen.pretraining.schema import SHUFFLE_BUFFER_RECORDS
 
-
-def _records(path: str) -> Iterator[bytes]:
-    try:
-        yield from tfrecord_frames.read_frames(path)
-    except ValueError as e:
-        raise DataError(f"{e}; make the file again with create_pretraining_data and rerun "
-                        f"(training resumes from the last checkpoint)") from None
+_BLOCK = 8192  # records whose order is worked out at a time
 
 
-def _interleaved(files: list, cycle: int) -> Iterator[bytes]:
-    """One record from each of `cycle` open files in turn; a finished file gives way to the
-    next of `files`."""
-    pending = iter(files)
-    open_files = [_records(path) for path in [next(pending, None) for _ in range(cycle)]
-                  if path is not None]
-    while open_files:
-        for reader in list(open_files):
-            record = next(reader, None)
-            if record is None:
-                open_files.remove(reader)
-                following = next(pending, None)
-                if following is not None:
-                    open_files.append(_records(following))
+class _Files:
+    """The record files of a stream, mapped and indexed when the stream reaches them and let go
+    when every record of theirs has been taken: a file is known by its number in the stream."""
+
+    def __init__(self):
+        self.opened = {}  # stream number -> [path, data, starts, ends, records not yet taken]
+
+    def open(self, number: int, path: str) -> int:
+        """Maps `path` as file `number`; returns its record count."""
+        try:
+            data = tfrecord_frames.mapped(path)
+            starts, ends = tfrecord_frames.frame_bounds(data, path)
+        except ValueError as e:
+            raise DataError(f"{e}; make the file again with create_pretraining_data and rerun "
+                            f"(training resumes from the last checkpoint)") from None
+        except OSError as e:
+            raise DataError(f"{path}: cannot read it ({e.strerror or e})") from None
+        if len(starts):
+            self.opened[number] = [path, data, starts, ends, len(starts)]
+        return len(starts)
+
+    def take(self, refs: np.ndarray) -> list:
+        """The records `refs` (`file number << 32 | record number`) as `FixedSpec.parse_pieces`
+        pieces, one per file they come from (the pieces hold the files' bytes)."""
+        numbers, records = refs >> 32, refs & 0xFFFFFFFF
+        pieces = []
+        for number in np.unique(numbers).tolist():
+            rows = np.flatnonzero(numbers == number)
+            path, data, starts, ends, _ = self.opened[number]
+            chosen = records[rows]
+            pieces.append((data, starts[chosen], ends[chosen], rows, f"{path}: ", chosen))
+        self.drop(refs)
+        return pieces
+
+    def drop(self, refs: np.ndarray) -> None:
+        """Counts the records `refs` as taken (or passed over)."""
+        numbers, counts = np.unique(refs >> 32, return_counts=True)
+        for number, count in zip(numbers.tolist(), counts.tolist()):
+            entry = self.opened[number]
+            entry[4] -= count
+            if entry[4] <= 0:
+                del self.opened[number]
+
+
+def _interleaved(order: list, cycle: int, files: _Files, first_number: int) -> Iterator[tuple]:
+    """Blocks `(file numbers, record numbers)` of one record from each of `cycle` open files in
+    turn, a finished file giving way to the next of `order`, as tf.data's `interleave` with
+    `block_length=1` (the original's input function) orders them; file numbers count up from
+    `first_number`."""
+    pending = iter(enumerate(order, first_number))
+    slots = []  # [file number, records, next record]
+    for number, path in (next(pending, (None, None)) for _ in range(cycle)):
+        if path is not None:
+            slots.append([number, files.open(number, path), 0])
+    while slots:
+        rounds = min(min(count - at for _, count, at in slots), _BLOCK // len(slots) + 1)
+        if rounds:  # every open file has `rounds` more records: whole rounds at once
+            numbers = np.array([number for number, _, _ in slots], np.int64)
+            firsts = np.array([at for _, _, at in slots], np.int64)
+            yield (np.tile(numbers, rounds),
+                   (firsts[None, :] + np.arange(rounds)[:, None]).reshape(-1))
+            for slot in slots:
+                slot[2] += rounds
+        numbers, records = [], []  # a round in which some file runs out
+        for slot in list(slots):
+            number, count, at = slot
+            if at == count:
+                slots.remove(slot)
+                following, path = next(pending, (None, None))
+                if path is not None:
+                    slots.append([following, files.open(following, path), 0])
             else:
-                yield record
+                numbers.append(number)
+                records.append(at)
+                slot[2] += 1
+        if numbers:
+            yield np.array(numbers, np.int64), np.array(records, np.int64)
 
 
-def _training_records(files: list, seed: int, cycle: int) -> Iterator[bytes]:
-    rng = np.random.default_rng([seed, 2])
-    buffer = []
-    epoch = 0
+@numba.njit(nogil=True, cache=True)
+def _through_buffer(incoming, buffer, filled, slots, out):
+    """The shuffle buffer: each incoming record fills the buffer until it is full, then takes the
+    place of the record at `slots[k]` (drawn beforehand), which goes out. Returns how many went
+    out and how full the buffer is."""
+    k = 0
+    for i in range(len(incoming)):
+        if filled < len(buffer):
+            buffer[filled] = incoming[i]
+            filled += 1
+            continue
+        out[k] = buffer[slots[k]]
+        buffer[slots[k]] = incoming[i]
+        k += 1
+    return k, filled
+
+
+def _training_refs(paths: list, seed: int, cycle: int, files: _Files) -> Iterator[np.ndarray]:
+    """Blocks of records `file number * 2**32 + record number` in training order: every pass over
+    the files in a fresh seeded order, interleaved, through a seeded shuffle buffer of the
+    original's 100 records, endlessly."""
+    draws = np.random.default_rng([seed, 2])
+    buffer, filled = np.zeros(SHUFFLE_BUFFER_RECORDS, np.int64), 0
+    epoch, first = 0, 0
     while True:
-        order = [files[i] for i in np.random.default_rng([seed, 3, epoch]).permutation(len(files))]
-        for record in _interleaved(order, min(cycle, len(files))):
-            if len(buffer) < SHUFFLE_BUFFER_RECORDS:
-                buffer.append(record)
-                continue
-            slot = int(rng.integers(len(buffer)))
-            yield buffer[slot]
-            buffer[slot] = record
+        order = [paths[i] for i in np.random.default_rng([seed, 3, epoch]).permutation(len(paths))]
+        emitted = 0
+        for numbers, records in _interleaved(order, min(cycle, len(paths)), files, first):
+            emitted += len(numbers)
+            incoming = (numbers << 32) | records
+            out = np.empty(len(incoming), np.int64)
+            slots = draws.integers(len(buffer), size=max(0, len(incoming) - (len(buffer)
+                                                                                - filled)))
+            went, filled = _through_buffer(incoming, buffer, filled, slots, out)
+            if went:
+                yield out[:went]
+        if not emitted:
+            raise DataError(f"{', '.join(paths)}: no records")
+        first += len(order)
         epoch += 1
 
 
-def _chunks(records: Iterator[bytes], batch_size: int) -> Iterator[list]:
-    """Full batches of raw records (parsed only when used: a resumed run skips unparsed)."""
-    while True:
-        chunk = [record for _, record in zip(range(batch_size), records)]
-        if len(chunk) < batch_size:
-            return
-        yield chunk
+def _evaluation_refs(paths: list, files: _Files) -> Iterator[np.ndarray]:
+    for number, path in enumerate(paths):
+        count = files.open(number, path)
+        yield (np.int64(number) << 32) | np.arange(count, dtype=np.int64)
+
+
+def _batches_of_refs(blocks: Iterator[np.ndarray], batch_size: int) -> Iterator[np.ndarray]:
+    """Full batches of record references (a last partial batch is dropped)."""
+    pending = np.zeros(0, np.int64)
+    for block in blocks:
+        pending = np.concatenate([pending, block]) if len(pending) else block
+        while len(pending) >= batch_size:
+            batch, pending = pending[:batch_size], pending[batch_size:]
+            yield batch
+
+
+@numba.njit(nogil=True, cache=True)
+def _masked_rows(ids, input_mask, positions, lm_ids, weights, scores, roll, random_ids, mask_id,
+                 cls_id, sep_id, masked_lm_prob, out_positions, out_lm_ids, out_weights):
+    """`mask_batch`'s rule, row by row, in place on `ids` (a copy of the batch's input ids)."""
+    rows, width = ids.shape
+    slots = positions.shape[1]
+    top = np.empty(slots, np.int64)
+    for r in range(rows):
+        for p in range(slots):  # un-mask: the original ids back at the masked positions
+            if weights[r, p] > 0:
+                ids[r, positions[r, p]] = lm_ids[r, p]
+        length, available = 0, 0
+        for t in range(width):
+            if input_mask[r, t] > 0:
+                length += 1
+                if ids[r, t] != cls_id and ids[r, t] != sep_id:
+                    available += 1
+        wanted = np.float32(length) * masked_lm_prob
+        to_predict = min(slots, max(1, int(np.round(wanted))), available)
+        # The candidates with the largest scores (ties: the earlier position), kept sorted.
+        chosen = 0
+        for t in range(width):
+            if input_mask[r, t] <= 0 or ids[r, t] == cls_id or ids[r, t] == sep_id:
+                continue
+            k = chosen
+            while k > 0 and scores[r, top[k - 1]] < scores[r, t]:
+                k -= 1
+            if k >= to_predict:
+                continue
+            for m in range(min(chosen, to_predict - 1), k, -1):
+                top[m] = top[m - 1]
+            top[k] = t
+            chosen = min(chosen + 1, to_predict)
+        used = np.sort(top[:chosen])
+        for p in range(slots):
+            if p < chosen:
+                position = used[p]
+                original = ids[r, position]
+                out_positions[r, p] = position
+                out_lm_ids[r, p] = original
+                out_weights[r, p] = 1.0
+            else:
+                out_positions[r, p] = 0
+                out_lm_ids[r, p] = 0
+                out_weights[r, p] = 0.0
+        for p in range(chosen):
+            position = out_positions[r, p]
+            if roll[r, p] < 0.8:
+                ids[r, position] = mask_id
+            elif roll[r, p] >= 0.9:
+                ids[r, position] = random_ids[r, p]
 
 
 def mask_batch(batch: dict, rng: np.random.Generator, vocab_size: int, mask_id: int,
                cls_id: int, sep_id: int, masked_lm_prob: float = 0.15) -> dict:
-    """`dynamic_masking.mask_batch` in NumPy (see its module docstring for the rule)."""
+    """`dynamic_masking.mask_batch`'s rule (see its module docstring), compiled: the scores that
+    choose the positions, the rolls and the random ids are drawn from `rng` for the whole batch
+    first (in that order), so the masks depend only on `rng`'s seed."""
     ids = batch["input_ids"].copy()
     positions = batch["masked_lm_positions"]
-    real = batch["masked_lm_weights"] > 0
-    rows = np.broadcast_to(np.arange(len(ids))[:, None], positions.shape)
-    ids[rows[real], positions[real]] = batch["masked_lm_ids"][real]  # the original ids
-    max_predictions = positions.shape[1]
-    candidates = (batch["input_mask"] > 0) & (ids != cls_id) & (ids != sep_id)
-    scores = np.where(candidates, rng.random(ids.shape), -1.0)
-    length = (batch["input_mask"] > 0).sum(axis=1).astype(np.float32)
-    to_predict = np.minimum(max_predictions, np.maximum(
-        1, np.round(length * np.float32(masked_lm_prob)).astype(np.int32)))
-    to_predict = np.minimum(to_predict, candidates.sum(axis=1))
-    top = np.argsort(-scores, axis=1, kind="stable")[:, :max_predictions]
-    used = np.arange(max_predictions)[None, :] < to_predict[:, None]
-    big = np.iinfo(np.int32).max
-    chosen = np.sort(np.where(used, top, big), axis=1)
-    used = chosen < big
-    chosen = np.where(used, chosen, 0).astype(np.int32)
-    original = np.take_along_axis(ids, chosen, axis=1)
-    roll = rng.random(chosen.shape)
-    random_ids = rng.integers(0, vocab_size, chosen.shape)
-    replacement = np.where(roll < 0.8, mask_id, np.where(roll < 0.9, original, random_ids))
-    masked = ids.copy()
-    rows = np.broadcast_to(np.arange(len(ids))[:, None], chosen.shape)
-    masked[rows[used], chosen[used]] = replacement[used]
-    return {**batch, "input_ids": masked.astype(batch["input_ids"].dtype),
-            "masked_lm_positions": chosen.astype(positions.dtype),
-            "masked_lm_ids": np.where(used, original, 0).astype(batch["masked_lm_ids"].dtype),
-            "masked_lm_weights": used.astype(batch["masked_lm_weights"].dtype)}
+    scores = rng.random(ids.shape)
+    roll = rng.random(positions.shape)
+    random_ids = rng.integers(0, vocab_size, positions.shape)
+    out_positions = np.empty_like(positions)
+    out_lm_ids = np.empty_like(batch["masked_lm_ids"])
+    out_weights = np.empty_like(batch["masked_lm_weights"])
+    _masked_rows(ids, batch["input_mask"], positions, batch["masked_lm_ids"],
+                 batch["masked_lm_weights"], scores, roll, random_ids, mask_id, cls_id, sep_id,
+                 np.float32(masked_lm_prob), out_positions, out_lm_ids, out_weights)
+    return {**batch, "input_ids": ids, "masked_lm_positions": out_positions,
+            "masked_lm_ids": out_lm_ids, "masked_lm_weights": out_weights}
 
 
 def pretraining_batches(input_files, batch_size: int, max_seq_length: int,
@@ -118,29 +254,41 @@ def pretraining_batches(input_files, batch_size: int, max_seq_length: int,
                         num_cpu_threads: int = 4, seed: int = 0, input_context=None,
                         masking: dict | None = None) -> Batches:
     """Batches of the seven features from `input_files` (see the module docstring)."""
-    files = list(input_files)
-    if not files:
+    paths = list(input_files)
+    if not paths:
         raise ValueError("pretraining_batches: no input files")
     pipelines = input_context.num_input_pipelines if input_context else 1
     pipeline = input_context.input_pipeline_id if input_context else 0
-    shard_records = 1 < pipelines and len(files) < pipelines
+    shard_records = 1 < pipelines and len(paths) < pipelines
     if 1 < pipelines and not shard_records:
-        files = files[pipeline::pipelines]
-    spec = schema.fixed_spec(max_seq_length, max_predictions_per_seq)
+        paths = paths[pipeline::pipelines]
+    spec = FixedSpec(schema.fixed_spec(max_seq_length, max_predictions_per_seq))
 
     def stream():
-        records = (_training_records(files, seed, num_cpu_threads) if is_training
-                   else (record for path in files for record in _records(path)))
+        files = _Files()
+        blocks = (_training_refs(paths, seed, num_cpu_threads, files) if is_training
+                  else _evaluation_refs(paths, files))
         if shard_records:
-            records = (r for i, r in enumerate(records) if i % pipelines == pipeline)
-        return enumerate(_chunks(records, batch_size))
+            blocks = _dealt(blocks, pipelines, pipeline, files)
+        for number, refs in enumerate(_batches_of_refs(blocks, batch_size)):
+            yield number, files.take(refs)
 
     def make(item):
-        number, chunk = item
-        batch = {name: value.astype(np.int32) if value.dtype == np.int64 else value
-                 for name, value in example_proto.parse_fixed(chunk, spec).items()}
+        number, pieces = item
+        batch = spec.parse_pieces(pieces, batch_size, int_dtype=np.int32)
         if masking:
             batch = mask_batch(batch, np.random.default_rng([seed, 4, number]), **masking)
         return batch
 
     return Batches(stream, make)
+
+
+def _dealt(blocks: Iterator[np.ndarray], pipelines: int, pipeline: int,
+           files: _Files) -> Iterator[np.ndarray]:
+    """Every `pipelines`-th record of the stream, from the `pipeline`-th on."""
+    seen = 0
+    for block in blocks:
+        keep = (seen + np.arange(len(block))) % pipelines == pipeline
+        seen += len(block)
+        files.drop(block[~keep])
+        yield block[keep]
