@@ -135,10 +135,13 @@ class KerasStrategy:
     def put(self, batch: dict) -> dict:
         """A host batch (NumPy arrays) on the devices: split along its rows over them (the rows
         must divide evenly; several processes each give their own share)."""
-        if self.distribution is None:
-            return batch
         import jax
         import numpy as np
+
+        if self.distribution is None:
+            if self.devices == ["default"]:  # not on JAX
+                return batch
+            return jax.device_put(batch, self.devices[0])
 
         rows = len(next(iter(batch.values())))
         local = self.num_replicas_in_sync // self.num_processes

@@ -30,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 
+from bert_tf2.engine.input_feed import DeviceFeed
 from bert_tf2.engine.trainer_config import (
     CHECKPOINT_NAME,
     EmptyInputError,
@@ -323,11 +324,12 @@ class KerasTrainer:
 
         interrupts.on_signal(stop)
         try:
-            return self._train_to_end(iterator, step, on_loop_end)
+            with DeviceFeed(iterator, self.strategy.put) as feed:
+                return self._train_to_end(feed, step, on_loop_end)
         finally:
             interrupts.forget(stop)
 
-    def _train_to_end(self, iterator, step: int, on_loop_end: Callable | None) -> dict:
+    def _train_to_end(self, feed: DeviceFeed, step: int, on_loop_end: Callable | None) -> dict:
         cfg = self.config
         metrics = {}
         train_step = self._jitted("train", self._train_step, donate_argnums=0)
@@ -337,16 +339,17 @@ class KerasTrainer:
             n = min(cfg.steps_per_loop, cfg.num_train_steps - step,
                     cfg.save_checkpoints_steps - step % cfg.save_checkpoints_steps,
                     next_boundary(step, cfg.callback_every_steps) - step)
-            start = time.time()
+            start, waited = time.time(), feed.waited
             state, totals = self._state(), None
             for i in range(n):
                 if i and self._stop:
                     break
-                state, sums = train_step(state, self.strategy.put(next(iterator)))
+                state, sums = train_step(state, next(feed))
                 totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
             metrics = ratios({k: np.asarray(v) for k, v in totals.items()})
             self._assign(state)
             elapsed = time.time() - start
+            input_wait = (feed.waited - waited) / max(elapsed, 1e-9)
             step = self.global_step
             if not math.isfinite(metrics["loss"]):
                 raise NonFiniteLossError(
@@ -357,12 +360,13 @@ class KerasTrainer:
             lr = self.current_learning_rate()
             speed = cfg.examples_per_step * n / elapsed if cfg.examples_per_step else 0.0
             self._summary("train", {**metrics, "learning_rate": lr,
-                                    "examples_per_second": speed}, step)
+                                    "examples_per_second": speed,
+                                    "input_wait_share": input_wait}, step)
             eta = (cfg.num_train_steps - step) * elapsed / n
-            logger.info("step %d/%d | %s | lr %.3g | %.1f examples/s | eta %s", step,
-                        cfg.num_train_steps,
+            logger.info("step %d/%d | %s | lr %.3g | %.1f examples/s | input wait %.1f%% | "
+                        "eta %s", step, cfg.num_train_steps,
                         " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), lr, speed,
-                        format_duration(eta))
+                        100 * input_wait, format_duration(eta))
             fault_points.reached("train_loop")
             if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
                     or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
