@@ -222,6 +222,13 @@ class SelfAttention(keras.layers.Layer):
         queries = x if queries is None else queries
         num_queries = ops.shape(queries)[1]
         rows = flat_rows(x)
+        if self._fused(training):
+            shape = (batch, -1, self.num_heads, self.head_size)  # [B, L, A, d]: no transposes
+            q = ops.reshape(self.query(rows if queries is x else flat_rows(queries)), shape)
+            k, v = ops.reshape(self.key(rows), shape), ops.reshape(self.value(rows), shape)
+            context = ops.dot_product_attention(q, k, v, bias=bias,
+                                                scale=1.0 / math.sqrt(float(self.head_size)))
+            return ops.reshape(context, (batch, num_queries, self.num_heads * self.head_size))
         q = self._split_heads(self.query(rows if queries is x else flat_rows(queries)), batch,
                               num_queries)
         k = self._split_heads(self.key(rows), batch, length)
@@ -233,6 +240,16 @@ class SelfAttention(keras.layers.Layer):
         probs = self.dropout(probs, training=training)
         context = ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))  # [B, Q, A, d]
         return ops.reshape(context, (batch, num_queries, self.num_heads * self.head_size))
+
+    def _fused(self, training) -> bool:
+        """Whether the scores, softmax and weighted sum run as one `dot_product_attention`
+        (cuDNN's flash attention on JAX GPUs): on JAX and PyTorch, wherever no dropout falls on
+        the attention probabilities (evaluation, prediction, serving, or a dropout rate of 0),
+        which that op cannot apply. The original's additive -10000 mask goes in as the op's bias,
+        so that the sums are the original's, rows without a real token included. TensorFlow keeps
+        the written-out graph that its exports and the LiteRT path are built from."""
+        return (keras.backend.backend() != "tensorflow"
+                and not (training and self.dropout_rate > 0))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.num_heads * self.head_size,)

@@ -246,3 +246,38 @@ def test_a_damaged_tf1_checkpoint_is_named_without_tensorflow(tf1_tiny_dir, tmp_
     with pytest.raises(TensorBundleError, match=r"bert_model.ckpt.index: not a readable TF1 "
                                               r"checkpoint index"):
         TensorBundle(str(tmp_path / "bert_model.ckpt"))
+
+
+_FUSED_ATTENTION = """
+import sys
+from unittest import mock
+import keras, numpy as np
+from bert_tf2.modeling import layers
+rng = np.random.default_rng(0)
+attention = layers.SelfAttention(4, 16, 0.1, 0.02)
+x = rng.normal(size=(3, 24, 64)).astype("float32")
+mask = np.ones((3, 24), "int32"); mask[0, 10:] = 0; mask[2, 1:] = 0
+packed = np.array([[1] * 9 + [2] * 10 + [0] * 5] * 3)
+attention.build(x.shape)
+assert attention._fused(False) and attention._fused(None) and not attention._fused(True)
+worst = 0.0
+for bias, queries in ((layers.attention_bias(mask), None), (layers.attention_bias(mask), x[:, :1]),
+                      (layers.packed_attention_bias(packed), None)):
+    fused = keras.ops.convert_to_numpy(attention(x, bias, training=False, queries=queries))
+    with mock.patch.object(layers.SelfAttention, "_fused", lambda self, training: False):
+        plain = keras.ops.convert_to_numpy(attention(x, bias, training=False, queries=queries))
+    worst = max(worst, float(np.abs(fused - plain).max()))
+print(worst)
+"""
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_fused_attention_gives_the_written_out_sums(backend):
+    """`keras.ops.dot_product_attention` (flash attention on GPUs) where no dropout falls on the
+    probabilities: the same outputs as the scores, softmax and sum written out, on padded rows,
+    on packed rows (a padding row sees no key) and for the first token only."""
+    need(backend)
+    result = subprocess.run([sys.executable, "-c", _FUSED_ATTENTION], capture_output=True,
+                            text=True, cwd=REPO, env={**os.environ, "KERAS_BACKEND": backend})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert float(result.stdout.strip().splitlines()[-1]) < 1e-6
