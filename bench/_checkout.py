@@ -14,6 +14,12 @@ def importable() -> None:
         return
     except ImportError:
         pass
+    sys.path.insert(0, path_entry())
+
+
+def path_entry() -> str:
+    """A folder holding a `bert_tf2` link to this checkout, for `sys.path` or a child process's
+    PYTHONPATH (a runner started as `python run_pretraining.py` imports `bert_tf2`)."""
     folder = pathlib.Path(tempfile.mkdtemp(prefix="bert_tf2_checkout_"))
     (folder / "bert_tf2").symlink_to(REPO, target_is_directory=True)
-    sys.path.insert(0, str(folder))
+    return str(folder)

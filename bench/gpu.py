@@ -8,18 +8,28 @@ What it measures (bfloat16 compute, float32 master weights, sequence 128, the sa
 - pretraining (masked LM on 20 positions + next sentence, the original's losses) for BERT-Base,
   batch 256 (ours only: transformers' BertForPreTraining scores every position, another job).
 Random weights and inputs (speed does not depend on them). Each measurement compiles and warms up,
-then times `--steps` updates with the inputs already on the device, so the input pipeline is not
-in the figure. Sequences/s, and MFU: the model's training FLOPs (3 x the forward's matrix products:
+then times `--steps` updates with the inputs already on the device: the kernels alone.
+- end to end (`e2e-*`): the real runners on JAX, reading from disk what a user's run reads:
+  `run_pretraining.py` on pretraining TFRecords (random ids in the original's layout, 4 files,
+  written by the project's writer), and `run_classifier.py --task_name=generic` on a TSV of
+  full-length sentences (tokenised, cached as records, read back), BERT-Base, `--dtype
+  mixed_bfloat16`; the examples/s and the input-wait share that every loop logs, medians over the
+  loops after the first (which compiles); "compile or start" is then the run's time outside the
+  timed loops (start-up, reading the data, compiling).
+Sequences/s, and MFU: the model's training FLOPs (3 x the forward's matrix products:
 L x T x (8 H^2 + 4 H I + 4 T H) per sequence, plus the heads) per second over the chip's dense
 bfloat16 peak (H100 SXM and H200: 989 TFLOP/s; H100 PCIe: 756).
 
 On the GPU machine (its image has JAX 0.11, PyTorch, transformers, absl-py, h5py, ml-dtypes and
-rich, not Keras), Keras travels as wheels (keras, and the namex and optree it needs). Here, once:
+rich, not Keras), Keras and what the runners need beyond that image travel as wheels (keras with
+namex and optree; numba and llvmlite for the compiled input; safetensors for checkpoints;
+tensorboard and protobuf for the summaries). Here, once:
 
     echo /.whl/ >> .git/info/exclude
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux2014_x86_64 -d .whl keras==3.15.1 namex optree
+        --platform manylinux2014_x86_64 -d .whl keras==3.15.1 namex optree numba llvmlite \
+        safetensors tensorboard protobuf
 
 then one call there, carrying `.whl`:
 
@@ -28,9 +38,10 @@ then one call there, carrying `.whl`:
     KERAS_BACKEND=jax python3 bench/gpu.py --out $OUT/gpu.json
 
 Every measurement runs as its own process (JAX and PyTorch never share the GPU's memory); the
-whole run takes 3-5 minutes. On a machine without a GPU, `--smoke` runs the same code on tiny
-shapes (2 layers, hidden 128, batch 8, sequence 32) to check it end to end; its figures are not
-accelerator figures. Prints a Markdown table; `--out` writes the JSON.
+whole run takes 4-7 minutes. On a machine without a GPU, `--smoke` runs the same code on tiny
+shapes (2 layers, hidden 128, batch 8, sequence 32) to check it end to end, transformers from
+`bench/.venv-pytorch` where this Python lacks it; its figures are not accelerator figures.
+Prints a Markdown table; `--out` writes the JSON; exits 1 if any measurement failed.
 """
 from __future__ import annotations
 
@@ -221,20 +232,133 @@ def theirs(shape_name: str, batch: int, length: int, steps: int, compile_model: 
             "torch": torch.__version__, "transformers": transformers.__version__}
 
 
+# ------------------------------------------------------------------------------------ end to end
+def _config(shape_name: str) -> dict:
+    layers, hidden, heads, intermediate = SHAPES[shape_name]
+    return {"vocab_size": VOCAB, "hidden_size": hidden, "num_hidden_layers": layers,
+            "num_attention_heads": heads, "intermediate_size": intermediate,
+            "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu",
+            "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+            "initializer_range": 0.02}
+
+
+def _pretraining_records(folder: pathlib.Path, count: int, length: int) -> list:
+    """`count` pretraining records of full length (random ids, the original's masking layout)
+    in 4 TFRecord files, written by the project's own writer."""
+    import numpy as np
+
+    from bert_tf2.data_gen import records
+    from bert_tf2.data_gen.pretraining import schema
+
+    rng = np.random.default_rng(0)
+    paths = [str(folder / f"records-{i}.tfrecord") for i in range(4)]
+    with records.ShardedRecordWriter(paths) as writer:
+        for i in range(count):
+            ids = [101] + rng.integers(1000, VOCAB, length - 2).tolist() + [102]
+            positions = sorted(rng.choice(np.arange(1, length - 1), PREDICTIONS,
+                                          replace=False).tolist())
+            segments = [0] * (length // 2) + [1] * (length - length // 2)
+            features = schema.padded_features(ids, segments, positions,
+                                              [ids[p] for p in positions], i % 2, length,
+                                              PREDICTIONS)
+            writer.write(records.serialize(features, float_features=("masked_lm_weights",)))
+    return paths
+
+
+def _classification_data(folder: pathlib.Path, rows: int, words: int) -> tuple:
+    """A two-label TSV of `rows` sentences of `words` random words each, and a vocabulary that
+    holds every word whole (so each is one token)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    vocabulary = [f"w{i}" for i in range(2000)]
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    (folder / "vocab.txt").write_text("\n".join(special + vocabulary) + "\n")
+    lines = ["label\tsentence"]
+    for i in range(rows):
+        chosen = rng.integers(0, len(vocabulary), words)
+        lines.append(f"{'ab'[i % 2]}\t{' '.join(vocabulary[c] for c in chosen)}")
+    (folder / "train.tsv").write_text("\n".join(lines) + "\n")
+    (folder / "dev.tsv").write_text("\n".join(lines[:9]) + "\n")
+    return str(folder), str(folder / "vocab.txt")
+
+
+def end_to_end(job: str, shape_name: str, batch: int, length: int, steps: int) -> dict:
+    """The real runner on JAX, reading its input from disk: run_pretraining.py on records, or
+    run_classifier.py on a TSV (tokenised, cached as records, read back); the examples/s and
+    input-wait share every loop logs, medians over the loops after the first (which compiles)."""
+    import re
+    import statistics
+    import tempfile
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import _checkout
+
+    _checkout.importable()
+    config = _config(shape_name)
+    loops = 5
+    per_loop = max(1, steps // loops)
+    with tempfile.TemporaryDirectory(prefix=f"gpu-{job}-") as name:
+        folder = pathlib.Path(name)
+        (folder / "bert_config.json").write_text(json.dumps(config))
+        common = [f"--output_dir={folder / 'run'}", f"--bert_config_file={folder}/bert_config.json",
+                  f"--max_seq_length={length}", f"--train_batch_size={batch}",
+                  "--learning_rate=1e-4", f"--num_train_steps={per_loop * loops}",
+                  f"--steps_per_loop={per_loop}", f"--save_checkpoints_steps={per_loop * loops}",
+                  "--dtype=mixed_bfloat16", "--do_train"]
+        start = time.perf_counter()
+        if job == "e2e-pretrain":
+            files = _pretraining_records(folder, batch * per_loop * 2, length)
+            records_s = time.perf_counter() - start
+            command = [str(REPO / "run_pretraining.py"), f"--input_file={','.join(files)}",
+                       f"--max_predictions_per_seq={PREDICTIONS}", "--num_warmup_steps=2",
+                       *common]
+        else:
+            data_dir, vocab = _classification_data(folder, batch * per_loop, length - 8)
+            records_s = time.perf_counter() - start
+            command = [str(REPO / "run_classifier.py"), "--task_name=generic",
+                       f"--data_dir={data_dir}", "--text_a_column=sentence",
+                       "--label_column=label", f"--vocab_file={vocab}", *common]
+        env = {**os.environ, "KERAS_BACKEND": "jax",
+               "PYTHONPATH": os.pathsep.join(filter(None, [_checkout.path_entry(),
+                                                           os.environ.get("PYTHONPATH")]))}
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, *command], capture_output=True, text=True,
+                              env=env, cwd=folder, timeout=480)
+        run_s = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "?")
+    speeds = [float(x) for x in re.findall(r"([0-9.]+) examples/s", done.stderr)]
+    waits = [float(x) for x in re.findall(r"input wait ([0-9.]+)%", done.stderr)]
+    if len(speeds) < 2 or len(waits) < 2:
+        raise RuntimeError(f"no loop lines in the runner's log: {done.stderr[-500:]}")
+    import jax
+
+    return {"side": f"ours: {command[0].rsplit('/', 1)[-1]} on JAX, from disk",
+            "sequences_per_s": statistics.median(speeds[1:]),
+            "input_wait_share": statistics.median(waits[1:]) / 100,
+            "compile_s": run_s - sum(batch * per_loop / s for s in speeds[1:]),
+            "data_s": records_s, "device": jax.devices()[0].device_kind}
+
+
 # ------------------------------------------------------------------------------------ driver
 def plan(smoke: bool) -> list:
     if smoke:
         return [("finetune", "smoke", 8, 32, "ours"), ("finetune", "smoke", 8, 32, "theirs"),
-                ("pretrain", "smoke", 8, 32, "ours")]
+                ("pretrain", "smoke", 8, 32, "ours"), ("e2e-finetune", "smoke", 8, 32, "ours"),
+                ("e2e-pretrain", "smoke", 8, 32, "ours")]
     return [("finetune", "minilm", 32, 128, "ours"), ("finetune", "minilm", 32, 128, "theirs"),
             ("finetune", "base", 32, 128, "ours"), ("finetune", "base", 32, 128, "theirs"),
-            ("pretrain", "base", 256, 128, "ours")]
+            ("pretrain", "base", 256, 128, "ours"), ("e2e-finetune", "base", 32, 128, "ours"),
+            ("e2e-pretrain", "base", 256, 128, "ours")]
 
 
 def worker(args) -> None:
     job, shape, batch, length, side = args.worker.split(":")
     batch, length = int(batch), int(length)
-    if side == "ours":
+    if job.startswith("e2e"):
+        result = end_to_end(job, shape, batch, length, args.steps * 2)
+    elif side == "ours":
         result = ours(shape, batch, length, args.steps, job == "pretrain")
     else:
         result = theirs(shape, batch, length, args.steps, not args.no_compile)
@@ -256,13 +380,24 @@ def main():
         worker(args)
         return
     results = []
+    torch_python = args.torch_python
+    if args.smoke and subprocess.run([torch_python, "-c", "import transformers"],
+                                     capture_output=True).returncode:
+        sys.path.insert(0, str(REPO / "bench"))
+        from finetune_vs_pytorch import peer_python  # torch and transformers, made on first use
+
+        torch_python = peer_python()
     for job, shape, batch, length, side in plan(args.smoke):
-        python = sys.executable if side == "ours" else args.torch_python
+        python = sys.executable if side == "ours" else torch_python
         command = [python, __file__, f"--worker={job}:{shape}:{batch}:{length}:{side}",
                    f"--steps={args.steps}"] + (["--no_compile"] if args.no_compile else [])
         env = {**os.environ, "KERAS_BACKEND": "jax"}
         start = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=540)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, env=env,
+                                  timeout=540)
+        except subprocess.TimeoutExpired:
+            done = subprocess.CompletedProcess(command, 1, "", "timed out after 540 s")
         line = next((out for out in done.stdout.splitlines() if out.startswith("RESULT ")), None)
         entry = {"job": job, "shape": shape, "batch": batch, "length": length,
                  "wall_s": time.perf_counter() - start}
@@ -270,7 +405,7 @@ def main():
             entry.update(side=side, error=(done.stderr.strip().splitlines() or ["?"])[-1][:300])
         else:
             entry.update(json.loads(line[7:]))
-            flops = training_flops(SHAPES[shape], length, job == "pretrain")
+            flops = training_flops(SHAPES[shape], length, job.endswith("pretrain"))
             entry["tflops_per_s"] = flops * entry["sequences_per_s"] / 1e12
             peak = peak_flops(entry.get("device", ""))
             entry["mfu"] = flops * entry["sequences_per_s"] / peak if peak else None
@@ -278,19 +413,24 @@ def main():
         print(json.dumps(entry), flush=True)
     if args.out:
         pathlib.Path(args.out).write_text(json.dumps(results, indent=1))
-    print("\n| job | shape | batch x length | side | sequences/s | TFLOP/s | MFU | compile (s) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| job | shape | batch x length | side | sequences/s | TFLOP/s | MFU | compile or start (s) "
+          "| input wait |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         if "error" in r:
             print(f"| {r['job']} | {r['shape']} | {r['batch']}x{r['length']} | {r['side']} | "
-                  f"failed: {r['error']} | | | |")
+                  f"failed: {r['error']} | | | | |")
             continue
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
+        wait = (f"{100 * r['input_wait_share']:.1f}%" if "input_wait_share" in r
+                else "inputs on the device")
         print(f"| {r['job']} | {r['shape']} | {r['batch']}x{r['length']} | {r['side']} | "
               f"{r['sequences_per_s']:.1f} | {r['tflops_per_s']:.2f} | {mfu} | "
-              f"{r['compile_s']:.1f} |")
+              f"{r['compile_s']:.1f} | {wait} |")
     devices = sorted({r.get("device") for r in results if r.get("device")})
     print(f"\ndevice: {', '.join(devices)}")
+    if any("error" in r for r in results):
+        sys.exit(1)
 
 
 if __name__ == "__main__":
