@@ -184,6 +184,17 @@ def packed_positions(input_mask):
     return index - ops.sum(ops.cast(earlier, "int32"), axis=-1)
 
 
+def _on_cpu(backend: str) -> bool:
+    """Whether Keras's `backend` computes on the CPU here."""
+    if backend == "jax":
+        import jax
+
+        return jax.default_backend() == "cpu"
+    import torch
+
+    return not torch.cuda.is_available()
+
+
 @keras.saving.register_keras_serializable(package="bert")
 class SelfAttention(keras.layers.Layer):
     """Multi-head self-attention: Q, K, V projections, scaled dot product, masked softmax, dropout.
@@ -246,10 +257,15 @@ class SelfAttention(keras.layers.Layer):
         (cuDNN's flash attention on JAX GPUs): on JAX and PyTorch, wherever no dropout falls on
         the attention probabilities (evaluation, prediction, serving, or a dropout rate of 0),
         which that op cannot apply. The original's additive -10000 mask goes in as the op's bias,
-        so that the sums are the original's, rows without a real token included. TensorFlow keeps
-        the written-out graph that its exports and the LiteRT path are built from."""
-        return (keras.backend.backend() != "tensorflow"
-                and not (training and self.dropout_rate > 0))
+        so that the sums are the original's, rows without a real token included. On a CPU only in
+        float32: XLA:CPU has no float16 products with float32 sums, and under bfloat16 the fused
+        op's float32 scores move the loss away from TensorFlow's by more than the 1e-2 the
+        backends agree to. TensorFlow keeps the written-out graph that its exports and the LiteRT
+        path are built from."""
+        backend = keras.backend.backend()
+        if backend == "tensorflow" or (training and self.dropout_rate > 0):
+            return False
+        return self.compute_dtype == "float32" or not _on_cpu(backend)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.num_heads * self.head_size,)
