@@ -98,13 +98,13 @@ class Batches:
 
 
 def default_workers() -> int:
-    """Input threads: one per core the process may use beyond the training step's own, at
-    least one and at most 8."""
+    """Input threads: one per core the process may use, at most 8 (they sleep while the batches
+    ahead are made, so an accelerator's step loses nothing to them)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count() or 1
-    return max(1, min(8, cores - 1))
+    return max(1, min(8, cores))
 
 
 def _epoch_order(count: int, seed: int) -> Iterator[int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Callable
 
 from bert_tf2.engine.results import (
     RESULTS_FILE,
@@ -19,25 +20,12 @@ from bert_tf2.engine.results import (
     read_eval_results,
     write_eval_results,
 )
-from bert_tf2.process import environment
 from bert_tf2.process.atomic_files import recover_directory, staged_directory
 
 logger = logging.getLogger(__name__)
 
 BEST_DIR = "best"
-KERAS_WEIGHTS = "weights.safetensors"  # off TensorFlow
-
-
-def _write_weights(model, folder: str) -> None:
-    if environment.uses_tensorflow():
-        import tensorflow as tf
-
-        tf.train.Checkpoint(model=model).write(os.path.join(folder, "model"))
-    else:
-        from bert_tf2.modeling import variable_files
-
-        os.makedirs(folder, exist_ok=True)
-        variable_files.save(os.path.join(folder, KERAS_WEIGHTS), {"model": model.weights}, 0)
+KERAS_WEIGHTS = "weights.safetensors"  # what the JAX trainer's `write_weights` writes
 
 
 def _weights_file(folder: str) -> str | None:
@@ -63,8 +51,9 @@ class BestCheckpoint:
     def score(self) -> float | None:
         return self.results.get(self.metric) if self.results else None
 
-    def offer(self, model, results: dict) -> bool:
-        """Keep `model`'s weights if `results[metric]` beats the best so far."""
+    def offer(self, write_weights: Callable[[str], None], results: dict) -> bool:
+        """Keep the weights (`write_weights(folder)`: the trainer's) if `results[metric]` beats
+        the best so far."""
         if self.metric not in results:
             raise KeyError(f"the best-checkpoint metric {self.metric!r} is not among the "
                            f"evaluation results: {', '.join(sorted(results))}")
@@ -73,7 +62,7 @@ class BestCheckpoint:
                                            else score > self.score):
             return False
         with staged_directory(self.directory, fault_point="best_swap") as staging:
-            _write_weights(model, staging)
+            write_weights(staging)
             write_eval_results(os.path.join(staging, RESULTS_FILE), results)
         logger.info("new best %s = %.4f at step %d (was %s): saved in %s", self.metric, score,
                     int(results.get("global_step", -1)),

@@ -453,16 +453,16 @@ def recorded_step(output_dir: str) -> int | None:
 def evaluate_and_record(trainer, evaluate: Callable[[], dict], output_dir: str,
                         step: int | None = None, offer: Callable | None = None) -> dict:
     """Run `evaluate()`, add `global_step` (the trainer's, unless `step` says which weights
-    these are), offer the results to `best/` (`offer(model, results)`), then write
+    these are), offer the results to `best/` (`offer(write_weights, results)`), then write
     eval_results.txt and TensorBoard's eval/; eval_results.txt is written last, so that its
     step says the whole evaluation was recorded."""
     step = trainer.global_step if step is None else step
     results = dict(evaluate())
     fault_points.reached("evaluation")
-    trainer._summary("eval", results, step)
+    trainer.write_summary("eval", results, step)
     results["global_step"] = step
     if offer is not None:
-        offer(trainer.model, results)
+        offer(trainer.write_weights, results)
     fault_points.reached("eval_results")
     if trainer.is_chief:
         write_eval_results(os.path.join(output_dir, RESULTS_FILE), results)
@@ -510,20 +510,9 @@ def check_trained_weights(trainer, use_best: bool) -> None:
         return
     if use_best and BestCheckpoint(trainer.work_dir, "").exists():
         return
-    if os.path.isdir(trainer.work_dir) and _latest_checkpoint(trainer.work_dir):
+    if trainer.latest_checkpoint():
         return
     raise no_trained_weights(trainer)
-
-
-def _latest_checkpoint(directory: str) -> str | None:
-    """The newest training checkpoint in `directory` (TensorFlow's, or the JAX trainer's)."""
-    if environment.uses_tensorflow():
-        import tensorflow as tf
-
-        return tf.train.latest_checkpoint(directory)
-    from bert_tf2.engine.keras_training import latest_checkpoint
-
-    return latest_checkpoint(directory)
 
 
 def no_trained_weights(trainer) -> NoTrainedWeightsError:

@@ -1,17 +1,19 @@
-"""The training and evaluation loop on JAX: `engine.training.Trainer`'s contract without TensorFlow.
+"""The JAX backend of the training loop (`engine.training_loop.TrainingLoop`): no TensorFlow.
 
-The fine-tuning and pretraining drivers call it exactly as they call the TensorFlow trainer
-(`build_trainer` picks by Keras's backend): `train(dataset_fn, on_loop_end, on_resume)`,
-`evaluate`, `predict`, `restore_latest`, `global_step`. What differs is underneath:
-- batches are NumPy (`data_gen.numpy_datasets`), one update's worth at a time, laid out on the
-  devices by the strategy (`engine.distribution.KerasStrategy`: one device, or data parallel over
-  `keras.distribution`, where XLA adds the cross-device sums);
+The loop itself (resume, loop boundaries, the NaN stop, logging, summaries, checkpoint cadence,
+exact evaluation sums) is `TrainingLoop`'s, shared with the TensorFlow trainer; the drivers call
+both alike (`build_trainer` picks by Keras's backend). What this backend supplies:
+- batches are NumPy (`data_gen.numpy_datasets`, made by worker threads), laid out on the devices
+  ahead of the step by `engine.input_feed.DeviceFeed` through the strategy
+  (`engine.distribution.KerasStrategy`: one device, or data parallel over `keras.distribution`,
+  where XLA adds the cross-device sums), which also counts the step's wait for input;
 - one update is one `jax.jit` function of the variables' values: the task's
   `loss_and_metrics` under `keras.StatelessScope` (dropout's generators advance in it), gradients
   by `jax.value_and_grad`, micro-batches averaged (`num_accumulation_steps`), the original's clip
   to global norm 1 (counting an embedding lookup's gradient per looked-up row, as TensorFlow's
   IndexedSlices do: `modeling.layers.lookup_gradient_tap`), then the optimiser's
-  `stateless_apply` (AdamWeightDecay or LAMB, and under mixed_float16 Keras's loss scaling);
+  `stateless_apply` (AdamWeightDecay or LAMB, and under mixed_float16 Keras's loss scaling); the
+  metric sums stay on the device until the loop's end (one wait per `steps_per_loop`);
 - checkpoints are `model.ckpt-N.safetensors` (`modeling.variable_files`: the model, the
   optimiser with its step, and dropout's generators), written through a `model.ckpt-N_temp/`
   folder and renamed, the newest `keep_checkpoint_max` kept. A run resumes from the newest one and
@@ -22,7 +24,6 @@ TensorBoard's `train/` and `eval/` events are written by TensorBoard's own write
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import time
@@ -30,23 +31,17 @@ from typing import Callable
 
 import numpy as np
 
+from bert_tf2.engine.best_checkpoint import KERAS_WEIGHTS
 from bert_tf2.engine.input_feed import DeviceFeed
 from bert_tf2.engine.trainer_config import (
     CHECKPOINT_NAME,
-    EmptyInputError,
-    NonFiniteLossError,
     TrainerConfig,
-    is_boundary,
-    is_chief,
-    next_boundary,
     ratios,
-    remove_partial_checkpoints,
-    worker_dir,
 )
+from bert_tf2.engine.training_loop import TrainingLoop
 from bert_tf2.modeling import variable_files
-from bert_tf2.process import fault_points, interrupts
+from bert_tf2.process import fault_points
 from bert_tf2.process.errors import SettingsError
-from bert_tf2.process.progress import format_duration
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +99,7 @@ def _lookup_tap():
     return tap
 
 
-class KerasTrainer:
+class KerasTrainer(TrainingLoop):
     """Trains `model` with `optimizer` on `task` on JAX (see the module docstring)."""
 
     def __init__(self, model, optimizer, task, strategy, config: TrainerConfig):
@@ -114,15 +109,7 @@ class KerasTrainer:
             raise SettingsError(f"training runs on the tensorflow and jax backends, not "
                                 f"{keras.backend.backend()} (KERAS_BACKEND); "
                                 f"docs/backends.md says what runs where")
-        if config.num_accumulation_steps < 1:
-            raise ValueError("num_accumulation_steps must be at least 1")
-        self.model = model
-        self.optimizer = optimizer
-        self.task = task
-        self.strategy = strategy
-        self.config = config
-        self.is_chief = is_chief(strategy)
-        self.work_dir = worker_dir(strategy, config.output_dir)
+        super().__init__(model, optimizer, task, strategy, config)
         # The training checkpoints: the chief writes them, every process reads them on resume
         # (several machines share --output_dir; their scratch folders hold the rest).
         self.checkpoint_dir = config.output_dir
@@ -139,7 +126,6 @@ class KerasTrainer:
                                      if v is optimizer.dynamic_scale)
         self._tap = _lookup_tap()
         self._steps = {}  # jitted functions, made on first use
-        self._writers = {}
         self._stop = False
 
     # ------------------------------------------------------------------------- state
@@ -265,7 +251,7 @@ class KerasTrainer:
 
         return float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
 
-    def _summary(self, kind: str, values: dict, step: int) -> None:
+    def write_summary(self, kind: str, values: dict, step: int) -> None:
         if not self.is_chief:
             return
         from tensorboard.compat.proto import event_pb2, summary_pb2
@@ -279,6 +265,53 @@ class KerasTrainer:
         self._writers[kind].add_event(event_pb2.Event(wall_time=time.time(), step=step,
                                                       summary=summary))
         self._writers[kind].flush()
+
+    def write_weights(self, folder: str) -> None:
+        """The model's weights alone (for `best/`), as `folder/weights.safetensors`."""
+        os.makedirs(folder, exist_ok=True)
+        variable_files.save(os.path.join(folder, KERAS_WEIGHTS), {"model": self.model.weights}, 0)
+
+    def _restore(self, path: str) -> None:
+        variable_files.load(path, self._groups())
+
+    # ------------------------------------------------------------------------- the loop's hooks
+    def latest_checkpoint(self) -> str | None:
+        return latest_checkpoint(self.checkpoint_dir)
+
+    def _checkpoint_folder(self) -> str | None:
+        # The chief writes the checkpoints; every process reads them on resume.
+        return self.checkpoint_dir if self.is_chief else None
+
+    def _restore_for_training(self) -> str | None:
+        latest = self.latest_checkpoint()
+        if latest:
+            self._restore(latest)
+        return latest
+
+    def _training_input(self, dataset_fn: Callable, step: int) -> DeviceFeed:
+        batches = dataset_fn(self.strategy.input_context())
+        return DeviceFeed(iter(batches.skip(step) if step else batches), self.strategy.put)
+
+    def _close_input(self, batches: DeviceFeed) -> None:
+        batches.close()
+
+    def _input_waited(self, batches: DeviceFeed) -> float:
+        return batches.waited
+
+    def _run_steps(self, batches: DeviceFeed, count: int) -> dict:
+        train_step = self._jitted("train", self._train_step, donate_argnums=0)
+        state, totals = self._state(), None
+        for i in range(count):
+            if i and self._stop:
+                break
+            state, sums = train_step(state, next(batches))
+            totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
+        totals = {k: np.asarray(v) for k, v in totals.items()}  # the loop's one wait on the device
+        self._assign(state)
+        return totals
+
+    def _request_stop(self, stop: bool) -> None:
+        self._stop = stop
 
     def _save(self, step: int) -> str:
         """The checkpoint of `step`, through a `_temp` folder (a kill leaves no partial file)."""
@@ -298,111 +331,24 @@ class KerasTrainer:
             os.remove(old)
         return path
 
-    def _restore(self, path: str) -> None:
-        variable_files.load(path, self._groups())
-
-    # ------------------------------------------------------------------------- public
-    def train(self, dataset_fn: Callable, on_loop_end: Callable | None = None,
-              on_resume: Callable | None = None) -> dict:
-        """As `engine.training.Trainer.train`: to `num_train_steps` from the newest checkpoint."""
-        for path in remove_partial_checkpoints(self.checkpoint_dir) if self.is_chief else ():
-            logger.info("removed %s, a partial checkpoint left by an interrupted run", path)
-        latest = latest_checkpoint(self.checkpoint_dir)
-        if latest:
-            self._restore(latest)
-            logger.info("resumed from %s at step %d", latest, self.global_step)
-            interrupts.rerun(f"resumes from {latest} (step {self.global_step})")
-            if on_resume:
-                on_resume(self.global_step)
-        step = self.global_step
-        batches = dataset_fn(self.strategy.input_context())
-        iterator = iter(batches.skip(step) if step else batches)
-        self._stop = False
-
-        def stop():
-            self._stop = True
-
-        interrupts.on_signal(stop)
-        try:
-            with DeviceFeed(iterator, self.strategy.put) as feed:
-                return self._train_to_end(feed, step, on_loop_end)
-        finally:
-            interrupts.forget(stop)
-
-    def _train_to_end(self, feed: DeviceFeed, step: int, on_loop_end: Callable | None) -> dict:
-        cfg = self.config
-        metrics = {}
-        train_step = self._jitted("train", self._train_step, donate_argnums=0)
-        where = lambda: f"at training step {self.global_step} of {cfg.num_train_steps}"  # noqa
-        while step < cfg.num_train_steps:
-            interrupts.at(where)
-            n = min(cfg.steps_per_loop, cfg.num_train_steps - step,
-                    cfg.save_checkpoints_steps - step % cfg.save_checkpoints_steps,
-                    next_boundary(step, cfg.callback_every_steps) - step)
-            start, waited = time.time(), feed.waited
-            state, totals = self._state(), None
-            for i in range(n):
-                if i and self._stop:
-                    break
-                state, sums = train_step(state, next(feed))
-                totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
-            metrics = ratios({k: np.asarray(v) for k, v in totals.items()})
-            self._assign(state)
-            elapsed = time.time() - start
-            input_wait = (feed.waited - waited) / max(elapsed, 1e-9)
-            step = self.global_step
-            if not math.isfinite(metrics["loss"]):
-                raise NonFiniteLossError(
-                    f"{cfg.output_dir}: the loss is {metrics['loss']} in the {n} steps ending at "
-                    f"step {step}; stopped without saving (last good checkpoint: "
-                    f"{latest_checkpoint(self.checkpoint_dir) or 'none'}). Lower --learning_rate or "
-                    f"check the data, then run again")
-            lr = self.current_learning_rate()
-            speed = cfg.examples_per_step * n / elapsed if cfg.examples_per_step else 0.0
-            self._summary("train", {**metrics, "learning_rate": lr,
-                                    "examples_per_second": speed,
-                                    "input_wait_share": input_wait}, step)
-            eta = (cfg.num_train_steps - step) * elapsed / n
-            logger.info("step %d/%d | %s | lr %.3g | %.1f examples/s | input wait %.1f%% | "
-                        "eta %s", step, cfg.num_train_steps,
-                        " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), lr, speed,
-                        100 * input_wait, format_duration(eta))
-            fault_points.reached("train_loop")
-            if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
-                    or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
-                path = self._save(step)
-                logger.info("saved %s", path)
-                interrupts.rerun(f"resumes from {path} (step {step})")
-            if on_loop_end:
-                on_loop_end(step, metrics)
-        return metrics
-
     def _eval_step(self, trainable, frozen, batch):
         (loss, metrics), _ = self._call(
             trainable, frozen, batch,
             lambda model, b: self.task.loss_and_metrics(model, b, training=False))
         return _metric_sums(loss, metrics)
 
+    def _evaluation_step(self) -> Callable:
+        step = self._jitted("eval", self._eval_step)
+        trainable, frozen, _ = self._state()
+        return lambda batch: step(trainable, frozen, self.strategy.put(batch))
+
+    def _evaluation_input(self, dataset_fn: Callable):
+        return dataset_fn(self.strategy.input_context())
+
     def _predict_step(self, trainable, frozen, batch):
         outputs, _ = self._call(trainable, frozen, batch,
                                 lambda model, b: self.task.predict_step(model, b))
         return outputs
-
-    def evaluate(self, dataset_fn: Callable, max_steps: int | None = None) -> dict:
-        """Metrics over a finite dataset (or its first `max_steps` batches), summed exactly."""
-        step = self._jitted("eval", self._eval_step)
-        trainable, frozen, _ = self._state()
-        totals = None
-        for i, batch in enumerate(dataset_fn(self.strategy.input_context())):
-            if max_steps is not None and i >= max_steps:
-                break
-            sums = step(trainable, frozen, self.strategy.put(batch))
-            totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
-        if totals is None:
-            raise EmptyInputError("evaluation dataset is empty")
-        metrics = ratios({k: np.asarray(v) for k, v in totals.items()})
-        self._summary("eval", metrics, self.global_step)
-        return metrics
 
     def predict(self, dataset_fn: Callable) -> dict:
         """The task's `predict_step` outputs over a finite dataset, as NumPy arrays in order.

@@ -1,4 +1,6 @@
-"""The training and evaluation loop every runner shares.
+"""The TensorFlow backend of the training loop (`engine.training_loop.TrainingLoop`, which holds
+the loop itself: resume, loop boundaries, the NaN stop, logging, summaries, checkpoint cadence,
+exact evaluation sums; the JAX backend is `engine.keras_training`).
 
 A `Trainer` runs a task's loss on batches from a `tf.data` dataset under a `tf.distribute` strategy:
 `steps_per_loop` updates inside one `tf.function` (the original's `iterations_per_loop`), optional
@@ -20,9 +22,7 @@ batches and devices. For `predict` it supplies `predict_step(model, batch) -> {n
 from __future__ import annotations
 
 import logging
-import math
 import os
-import time
 from typing import Callable, Protocol
 
 import keras
@@ -34,16 +34,13 @@ from bert_tf2.engine.trainer_config import (  # noqa: F401
     EmptyInputError,
     NonFiniteLossError,
     TrainerConfig,
-    is_boundary,
     is_chief,
     is_training_checkpoint,
-    next_boundary,
-    ratios,
     remove_partial_checkpoints,
     worker_dir,
 )
-from bert_tf2.process import fault_points, interrupts
-from bert_tf2.process.progress import format_duration
+from bert_tf2.engine.training_loop import TrainingLoop
+from bert_tf2.process import fault_points
 
 logger = logging.getLogger(__name__)
 
@@ -63,34 +60,23 @@ def _metric_sums(loss, metrics: dict) -> dict:
             for k, (s, c) in metrics.items()}
 
 
-class Trainer:
+class Trainer(TrainingLoop):
     """Trains `model` with `optimizer` on `task`; both must be created under `strategy.scope()`."""
 
     def __init__(self, model, optimizer, task: Task, strategy, config: TrainerConfig):
-        if config.num_accumulation_steps < 1:
-            raise ValueError("num_accumulation_steps must be at least 1")
-        self.model = model
-        self.optimizer = optimizer
-        self.task = task
-        self.strategy = strategy
-        self.config = config
+        super().__init__(model, optimizer, task, strategy, config)
         self._grads = tf.function(self._replica_gradients, jit_compile=config.jit_compile,
                                   reduce_retracing=True)
         self._apply = self._apply_gradients
         if config.compile_optimizer and strategy.num_replicas_in_sync == 1 and not isinstance(
                 strategy, tf.distribute.TPUStrategy):
             self._apply = self._compiled_apply(optimizer)
-        self._writers = {}
-        self.is_chief = is_chief(strategy)
         # The optimiser's slots are made now, under the strategy: made lazily inside the first
         # training step, several local replicas (MirroredStrategy) fail ("You must feed a value
         # for placeholder tensor ...").
         if not optimizer.built:
             with strategy.scope():
                 optimizer.build(model.trainable_variables)
-        # Every worker takes part in saving a checkpoint (it is a collective operation); only the
-        # chief's copy lands in output_dir, the others write to a scratch folder of their own.
-        self.work_dir = worker_dir(strategy, config.output_dir)
         # Set by Ctrl-C or SIGTERM (`process.interrupts`) from another thread: a training loop
         # stops after the step it is in, not after `steps_per_loop` steps. Not checkpointed.
         self._stop = tf.Variable(False, trainable=False, name="stop_requested")
@@ -188,7 +174,7 @@ class Trainer:
                                              checkpoint_name=CHECKPOINT_NAME)
         return checkpoint, manager
 
-    def _summary(self, kind: str, values: dict, step: int) -> None:
+    def write_summary(self, kind: str, values: dict, step: int) -> None:
         if not self.is_chief:
             return
         if kind not in self._writers:
@@ -199,104 +185,61 @@ class Trainer:
                 tf.summary.scalar(name, value)
         self._writers[kind].flush()
 
+    def write_weights(self, folder: str) -> None:
+        """The model's weights alone (for `best/`), as a TensorFlow checkpoint `folder/model`."""
+        tf.train.Checkpoint(model=self.model).write(os.path.join(folder, "model"))
+
     def current_learning_rate(self) -> float:
         return float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
 
-    # ------------------------------------------------------------------------- public
-    def train(self, dataset_fn: Callable, on_loop_end: Callable | None = None,
-              on_resume: Callable | None = None) -> dict:
-        """Train to `num_train_steps` updates from wherever the newest checkpoint left off.
+    # ------------------------------------------------------------------------- the loop's hooks
+    def latest_checkpoint(self) -> str | None:
+        return tf.train.latest_checkpoint(self.work_dir)
 
-        `dataset_fn(input_context)` returns this input pipeline's dataset, batched per replica
-        with `num_accumulation_steps` micro-batches per element. `on_loop_end(step, metrics)`
-        runs after each loop (and its checkpoint); `on_resume(step)` runs once after a checkpoint
-        is restored, before training goes on (to finish what a killed run left undone at that
-        step). Returns the last loop's metrics.
-        """
-        cfg = self.config
-        single = (self.strategy.num_replicas_in_sync == 1) and cfg.checkpoint_iterator
-        iterator = iter(dataset_fn(tf.distribute.InputContext())) if single else None
-        for path in remove_partial_checkpoints(self.work_dir):
-            logger.info("removed %s, a partial checkpoint left by an interrupted run", path)
-        checkpoint, manager = self._checkpoint(iterator)
-        if manager.latest_checkpoint:
-            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-            logger.info("resumed from %s at step %d", manager.latest_checkpoint, self.global_step)
-            interrupts.rerun(f"resumes from {manager.latest_checkpoint} "
-                             f"(step {self.global_step})")
-            if on_resume:
-                on_resume(self.global_step)
-        step = self.global_step
-        if not single:
-            iterator = iter(self._input(dataset_fn, skip_updates=step))
-        self._stop.assign(False)
-        stop = lambda: self._stop.assign(True)  # noqa: E731
-        interrupts.on_signal(stop)
+    def _checkpoint_folder(self) -> str:
+        # Every worker takes part in saving (a collective operation), each into its own folder.
+        return self.work_dir
+
+    def _open(self, dataset_fn: Callable) -> None:
+        # One replica: the input iterator's position is part of the checkpoint, so it is made
+        # before the restore; several: the seeded pipeline is rebuilt and skipped instead.
+        self._single = (self.strategy.num_replicas_in_sync == 1) and self.config.checkpoint_iterator
+        self._iterator = (iter(dataset_fn(tf.distribute.InputContext())) if self._single
+                          else None)
+        self._saved, self._manager = self._checkpoint(self._iterator)
+
+    def _restore_for_training(self) -> str | None:
+        latest = self._manager.latest_checkpoint
+        if latest:
+            self._saved.restore(latest).assert_existing_objects_matched()
+        return latest
+
+    def _training_input(self, dataset_fn: Callable, step: int):
+        if self._single:
+            return self._iterator
+        return iter(self._input(dataset_fn, skip_updates=step))
+
+    def _run_steps(self, batches, count: int) -> dict:
+        return self._train_loop(batches, tf.constant(count))
+
+    def _request_stop(self, stop: bool) -> None:
+        self._stop.assign(stop)
+
+    def _save(self, step: int) -> str:
+        fault_points.reached("checkpoint_write", self.work_dir)
         try:
-            return self._train_to_end(iterator, checkpoint, manager, step, on_loop_end)
-        finally:
-            interrupts.forget(stop)
+            return self._manager.save(checkpoint_number=step)
+        except BaseException:  # a full disk, say: leave no partial checkpoint behind
+            remove_partial_checkpoints(self.work_dir)
+            raise
 
-    def _train_to_end(self, iterator, checkpoint, manager, step: int,
-                      on_loop_end: Callable | None) -> dict:
-        cfg = self.config
-        metrics = {}
-        where = lambda: f"at training step {self.global_step} of {cfg.num_train_steps}"  # noqa
-        while step < cfg.num_train_steps:
-            interrupts.at(where)  # again after each evaluation, which says its own
-            n = min(cfg.steps_per_loop, cfg.num_train_steps - step,
-                    cfg.save_checkpoints_steps - step % cfg.save_checkpoints_steps,
-                    next_boundary(step, cfg.callback_every_steps) - step)
-            start = time.time()
-            totals = self._train_loop(iterator, tf.constant(n))
-            metrics = ratios(totals)
-            elapsed = time.time() - start
-            step = self.global_step
-            if not math.isfinite(metrics["loss"]):
-                raise NonFiniteLossError(
-                    f"{cfg.output_dir}: the loss is {metrics['loss']} in the {n} steps ending at "
-                    f"step {step}; stopped without saving (last good checkpoint: "
-                    f"{manager.latest_checkpoint or 'none'}). Lower --learning_rate or check the "
-                    f"data, then run again")
-            lr = self.current_learning_rate()
-            speed = cfg.examples_per_step * n / elapsed if cfg.examples_per_step else 0.0
-            self._summary("train", {**metrics, "learning_rate": lr,
-                                    "examples_per_second": speed}, step)
-            eta = (cfg.num_train_steps - step) * elapsed / n
-            logger.info("step %d/%d | %s | lr %.3g | %.1f examples/s | eta %s", step,
-                        cfg.num_train_steps,
-                        " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), lr, speed,
-                        format_duration(eta))
-            fault_points.reached("train_loop")
-            if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
-                    or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
-                fault_points.reached("checkpoint_write", self.work_dir)
-                try:
-                    path = manager.save(checkpoint_number=step)
-                except BaseException:  # a full disk, say: leave no partial checkpoint behind
-                    remove_partial_checkpoints(self.work_dir)
-                    raise
-                logger.info("saved %s", path)
-                interrupts.rerun(f"resumes from {path} (step {step})")
-            if on_loop_end:
-                on_loop_end(step, metrics)
-        return metrics
+    def _evaluation_step(self) -> Callable:
+        return self._eval_step
 
-    def evaluate(self, dataset_fn: Callable, max_steps: int | None = None) -> dict:
-        """Metrics over a finite dataset (or its first `max_steps` batches), summed exactly."""
-        dataset = self._input(dataset_fn)
-        totals = None
-        for i, batch in enumerate(dataset):
-            if max_steps is not None and i >= max_steps:
-                break
-            step = self._eval_step(batch)
-            totals = step if totals is None else {k: totals[k] + step[k] for k in totals}
-        if totals is None:
-            raise EmptyInputError("evaluation dataset is empty")
-        metrics = ratios(totals)
-        self._summary("eval", metrics, self.global_step)
-        return metrics
+    def _evaluation_input(self, dataset_fn: Callable):
+        return self._input(dataset_fn)
 
+    # ------------------------------------------------------------------------- public
     def predict(self, dataset_fn: Callable) -> dict:
         """The task's `predict_step` outputs over a finite dataset, as NumPy arrays in order.
 

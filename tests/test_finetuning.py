@@ -118,8 +118,8 @@ def test_evaluates_at_each_epoch_end_and_keeps_the_best(tmp_path):
     assert best.restore(trainer.model)
     assert not np.allclose(at_20, trainer.model(inputs)["logits"].numpy(), atol=1e-4)
     # A worse score is not kept; a better one replaces the copy.
-    assert not best.offer(trainer.model, {"eval_main": 0.7, "global_step": 21})
-    assert best.offer(trainer.model, {"eval_main": 0.9, "global_step": 22})
+    assert not best.offer(trainer.write_weights, {"eval_main": 0.7, "global_step": 21})
+    assert best.offer(trainer.write_weights, {"eval_main": 0.9, "global_step": 22})
     assert BestCheckpoint(str(tmp_path), "eval_main").score == 0.9
     # A run killed between the two renames of the next copy left best/ as best.old<pid>:
     # the next run finds the 0.9 copy again and restores its weights.

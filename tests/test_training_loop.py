@@ -125,7 +125,7 @@ def test_resume_from_an_earlier_versions_names_and_remove_a_partial_checkpoint(t
     partial.mkdir()
     shutil.copy(run / "ckpt-10.index", partial / "part-00000-of-00001.index")
     second, data = trainer(run, steps=20, batch=8, seed=99)
-    with caplog.at_level(logging.INFO, logger="bert_tf2.engine.training"):
+    with caplog.at_level(logging.INFO, logger="bert_tf2.engine.training_loop"):
         second.train(data)
     assert not partial.exists()
     assert f"removed {partial}, a partial checkpoint left by an interrupted run" in caplog.text

@@ -1,0 +1,214 @@
+"""The training loop, written once for every backend: what happens between the steps.
+
+`engine.training.Trainer` (TensorFlow: tf.data, tf.distribute, tf.train.Checkpoint) and
+`engine.keras_training.KerasTrainer` (JAX: NumPy input fed ahead, jax.jit, safetensors files) are
+`TrainingLoop`s. This class holds everything they do alike:
+- resuming: partial checkpoints an interrupted run left are removed, the newest checkpoint is
+  restored and `on_resume(step)` runs, so that a run killed at any point (kill -9, Ctrl-C,
+  SIGTERM: `process.interrupts`) goes on exactly as an uninterrupted one;
+- loop boundaries: `steps_per_loop` steps at a time, cut at checkpoints and at
+  `callback_every_steps` (each epoch's end), a stop request honoured after the step in flight;
+- after each loop: the NaN stop (nothing saved; the last good checkpoint named), the log line
+  and TensorBoard's `train/` summaries (metrics, learning rate, examples/s, and where the backend
+  measures it the share of the loop spent waiting on input), the checkpoint cadence, then
+  `on_loop_end(step, metrics)` (evaluation, `best/`);
+- evaluation: `(sum, count)` metric pairs added over batches (and, in the backend's step, over
+  replicas), so any number of batches and devices gives the exact ratio; `eval/` summaries.
+
+A backend supplies the rest, a small interface: where its checkpoints are (`latest_checkpoint`,
+`_checkpoint_folder`), restoring (`_restore_for_training`) and saving (`_save`), its training
+input (`_training_input`, `_close_input`, `_input_waited`), `_run_steps` (n updates, their metric
+sums), the stop flag (`_request_stop`), the evaluation step and input, `predict`,
+`restore_latest`, `write_summary`, `write_weights`, `global_step` and `current_learning_rate`.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Callable, Iterable
+
+from bert_tf2.engine.trainer_config import (
+    EmptyInputError,
+    NonFiniteLossError,
+    is_boundary,
+    is_chief,
+    next_boundary,
+    ratios,
+    remove_partial_checkpoints,
+    worker_dir,
+)
+from bert_tf2.process import fault_points, interrupts
+from bert_tf2.process.progress import format_duration
+
+logger = logging.getLogger(__name__)
+
+
+class TrainingLoop:
+    """A trainer's loop (see the module docstring); subclasses implement the backend's interface
+    below."""
+
+    def __init__(self, model, optimizer, task, strategy, config):
+        if config.num_accumulation_steps < 1:
+            raise ValueError("num_accumulation_steps must be at least 1")
+        self.model = model
+        self.optimizer = optimizer
+        self.task = task
+        self.strategy = strategy
+        self.config = config
+        self.is_chief = is_chief(strategy)
+        # Where this process keeps its files: output_dir for the chief, a scratch folder of its
+        # own for every other worker (several machines share --output_dir).
+        self.work_dir = worker_dir(strategy, config.output_dir)
+        self._writers = {}  # TensorBoard's, by kind
+
+    # ------------------------------------------------------------------ the backend's interface
+    @property
+    def global_step(self) -> int:
+        raise NotImplementedError
+
+    def current_learning_rate(self) -> float:
+        raise NotImplementedError
+
+    def latest_checkpoint(self) -> str | None:
+        """The newest complete training checkpoint this run would resume from."""
+        raise NotImplementedError
+
+    def _checkpoint_folder(self) -> str | None:
+        """The folder this process writes checkpoints into (None: it writes none)."""
+        raise NotImplementedError
+
+    def _open(self, dataset_fn: Callable) -> None:
+        """Before anything is restored (TensorFlow: the input iterator joins the checkpoint)."""
+
+    def _restore_for_training(self) -> str | None:
+        """Restores the newest checkpoint, if any, for training on; returns its path."""
+        raise NotImplementedError
+
+    def _training_input(self, dataset_fn: Callable, step: int):
+        """The batches of the updates after `step` (what `_run_steps` takes them from)."""
+        raise NotImplementedError
+
+    def _close_input(self, batches) -> None:
+        """Lets the training input go (the end of `train`, however it ends)."""
+
+    def _input_waited(self, batches) -> float | None:
+        """Seconds the steps have waited for their batches so far (None: not measured)."""
+        return None
+
+    def _run_steps(self, batches, count: int) -> dict:
+        """`count` updates (fewer if a stop was requested after one): their summed metrics,
+        `{name: [sum, count]}`."""
+        raise NotImplementedError
+
+    def _request_stop(self, stop: bool) -> None:
+        """Sets or clears the flag that ends `_run_steps` after the step in flight."""
+        raise NotImplementedError
+
+    def _save(self, step: int) -> str:
+        """The training checkpoint of `step`, complete or not there at all; returns its path."""
+        raise NotImplementedError
+
+    def _evaluation_step(self) -> Callable:
+        """`batch -> {name: [sum, count]}` summed over the replicas, for the current weights."""
+        raise NotImplementedError
+
+    def _evaluation_input(self, dataset_fn: Callable) -> Iterable:
+        raise NotImplementedError
+
+    def write_summary(self, kind: str, values: dict, step: int) -> None:
+        """Scalars into TensorBoard's `kind/` folder under output_dir (the chief's only)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the loop
+    def train(self, dataset_fn: Callable, on_loop_end: Callable | None = None,
+              on_resume: Callable | None = None) -> dict:
+        """Train to `num_train_steps` updates from wherever the newest checkpoint left off.
+
+        `dataset_fn(input_context)` returns this input pipeline's batches, per replica with
+        `num_accumulation_steps` micro-batches per element. `on_loop_end(step, metrics)` runs after
+        each loop (and its checkpoint); `on_resume(step)` runs once after a checkpoint is
+        restored, before training goes on (to finish what a killed run left undone at that
+        step). Returns the last loop's metrics.
+        """
+        folder = self._checkpoint_folder()
+        for path in remove_partial_checkpoints(folder) if folder else ():
+            logger.info("removed %s, a partial checkpoint left by an interrupted run", path)
+        self._open(dataset_fn)
+        resumed = self._restore_for_training()
+        if resumed:
+            logger.info("resumed from %s at step %d", resumed, self.global_step)
+            interrupts.rerun(f"resumes from {resumed} (step {self.global_step})")
+            if on_resume:
+                on_resume(self.global_step)
+        step = self.global_step
+        batches = self._training_input(dataset_fn, step)
+        self._request_stop(False)
+
+        def stop():
+            self._request_stop(True)
+
+        interrupts.on_signal(stop)
+        try:
+            return self._train_to_end(batches, step, on_loop_end)
+        finally:
+            interrupts.forget(stop)
+            self._close_input(batches)
+
+    def _train_to_end(self, batches, step: int, on_loop_end: Callable | None) -> dict:
+        cfg = self.config
+        metrics = {}
+        where = lambda: f"at training step {self.global_step} of {cfg.num_train_steps}"  # noqa
+        while step < cfg.num_train_steps:
+            interrupts.at(where)  # again after each evaluation, which says its own
+            n = min(cfg.steps_per_loop, cfg.num_train_steps - step,
+                    cfg.save_checkpoints_steps - step % cfg.save_checkpoints_steps,
+                    next_boundary(step, cfg.callback_every_steps) - step)
+            start, waited = time.time(), self._input_waited(batches)
+            metrics = ratios(self._run_steps(batches, n))
+            elapsed = time.time() - start
+            step = self.global_step
+            if not math.isfinite(metrics["loss"]):
+                raise NonFiniteLossError(
+                    f"{cfg.output_dir}: the loss is {metrics['loss']} in the {n} steps ending at "
+                    f"step {step}; stopped without saving (last good checkpoint: "
+                    f"{self.latest_checkpoint() or 'none'}). Lower --learning_rate or check the "
+                    f"data, then run again")
+            lr = self.current_learning_rate()
+            speed = cfg.examples_per_step * n / elapsed if cfg.examples_per_step else 0.0
+            scalars = {**metrics, "learning_rate": lr, "examples_per_second": speed}
+            wait = ""
+            if waited is not None:
+                scalars["input_wait_share"] = share = (
+                    (self._input_waited(batches) - waited) / max(elapsed, 1e-9))
+                wait = f" | input wait {100 * share:.1f}%"
+            self.write_summary("train", scalars, step)
+            eta = (cfg.num_train_steps - step) * elapsed / n
+            logger.info("step %d/%d | %s | lr %.3g | %.1f examples/s%s | eta %s", step,
+                        cfg.num_train_steps,
+                        " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), lr, speed, wait,
+                        format_duration(eta))
+            fault_points.reached("train_loop")
+            if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
+                    or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
+                path = self._save(step)
+                logger.info("saved %s", path)
+                interrupts.rerun(f"resumes from {path} (step {step})")
+            if on_loop_end:
+                on_loop_end(step, metrics)
+        return metrics
+
+    def evaluate(self, dataset_fn: Callable, max_steps: int | None = None) -> dict:
+        """Metrics over a finite dataset (or its first `max_steps` batches), summed exactly."""
+        step = self._evaluation_step()
+        totals = None
+        for i, batch in enumerate(self._evaluation_input(dataset_fn)):
+            if max_steps is not None and i >= max_steps:
+                break
+            sums = step(batch)
+            totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
+        if totals is None:
+            raise EmptyInputError("evaluation dataset is empty")
+        metrics = ratios(totals)
+        self.write_summary("eval", metrics, self.global_step)
+        return metrics
