@@ -51,14 +51,16 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
 # Fast and end-to-end tests; the long accuracy runs are marked `slow` and excluded here.
-# TEST_WORKERS processes (pytest-xdist), each taking whole test files.
+# TEST_WORKERS processes (pytest-xdist), each taking whole test files, the longest first
+# (tests/conftest.py: LONGEST_FIRST).
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=25 tests
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--durations=25 tests
 
 # Everything, including the long accuracy runs.
 test-all: $(VENV)/.installed
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 bench: $(VENV)/.installed
 	$(PY) bench/encoder.py
