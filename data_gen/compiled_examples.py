@@ -44,20 +44,26 @@ def _varint(data, at, end):
 
 
 @numba.njit(nogil=True, cache=True)
-def _skip(data, at, end, wire):
-    """Where the field after a value of `wire` type starts; -1 if it is not a valid field."""
+def _field(data, at, end):
+    """The field at `data[at:end]`: (field number, wire type, where its value's bytes start and
+    end); the end is also where the next field starts, -1 when the field is malformed or runs
+    past `end`. A varint's bytes (wire 0) are read with `_varint`, a length-delimited value's
+    (wire 2) are its payload."""
+    key, at = _varint(data, at, end)
+    if at < 0:
+        return 0, 0, 0, -1
+    field, wire = key >> 3, key & 7
     if wire == 0:
-        return _varint(data, at, end)[1]
+        return field, wire, at, _varint(data, at, end)[1]
     if wire == 2:
         size, at = _varint(data, at, end)
         if at < 0 or size < 0 or at + size > end:
-            return -1
-        return at + size
-    if wire == 5:
-        return at + 4 if at + 4 <= end else -1
-    if wire == 1:
-        return at + 8 if at + 8 <= end else -1
-    return -1
+            return field, wire, 0, -1
+        return field, wire, at, at + size
+    if wire == 5 or wire == 1:
+        stop = at + (4 if wire == 5 else 8)
+        return field, wire, at, stop if stop <= end else -1
+    return field, wire, 0, -1
 
 
 @numba.njit(nogil=True, cache=True)
@@ -83,51 +89,30 @@ def _values(data, at, end, kind, size, out_int, out_float, row, column):
     returns how many there were (-1: malformed)."""
     count = 0
     while at < end:
-        key, at = _varint(data, at, end)
+        field, wire, start, at = _field(data, at, end)
         if at < 0:
             return -1
-        field, wire = key >> 3, key & 7
         if field != 1:
-            at = _skip(data, at, end, wire)
-            if at < 0:
-                return -1
             continue
-        if kind == _INT64 and wire == 0:
-            value, at = _varint(data, at, end)
-            if at < 0:
-                return -1
-            if count < size:
-                out_int[row, column + count] = value
-            count += 1
-        elif kind == _INT64 and wire == 2:
-            length, at = _varint(data, at, end)
-            stop = at + length
-            if at < 0 or length < 0 or stop > end:
-                return -1
-            while at < stop:
-                value, at = _varint(data, at, stop)
-                if at < 0:
+        if kind == _INT64 and (wire == 0 or wire == 2):  # one value, or packed
+            while start < at:
+                value, start = _varint(data, start, at)
+                if start < 0:
                     return -1
                 if count < size:
                     out_int[row, column + count] = value
                 count += 1
-        elif kind == _FLOAT and (wire == 5 or wire == 2):
-            length = 4
-            if wire == 2:
-                length, at = _varint(data, at, end)
-                if at < 0 or length < 0 or length % 4:
-                    return -1
-            stop = at + length
-            if stop > end:
+        elif kind == _FLOAT and (wire == 5 or wire == 2):  # one value, or packed
+            if (at - start) % 4:
                 return -1
-            while at < stop:
+            while start < at:
                 if count < size:  # the float's bits (`out_float` is a uint32 view)
                     out_float[row, column + count] = (
-                        np.uint32(data[at]) | (np.uint32(data[at + 1]) << np.uint32(8))
-                        | (np.uint32(data[at + 2]) << np.uint32(16))
-                        | (np.uint32(data[at + 3]) << np.uint32(24)))
+                        np.uint32(data[start]) | (np.uint32(data[start + 1]) << np.uint32(8))
+                        | (np.uint32(data[start + 2]) << np.uint32(16))
+                        | (np.uint32(data[start + 3]) << np.uint32(24)))
                 count += 1
-                at += 4
+                start += 4
         else:
             return -1
     return count
@@ -139,24 +124,16 @@ def _feature(data, at, end, kind, size, out_int, out_float, row, column):
     kind of list than the spec's."""
     count = 0
     while at < end:
-        key, at = _varint(data, at, end)
+        field, wire, start, at = _field(data, at, end)
         if at < 0:
             return -1
-        field, wire = key >> 3, key & 7
         if wire != 2 or field not in (1, 2, 3):
-            at = _skip(data, at, end, wire)
-            if at < 0:
-                return -1
             continue
-        length, at = _varint(data, at, end)
-        if at < 0 or length < 0 or at + length > end:
-            return -1
         if field != kind:
             return -2
-        count = _values(data, at, at + length, kind, size, out_int, out_float, row, column)
+        count = _values(data, start, at, kind, size, out_int, out_float, row, column)
         if count < 0:
             return -1
-        at += length
     return count  # no list at all: an empty one, as protobuf reads it
 
 
@@ -166,53 +143,27 @@ def _record(data, start, end, names, name_starts, kinds, sizes, columns, out_int
     """One Example into row `row`; returns (code, spec index the code concerns, the values
     counted)."""
     at = start
-    while at < end:
-        key, at = _varint(data, at, end)
+    while at < end:  # Example.features = 1
+        field, wire, features, at = _field(data, at, end)
         if at < 0:
             return _MALFORMED, -1, 0
-        field, wire = key >> 3, key & 7
-        if field != 1 or wire != 2:  # Example.features = 1
-            at = _skip(data, at, end, wire)
-            if at < 0:
-                return _MALFORMED, -1, 0
+        if field != 1 or wire != 2:
             continue
-        length, at = _varint(data, at, end)
-        stop = at + length
-        if at < 0 or length < 0 or stop > end:
-            return _MALFORMED, -1, 0
-        while at < stop:  # Features.feature: map entries = 1
-            key, at = _varint(data, at, stop)
-            if at < 0:
+        while features < at:  # Features.feature: map entries = 1
+            field, wire, entry, features = _field(data, features, at)
+            if features < 0:
                 return _MALFORMED, -1, 0
-            field, wire = key >> 3, key & 7
             if field != 1 or wire != 2:
-                at = _skip(data, at, stop, wire)
-                if at < 0:
-                    return _MALFORMED, -1, 0
                 continue
-            length, at = _varint(data, at, stop)
-            entry_end = at + length
-            if at < 0 or length < 0 or entry_end > stop:
-                return _MALFORMED, -1, 0
             name_start = name_end = value_start = value_end = -1
-            while at < entry_end:
-                key, at = _varint(data, at, entry_end)
-                if at < 0:
+            while entry < features:  # the entry's key = 1 (the name), value = 2 (a Feature)
+                field, wire, part, entry = _field(data, entry, features)
+                if entry < 0:
                     return _MALFORMED, -1, 0
-                field, wire = key >> 3, key & 7
-                if wire == 2 and (field == 1 or field == 2):
-                    length, at = _varint(data, at, entry_end)
-                    if at < 0 or length < 0 or at + length > entry_end:
-                        return _MALFORMED, -1, 0
-                    if field == 1:
-                        name_start, name_end = at, at + length
-                    else:
-                        value_start, value_end = at, at + length
-                    at += length
-                else:
-                    at = _skip(data, at, entry_end, wire)
-                    if at < 0:
-                        return _MALFORMED, -1, 0
+                if wire == 2 and field == 1:
+                    name_start, name_end = part, entry
+                elif wire == 2 and field == 2:
+                    value_start, value_end = part, entry
             if name_start < 0:
                 continue
             j = _match(data, name_start, name_end, names, name_starts)
@@ -239,8 +190,8 @@ def _record(data, start, end, names, name_starts, kinds, sizes, columns, out_int
 @numba.njit(nogil=True, cache=True)
 def _parse_batch(data, starts, ends, rows, names, name_starts, kinds, sizes, columns, out_int,
                  out_float):
-    """Every record `data[starts[i]:ends[i]]` into row `rows[i]`; (record, code, spec index, count) of the
-    first that breaks a rule, record -1 when none does."""
+    """Every record `data[starts[i]:ends[i]]` into row `rows[i]`; (record, code, spec index,
+    count) of the first that breaks a rule, record -1 when none does."""
     seen = np.zeros(len(sizes), np.int64)
     counts = np.zeros(len(sizes), np.int64)
     for i in range(len(starts)):
