@@ -40,24 +40,21 @@ class DeviceFeed:
     def _feed(self, batches: Iterator, put: Callable) -> None:
         try:
             for batch in batches:
-                item = put(batch)
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self._stop.is_set():
+                if not self._offer(put(batch)):
                     return
-            item = _END
+            self._offer(_END)
         except BaseException as error:  # raised again in the consumer
-            item = error
+            self._offer(error)
+
+    def _offer(self, item) -> bool:
+        """Queues `item` once there is room; False if the feed was closed first."""
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=0.1)
-                return
+                return True
             except queue.Full:
                 continue
+        return False
 
     def __iter__(self) -> "DeviceFeed":
         return self
