@@ -73,13 +73,20 @@ def read_frames(path: str):
 
 
 @numba.njit(nogil=True, cache=True)
+def get_uint(buffer, at, size) -> int:
+    """The `size` little-endian bytes at `buffer[at:]` as an integer (`put_uint`'s inverse)."""
+    value = 0
+    for k in range(size):
+        value |= np.int64(buffer[at + k]) << (8 * k)
+    return value
+
+
+@numba.njit(nogil=True, cache=True)
 def _frame_count(data) -> int:
     """How many frames the headers of `data` chain together (unchecked; a short tail ends it)."""
     at, count = 0, 0
     while at + HEADER_BYTES <= len(data):
-        length = 0
-        for k in range(8):
-            length |= np.int64(data[at + k]) << (8 * k)
+        length = get_uint(data, at, 8)
         if length < 0:
             break
         at += HEADER_BYTES + length + FOOTER_BYTES
@@ -94,18 +101,14 @@ def _frame_bounds(data, table, starts, ends):
     when its header is what broke)."""
     at = 0
     for i in range(len(starts)):
-        if at + HEADER_BYTES > len(data) or masked_crc32c(data, at, at + 8, table) != (
-                np.int64(data[at + 8]) | (np.int64(data[at + 9]) << 8)
-                | (np.int64(data[at + 10]) << 16) | (np.int64(data[at + 11]) << 24)):
+        if at + HEADER_BYTES > len(data) or masked_crc32c(data, at, at + 8, table) != get_uint(
+                data, at + 8, 4):
             return i, at, -1
-        length = 0
-        for k in range(8):
-            length |= np.int64(data[at + k]) << (8 * k)
+        length = get_uint(data, at, 8)
         body = at + HEADER_BYTES
         end = body + length
-        if end + FOOTER_BYTES > len(data) or masked_crc32c(data, body, end, table) != (
-                np.int64(data[end]) | (np.int64(data[end + 1]) << 8)
-                | (np.int64(data[end + 2]) << 16) | (np.int64(data[end + 3]) << 24)):
+        if end + FOOTER_BYTES > len(data) or masked_crc32c(data, body, end, table) != get_uint(
+                data, end, 4):
             return i, at, length
         starts[i], ends[i] = body, end
         at = end + FOOTER_BYTES
