@@ -283,10 +283,7 @@ class KerasTrainer(TrainingLoop):
         return self.checkpoint_dir if self.is_chief else None
 
     def _restore_for_training(self) -> str | None:
-        latest = self.latest_checkpoint()
-        if latest:
-            self._restore(latest)
-        return latest
+        return self.restore_latest()  # the whole state, as for any other use
 
     def _training_input(self, dataset_fn: Callable, step: int) -> DeviceFeed:
         batches = dataset_fn(self.strategy.input_context())
@@ -379,7 +376,7 @@ class KerasTrainer(TrainingLoop):
 
     def restore_latest(self) -> str | None:
         """Restore model and optimiser from the newest checkpoint in output_dir."""
-        latest = latest_checkpoint(self.checkpoint_dir)
+        latest = self.latest_checkpoint()
         if latest:
             self._restore(latest)
         return latest
