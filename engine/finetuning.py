@@ -455,9 +455,11 @@ def evaluate_and_record(trainer, evaluate: Callable[[], dict], output_dir: str,
     """Run `evaluate()`, add `global_step` (the trainer's, unless `step` says which weights
     these are), offer the results to `best/` (`offer(write_weights, results)`), then write
     eval_results.txt and TensorBoard's eval/; eval_results.txt is written last, so that its
-    step says the whole evaluation was recorded."""
+    step says the whole evaluation was recorded. Nothing is recorded before the checkpoint being
+    written in the background (that of this step, during training) is complete."""
     step = trainer.global_step if step is None else step
     results = dict(evaluate())
+    trainer.wait_for_checkpoint()  # the step's checkpoint (written meanwhile) comes first
     fault_points.reached("evaluation")
     trainer.write_summary("eval", results, step)
     results["global_step"] = step

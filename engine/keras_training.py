@@ -15,8 +15,9 @@ both alike (`build_trainer` picks by Keras's backend). What this backend supplie
   `stateless_apply` (AdamWeightDecay or LAMB, and under mixed_float16 Keras's loss scaling); the
   metric sums stay on the device until the loop's end (one wait per `steps_per_loop`);
 - checkpoints are `model.ckpt-N.safetensors` (`modeling.variable_files`: the model, the
-  optimiser with its step, and dropout's generators), written through a `model.ckpt-N_temp/`
-  folder and renamed, the newest `keep_checkpoint_max` kept. A run resumes from the newest one and
+  optimiser with its step, and dropout's generators): copied to the host between two loops, then
+  written in the background (`engine.checkpoint_writer`) through a `model.ckpt-N_temp/` folder
+  and renamed, the newest `keep_checkpoint_max` kept. A run resumes from the newest one and
   rebuilds the seeded pipeline, skipping the batches already used, so it goes on exactly as an
   uninterrupted run (tests/test_backends.py kills runs with SIGKILL to hold it to that).
 TensorBoard's `train/` and `eval/` events are written by TensorBoard's own writer.
@@ -310,23 +311,29 @@ class KerasTrainer(TrainingLoop):
     def _request_stop(self, stop: bool) -> None:
         self._stop = stop
 
-    def _save(self, step: int) -> str:
-        """The checkpoint of `step`, through a `_temp` folder (a kill leaves no partial file)."""
+    def _save(self, step: int) -> Callable[[], str]:
+        """The state of `step` copied to the host now; the returned function writes it through a
+        `_temp` folder (a kill leaves no partial file) in the checkpoint writer's thread."""
         path = checkpoint_path(self.checkpoint_dir, step)
         if not self.is_chief:
+            return lambda: path
+        arrays = variable_files.host_arrays(self._groups())
+
+        def write() -> str:
+            staging = os.path.join(self.checkpoint_dir, f"{CHECKPOINT_NAME}-{step}_temp")
+            os.makedirs(staging, exist_ok=True)
+            fault_points.reached("checkpoint_write", self.checkpoint_dir)
+            try:
+                staged = os.path.join(staging, "state" + variable_files.SUFFIX)
+                variable_files.write(staged, arrays, step)
+                os.replace(staged, path)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            for _, old in checkpoints_in(self.checkpoint_dir)[:-self.config.keep_checkpoint_max]:
+                os.remove(old)
             return path
-        staging = os.path.join(self.checkpoint_dir, f"{CHECKPOINT_NAME}-{step}_temp")
-        os.makedirs(staging, exist_ok=True)
-        fault_points.reached("checkpoint_write", self.checkpoint_dir)
-        try:
-            variable_files.save(os.path.join(staging, "state" + variable_files.SUFFIX),
-                                self._groups(), step)
-            os.replace(os.path.join(staging, "state" + variable_files.SUFFIX), path)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        for _, old in checkpoints_in(self.checkpoint_dir)[:-self.config.keep_checkpoint_max]:
-            os.remove(old)
-        return path
+
+        return write
 
     def _eval_step(self, trainable, frozen, batch):
         (loss, metrics), _ = self._call(

@@ -225,13 +225,16 @@ class Trainer(TrainingLoop):
     def _request_stop(self, stop: bool) -> None:
         self._stop.assign(stop)
 
-    def _save(self, step: int) -> str:
+    def _save(self, step: int) -> Callable[[], str]:
+        # Written here, in the training thread: tf.train.Checkpoint reads the variables as it
+        # writes them (and on several workers saving is a collective operation).
         fault_points.reached("checkpoint_write", self.work_dir)
         try:
-            return self._manager.save(checkpoint_number=step)
+            path = self._manager.save(checkpoint_number=step)
         except BaseException:  # a full disk, say: leave no partial checkpoint behind
             remove_partial_checkpoints(self.work_dir)
             raise
+        return lambda: path
 
     def _evaluation_step(self) -> Callable:
         return self._eval_step

@@ -12,11 +12,16 @@
   and TensorBoard's `train/` summaries (metrics, learning rate, examples/s, and where the backend
   measures it the share of the loop spent waiting on input), the checkpoint cadence, then
   `on_loop_end(step, metrics)` (evaluation, `best/`);
+- checkpoints: the backend takes the state off the devices between two loops, and
+  `engine.checkpoint_writer.CheckpointWriter` writes it in a thread while training goes on; the
+  next checkpoint, the end of training and anything recorded against a checkpoint
+  (`wait_for_checkpoint()`: an evaluation's results, `best/`) wait for it first;
 - evaluation: `(sum, count)` metric pairs added over batches (and, in the backend's step, over
   replicas), so any number of batches and devices gives the exact ratio; `eval/` summaries.
 
 A backend supplies the rest, a small interface: where its checkpoints are (`latest_checkpoint`,
-`_checkpoint_folder`), restoring (`_restore_for_training`) and saving (`_save`), its training
+`_checkpoint_folder`), restoring (`_restore_for_training`) and saving (`_save`: the state, and the function that writes
+it), its training
 input (`_training_input`, `_close_input`, `_input_waited`), `_run_steps` (n updates, their metric
 sums), the stop flag (`_request_stop`), the evaluation step and input, `predict`,
 `restore_latest`, `write_summary`, `write_weights`, `global_step` and `current_learning_rate`.
@@ -28,6 +33,7 @@ import math
 import time
 from typing import Callable, Iterable
 
+from bert_tf2.engine.checkpoint_writer import CheckpointWriter
 from bert_tf2.engine.trainer_config import (
     EmptyInputError,
     NonFiniteLossError,
@@ -61,6 +67,7 @@ class TrainingLoop:
         # own for every other worker (several machines share --output_dir).
         self.work_dir = worker_dir(strategy, config.output_dir)
         self._writers = {}  # TensorBoard's, by kind
+        self._checkpoints = CheckpointWriter()
 
     # ------------------------------------------------------------------ the backend's interface
     @property
@@ -105,8 +112,10 @@ class TrainingLoop:
         """Sets or clears the flag that ends `_run_steps` after the step in flight."""
         raise NotImplementedError
 
-    def _save(self, step: int) -> str:
-        """The training checkpoint of `step`, complete or not there at all; returns its path."""
+    def _save(self, step: int) -> Callable[[], str]:
+        """Take the state of `step` off the devices (the next update may change it) and return
+        the function that writes it as a checkpoint, visible only once complete, and returns its
+        path; that function runs in the checkpoint writer's thread."""
         raise NotImplementedError
 
     def _evaluation_step(self) -> Callable:
@@ -121,6 +130,11 @@ class TrainingLoop:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ the loop
+    def wait_for_checkpoint(self) -> None:
+        """Return once the last checkpoint saved is complete on disk (raise if its write
+        failed): before anything is recorded against it."""
+        self._checkpoints.wait()
+
     def train(self, dataset_fn: Callable, on_loop_end: Callable | None = None,
               on_resume: Callable | None = None) -> dict:
         """Train to `num_train_steps` updates from wherever the newest checkpoint left off.
@@ -150,7 +164,17 @@ class TrainingLoop:
 
         interrupts.on_signal(stop)
         try:
-            return self._train_to_end(batches, step, on_loop_end)
+            metrics = self._train_to_end(batches, step, on_loop_end)
+            self.wait_for_checkpoint()
+            return metrics
+        except BaseException:
+            # Stopped (a signal, an error): the checkpoint being written is finished first, so
+            # that no half-written one is left; its own failure would only hide this one.
+            try:
+                self.wait_for_checkpoint()
+            except Exception as error:  # noqa: BLE001
+                logger.warning("the checkpoint being written when the run stopped: %s", error)
+            raise
         finally:
             interrupts.forget(stop)
             self._close_input(batches)
@@ -169,6 +193,7 @@ class TrainingLoop:
             elapsed = time.time() - start
             step = self.global_step
             if not math.isfinite(metrics["loss"]):
+                self.wait_for_checkpoint()  # so that the message names the last one written
                 raise NonFiniteLossError(
                     f"{cfg.output_dir}: the loss is {metrics['loss']} in the {n} steps ending at "
                     f"step {step}; stopped without saving (last good checkpoint: "
@@ -191,9 +216,7 @@ class TrainingLoop:
             fault_points.reached("train_loop")
             if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
                     or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
-                path = self._save(step)
-                logger.info("saved %s", path)
-                interrupts.rerun(f"resumes from {path} (step {step})")
+                self._checkpoints.submit(self._save(step), then=_saved(step))
             if on_loop_end:
                 on_loop_end(step, metrics)
         return metrics
@@ -212,3 +235,12 @@ class TrainingLoop:
         metrics = ratios(totals)
         self.write_summary("eval", metrics, self.global_step)
         return metrics
+
+
+def _saved(step: int) -> Callable[[str], None]:
+    """What follows a checkpoint's write (in the writer's thread): the log line, and what a rerun
+    of the command would now do."""
+    def then(path: str) -> None:
+        logger.info("saved %s", path)
+        interrupts.rerun(f"resumes from {path} (step {step})")
+    return then

@@ -40,12 +40,23 @@ def _host(value) -> np.ndarray:
 
 def save(path: str, groups: dict, step: int) -> None:
     """Write `{group: [variables]}` to `path` (the caller makes it appear atomically)."""
-    from safetensors.numpy import save_file
+    write(path, host_arrays(groups), step)
 
+
+def host_arrays(groups: dict) -> dict:
+    """`{key: NumPy copy}` of `{group: [variables]}`: what `write` stores, taken off the devices
+    (a copy, so that the next update may reuse or donate the variables' buffers)."""
     arrays = {}
     for group, variables in groups.items():
         for i, variable in enumerate(variables):
             arrays[f"{group}/{i:05d}/{variable.path}"] = np.array(_host(variable.value), order="C")
+    return arrays
+
+
+def write(path: str, arrays: dict, step: int) -> None:
+    """Write `host_arrays`' result to `path` (any thread; the caller makes it appear atomically)."""
+    from safetensors.numpy import save_file
+
     # One metadata key: safetensors writes several in an order that changes from run to run.
     save_file(arrays, path, metadata={METADATA_KEY: json.dumps(
         {"format": FORMAT, "step": int(step)}, sort_keys=True)})
