@@ -8,6 +8,10 @@ import dataclasses
 import numpy as np
 
 LENGTH_MULTIPLE = 8  # trimmed batches are this many tokens wide, or a multiple (fewer retraces)
+# Where every step is XLA-compiled, once per width (JAX; TensorFlow with --jit_compile, TPUs):
+# multiples of 32 bound the compiles of each step function to max_seq_length / 32 (4 at 128,
+# 16 at 512; multiples of 8 gave 16 and 64), for at most 31 padded positions a row.
+XLA_LENGTH_MULTIPLE = 32
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
 BUCKET_WINDOW = 50  # batches sorted by length together (the default of --bucket_by_length)
 

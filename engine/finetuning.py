@@ -317,18 +317,25 @@ def _per_replica(context, global_batch: int) -> int:
 
 def batching_of(settings: FinetuneSettings, strategy):
     """The batch shapes the settings ask for; TPUs get full-width rows, one example each. Trimmed
-    widths are exact (multiples of 1) on CPUs without XLA, else multiples of 8."""
-    from bert_tf2.data_gen.batching import BUCKET_WINDOW, LENGTH_MULTIPLE, Batching
+    widths are exact (multiples of 1) on CPUs without XLA, multiples of 32 where every step is
+    XLA-compiled (one compile per width), else (GPUs without XLA) multiples of 8."""
+    from bert_tf2.data_gen.batching import (
+        BUCKET_WINDOW,
+        LENGTH_MULTIPLE,
+        XLA_LENGTH_MULTIPLE,
+        Batching,
+    )
 
     tpu = _is_tpu(strategy)
     # Several JAX processes assemble one global batch from their shares: one width for all.
     trim = settings.trim_padding and not tpu and processes_of(strategy) == 1
-    # Off TensorFlow every step is XLA-compiled, once per shape: multiples of 8 bound the shapes.
-    exact = environment.uses_tensorflow() and not (settings.jit_compile or tpu
-                                                    or _uses_gpu(strategy))
+    # Off TensorFlow every step is XLA-compiled, once per shape: few widths, few compiles.
+    compiled = not environment.uses_tensorflow() or settings.jit_compile or tpu
+    exact = not compiled and not _uses_gpu(strategy)
     return Batching(trim=trim, bucket_window=BUCKET_WINDOW if trim and settings.bucket_by_length
                     else 0, pack=settings.pack_examples and not tpu,
-                    width_multiple=1 if exact else LENGTH_MULTIPLE)
+                    width_multiple=1 if exact else XLA_LENGTH_MULTIPLE if compiled
+                    else LENGTH_MULTIPLE)
 
 
 def _uses_gpu(strategy) -> bool:

@@ -32,6 +32,7 @@ from typing import Callable
 
 import numpy as np
 
+from bert_tf2.data_gen.batching import XLA_LENGTH_MULTIPLE
 from bert_tf2.engine.best_checkpoint import KERAS_WEIGHTS
 from bert_tf2.engine.input_feed import DeviceFeed
 from bert_tf2.engine.trainer_config import (
@@ -398,7 +399,8 @@ def _host_rows(value) -> np.ndarray:
     return np.asarray(value)
 
 
-def compiled_predictor(model, batch_size: int, max_width: int, width_multiple: int = 8) -> Callable:
+def compiled_predictor(model, batch_size: int, max_width: int,
+                       width_multiple: int = XLA_LENGTH_MULTIPLE) -> Callable:
     """`model(inputs, training=False)` as a jitted function of NumPy `[batch, length]` inputs
     (JAX): each batch is padded to `batch_size` rows and its width to a multiple of
     `width_multiple` (at most `max_width`; masked positions: the real ones' outputs stay), so that it

@@ -186,6 +186,7 @@ def test_trim_to_the_exact_longest_example_with_width_multiple_1():
 
 
 def test_the_driver_asks_for_exact_widths_only_on_a_cpu_without_xla():
+    """Exact on a CPU without XLA, multiples of 32 under XLA, of 8 on a GPU without it."""
     from bert_tf2.engine.distribution import get_strategy
     from bert_tf2.engine.finetuning import FinetuneSettings, batching_of
 
@@ -194,8 +195,9 @@ def test_the_driver_asks_for_exact_widths_only_on_a_cpu_without_xla():
     settings = FinetuneSettings(output_dir="unused")
     for strategy in (tf.distribute.get_strategy(), get_strategy("one_device")):
         assert batching_of(settings, strategy).width_multiple == 1
+        # Every step XLA-compiled, once per width: multiples of 32 (GPUs without XLA: of 8).
         xla = FinetuneSettings(output_dir="unused", jit_compile=True)
-        assert batching_of(xla, strategy).width_multiple == 8
+        assert batching_of(xla, strategy).width_multiple == 32
 
     class OnGpu:
         class extended:
