@@ -43,8 +43,9 @@ def save(module: tf.Module, export_dir: str, extra_files: dict | None = None,
     """
     export_dir = os.path.abspath(export_dir)
     recover_directory(export_dir)
+    signatures = module.signatures()  # traced once: each call traces the model again
     with staged_directory(export_dir, fault_point="export") as staging:
-        tf.saved_model.save(module, staging, signatures=module.signatures())
+        tf.saved_model.save(module, staging, signatures=signatures)
         extra = os.path.join(staging, "assets.extra")
         os.makedirs(extra, exist_ok=True)
         for name, source in (extra_files or {}).items():
@@ -60,5 +61,5 @@ def save(module: tf.Module, export_dir: str, extra_files: dict | None = None,
                 logger.info("no LiteRT file: this export is served by its SavedModel alone "
                             "(docs/serving.md#the-fast-path-litert-int8)")
     logger.info("SavedModel written to %s (signatures: %s)", export_dir,
-                ", ".join(sorted(module.signatures())))
+                ", ".join(sorted(signatures)))
     return export_dir
