@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 from test_tokenization import HOSTILE, random_texts
 
-from bert_tf2.data_gen import vocab_sanity
+from bert_tf2.data_gen import tokenization, vocab_sanity
 from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer, InputPacker, truncated_lengths
 from bert_tf2.data_gen.tokenization import BasicTokenizer, FullTokenizer
 
@@ -128,6 +128,19 @@ def test_every_code_point_splits_as_in_python(tokenizers, do_lower_case, stop):
         expected = {cp for cp in NO_LOWERCASE_IN_TF | DECOMPOSED_ONLY_BY_TF_TEXT if cp < stop}
         assert differing == expected
         assert len(differing) == (5 if stop == 0x10000 else 60)
+
+
+@pytest.mark.parametrize("predicate", [
+    tokenization.is_punctuation, tokenization.is_dropped, tokenization.separates_words,
+    lambda char: unicodedata.category(char) == "Mn"], ids=["punctuation", "dropped", "separator",
+                                                           "accent"])
+def test_the_classes_ranges_from_classified_code_points_equal_a_scan_of_all_unicode(predicate):
+    """The graph's character classes are built from the ~145,000 code points Unicode classifies;
+    a class true on an unassigned, private-use or surrogate code point would be cut short."""
+    classified = tokenization.classified_code_points()
+    assert 140_000 < len(classified) < 300_000
+    assert (tokenization.code_point_ranges(predicate, classified)
+            == tokenization.code_point_ranges(predicate))
 
 
 def test_words_over_200_characters_are_unk_measured_after_normalisation(tokenizers):
