@@ -103,6 +103,7 @@ def test_bad_lines_are_named(mrpc_export, tmp_path):
     assert not (tmp_path / "out.jsonl").exists()
 
 
+@pytest.mark.slow  # repeats the classifier's batch runs on other tasks (make test-all)
 def test_squad_and_multiple_choice_saved_models(shared_data, tiny_checkpoint, tmp_path):
     """Questions through an exported SQuAD model give the runner's predictions.json answers;
     multiple-choice rows with 2, 3 and 5 choices (padded with "" in a batch) give its

@@ -135,6 +135,7 @@ def test_embeddings_pool_the_last_layer(extracted, tiny_checkpoint, tmp_path):
         np.testing.assert_allclose(cls[row], last[0], atol=1e-6)
 
 
+@pytest.mark.slow  # an accuracy run
 def test_zero_shot_sts_b_with_minilm(shared_data, minilm_dir, tmp_path):
     """Mean-pooled, normalised all-MiniLM-L6-v2 vectors: cosine against the gold scores of the
     1,500 STS-B dev pairs. Correct pooling and masking land near the published figures. The

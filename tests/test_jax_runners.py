@@ -299,6 +299,8 @@ def test_pretraining_on_jax_resumes_and_exports_the_originals_checkpoint(
     assert {"bert_config.json", "vocab.txt"} <= set(os.listdir(straight / "tf1"))
 
 
+@pytest.mark.slow  # repeats the JAX runs of the classifier, pretraining and
+# extract_features on other tasks (make test-all)
 def test_ner_squad_and_multiple_choice_run_on_jax(shared_data, tiny_checkpoint, no_tensorflow,
                                                   tmp_path):
     conll = conll_slice(shared_data, tmp_path / "conll", {"train.txt": 2500, "valid.txt": 700})

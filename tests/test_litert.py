@@ -352,7 +352,8 @@ def test_batch_predict_on_the_litert_file_writes_the_savedmodels_lines(pair_expo
         result.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("kind", ["regression", "multi_label"])
+@pytest.mark.parametrize("kind", [pytest.param("regression", marks=pytest.mark.slow),
+                                  "multi_label"])  # regression in make test-all
 def test_regression_and_multi_label_outputs_as_the_savedmodel(kind, minilm_dir, tmp_path):
     """The other heads a classifier export has, on a tiny random BERT: STS-B-like scores, and
     multi-label probabilities, 0/1 per label at the export's thresholds, and the label names."""
@@ -447,6 +448,7 @@ def random_export(module_of, minilm_dir, path, litert="float32", initializer_ran
     return path
 
 
+@pytest.mark.slow  # repeats the pairs and embedding cases on another task (make test-all)
 def test_multiple_choice_fast_path_as_the_savedmodel(shared_data, minilm_dir, tmp_path):
     """Real SWAG rows, ragged: a question or none, a choice "" and fewer choices than the model
     scores. float32 gives serve_text's probabilities; int8 its clear choices; batch_predict

@@ -172,7 +172,9 @@ CORPORA = {
 }
 
 
-@pytest.mark.parametrize("kind", list(CORPORA))
+# Statistics over seeds: one corpus in make test, the other kinds in make test-all.
+@pytest.mark.parametrize("kind", [pytest.param(kind, marks=[] if kind == "ten-sentence pieces"
+                                               else pytest.mark.slow) for kind in CORPORA])
 def test_default_mode_statistics_lie_within_the_originals_spread_over_seeds(
         tmp_path, kind, shared_data, minilm_dir, vocab_ids):
     """Pools change which records come out, not what they look like, on every kind of corpus:

@@ -320,6 +320,7 @@ def test_a_hopeless_trial_is_pruned_by_the_median_rule_of_a_loss(tmp_path, mrpc,
                                              / "run_config.json").read_text()
 
 
+@pytest.mark.slow  # repeats the classifier's searches on another runner (make test-all)
 def test_any_runner_ner_with_seeds_chooses_by_its_own_metric(tmp_path, shared_data,
                                                               tiny_checkpoint):
     """run_ner keeps best/ by entity F1: the search reads that from the runs and reports the

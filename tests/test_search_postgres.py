@@ -104,6 +104,7 @@ def test_the_tables_and_best_are_a_one_worker_searchs(searches):
                                                         name).read_bytes()
 
 
+@pytest.mark.slow  # repeats test_run_search's killed worker on PostgreSQL (make test-all)
 def test_a_worker_killed_mid_trial_leaves_its_trial_to_the_other(postgres, mrpc, tiny_checkpoint,
                                                                   tmp_path):  # noqa: F811
     url = fresh_url(postgres, "killed_worker")

@@ -150,6 +150,7 @@ def test_training_windows_equal_the_originals(tmp_path, squad, vocab, tokenizer)
     assert 0 < outside < len(ours)
 
 
+@pytest.mark.slow  # the original as an oracle over many documents; v1's windows in make test
 def test_v2_training_windows_and_decoding_equal_the_originals(tmp_path, squad, vocab, tokenizer):
     """A SQuAD 2.0 set made from three articles (half its questions impossible): windows with
     their [CLS] targets, then predictions, n-best lists and null odds from the same random
