@@ -6,7 +6,7 @@ is most of the time (BERT-Base with Adam's two moments is 1.3 GB) and nothing in
 needs it. `CheckpointWriter` runs the second part in one thread, one checkpoint at a time:
 
 - a checkpoint is visible only once complete (the backend writes under a temporary name and
-  renames; `then(path)` runs after the rename: the "saved" line, the rerun message);
+  renames; `then(path, seconds)` runs after the rename: the "saved" line, the rerun message);
 - the next checkpoint, the end of training (or its interruption: the write in flight finishes,
   so an interrupted run leaves no half-written file) and anything that records progress against
   a checkpoint (an evaluation's results, `best/`) wait for the write in flight first
@@ -26,22 +26,20 @@ class CheckpointWriter:
     def __init__(self):
         self._thread = None
         self._error = None
-        self.seconds = 0.0  # spent writing, in the thread (the step did not wait for it)
 
-    def submit(self, write: Callable[[], str], then: Callable[[str], None]) -> None:
-        """Run `write()` (returns the checkpoint's path), then `then(path)`, in the thread, after
-        the write in flight (if any) is complete."""
+    def submit(self, write: Callable[[], str], then: Callable[[str, float], None]) -> None:
+        """Run `write()` (returns the checkpoint's path), then `then(path, seconds it took)`, in
+        the thread, after the write in flight (if any) is complete."""
         self.wait()
         self._thread = threading.Thread(target=self._run, args=(write, then), daemon=True,
                                         name="checkpoint-writer")
         self._thread.start()
 
-    def _run(self, write: Callable[[], str], then: Callable[[str], None]) -> None:
+    def _run(self, write: Callable[[], str], then: Callable[[str, float], None]) -> None:
         start = time.perf_counter()
         try:
             path = write()
-            self.seconds += time.perf_counter() - start
-            then(path)
+            then(path, time.perf_counter() - start)
         except BaseException as error:  # noqa: BLE001 - raised in the training thread by wait()
             self._error = error
 

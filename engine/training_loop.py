@@ -216,7 +216,10 @@ class TrainingLoop:
             fault_points.reached("train_loop")
             if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
                     or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
-                self._checkpoints.submit(self._save(step), then=_saved(step))
+                start = time.perf_counter()
+                self._checkpoints.wait()  # the previous checkpoint's write, if still going
+                write = self._save(step)
+                self._checkpoints.submit(write, then=_saved(step, time.perf_counter() - start))
             if on_loop_end:
                 on_loop_end(step, metrics)
         return metrics
@@ -237,10 +240,12 @@ class TrainingLoop:
         return metrics
 
 
-def _saved(step: int) -> Callable[[str], None]:
-    """What follows a checkpoint's write (in the writer's thread): the log line, and what a rerun
-    of the command would now do."""
-    def then(path: str) -> None:
-        logger.info("saved %s", path)
+def _saved(step: int, waited: float) -> Callable[[str, float], None]:
+    """What follows a checkpoint's write (in the writer's thread): the log line (how long training
+    waited for the checkpoint, how long its write took beside training), and what a rerun of the
+    command would now do."""
+    def then(path: str, seconds: float) -> None:
+        logger.info("saved %s (training waited %.2f s; written in %.2f s beside it)", path,
+                    waited, seconds)
         interrupts.rerun(f"resumes from {path} (step {step})")
     return then

@@ -5,8 +5,11 @@ checkpoint, and a write's failure or an interrupted run loses nothing.
 The loop (`engine.training_loop.TrainingLoop`) is driven by a backend of plain Python whose
 "devices" hold one number and whose checkpoint writes wait on the test, so the order of events
 is what is asserted, not timings."""
+import logging
 import os
+import re
 import threading
+import time
 import types
 
 import pytest
@@ -104,13 +107,15 @@ def written(loop):
                   if n.startswith("ckpt-") and not n.endswith(".tmp"))
 
 
-def test_training_goes_on_while_a_checkpoint_is_written(tmp_path):
+def test_training_goes_on_while_a_checkpoint_is_written(tmp_path, caplog):
+    caplog.set_level(logging.INFO, "bert_tf2.engine.training_loop")
     release = threading.Event()
     loop = CountingLoop(tmp_path, steps=6, every=3, release=release)
 
     def on_loop_end(step, metrics):
         if step == 5:  # two steps after checkpoint 3 was handed over: not yet on disk
             assert written(loop) == []
+            time.sleep(0.3)  # training's own work, while the write waits
             release.set()  # checkpoint 3 may finish; checkpoint 6 is released at the end
         if step == 6:
             release.set()
@@ -121,6 +126,11 @@ def test_training_goes_on_while_a_checkpoint_is_written(tmp_path):
     # Checkpoint 6 is complete when train() returns, and each holds its own step's state.
     assert written(loop) == [3, 6]
     assert [int(open(tmp_path / f"ckpt-{n}").read()) for n in (3, 6)] == [1 + 2 + 3, 21]
+    # The log says how long training waited for checkpoint 3 and how long its write took.
+    saved = re.search(r"saved (\S+) \(training waited ([0-9.]+) s; written in ([0-9.]+) s beside",
+                      caplog.text)
+    assert saved and saved[1] == str(tmp_path / "ckpt-3")
+    assert float(saved[2]) < 0.1 and float(saved[3]) >= 0.3  # it lasted while steps 4, 5 ran
 
 
 def test_the_next_checkpoint_waits_for_the_one_in_flight(tmp_path):
@@ -186,11 +196,12 @@ def test_an_error_in_the_thread_is_raised_once_by_wait():
 
     def fail():
         raise OSError("disk gone")
-    writer.submit(fail, then=lambda path: None)
+    writer.submit(fail, then=lambda path, seconds: None)
     with pytest.raises(OSError, match="disk gone"):
         writer.wait()
     writer.wait()  # reported once
     seen = []
-    writer.submit(lambda: "ckpt-2", then=seen.append)
+    writer.submit(lambda: "ckpt-2", then=lambda path, seconds: seen.append((path, seconds >= 0)))
     writer.wait()
-    assert seen == ["ckpt-2"]
+    assert seen == [("ckpt-2", True)]
+
