@@ -17,7 +17,8 @@ both alike (`build_trainer` picks by Keras's backend). What this backend supplie
 - checkpoints are `model.ckpt-N.safetensors` (`modeling.variable_files`: the model, the
   optimiser with its step, and dropout's generators): copied to the host between two loops, then
   written in the background (`engine.checkpoint_writer`) through a `model.ckpt-N_temp/` folder
-  and renamed, the newest `keep_checkpoint_max` kept. A run resumes from the newest one and
+  and renamed, the newest `keep_checkpoint_max` kept; with several processes each writes its
+  share of the file (`variable_files.Layout`). A run resumes from the newest one and
   rebuilds the seeded pipeline, skipping the batches already used, so it goes on exactly as an
   uninterrupted run (tests/test_backends.py kills runs with SIGKILL to hold it to that).
 TensorBoard's `train/` and `eval/` events are written by TensorBoard's own writer.
@@ -46,6 +47,8 @@ from bert_tf2.process import fault_points
 from bert_tf2.process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
+
+SHARE_TIMEOUT_S = 600  # how long process 0 waits for the other processes' shares of a checkpoint
 
 
 def checkpoint_path(directory: str, step: int) -> str:
@@ -314,27 +317,72 @@ class KerasTrainer(TrainingLoop):
 
     def _save(self, step: int) -> Callable[[], str]:
         """The state of `step` copied to the host now; the returned function writes it through a
-        `_temp` folder (a kill leaves no partial file) in the checkpoint writer's thread."""
+        `_temp` folder (a kill leaves no partial file) in the checkpoint writer's thread. With
+        several processes each copies and writes only its share of the one file."""
         path = checkpoint_path(self.checkpoint_dir, step)
-        if not self.is_chief:
-            return lambda: path
+        staging = os.path.join(self.checkpoint_dir, f"{CHECKPOINT_NAME}-{step}_temp")
+        staged = os.path.join(staging, "state" + variable_files.SUFFIX)
+        if self.strategy.num_processes > 1:
+            return self._save_shares(step, path, staging, staged)
         arrays = variable_files.host_arrays(self._groups())
 
         def write() -> str:
-            staging = os.path.join(self.checkpoint_dir, f"{CHECKPOINT_NAME}-{step}_temp")
             os.makedirs(staging, exist_ok=True)
             fault_points.reached("checkpoint_write", self.checkpoint_dir)
             try:
-                staged = os.path.join(staging, "state" + variable_files.SUFFIX)
                 variable_files.write(staged, arrays, step)
                 os.replace(staged, path)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-            for _, old in checkpoints_in(self.checkpoint_dir)[:-self.config.keep_checkpoint_max]:
-                os.remove(old)
+            self._prune()
             return path
 
         return write
+
+    def _save_shares(self, step: int, path: str, staging: str, staged: str) -> Callable[[], str]:
+        """Several processes (data parallel: each holds every weight): process 0 makes the file
+        at its full size, then each process copies and writes only its share of the arrays
+        (`variable_files.Layout`, balanced by bytes) and says so with a `share-N.done` file;
+        process 0 renames the file into place once every share is in."""
+        from jax.experimental import multihost_utils
+
+        processes, me = self.strategy.num_processes, self.strategy.process_index
+        layout = variable_files.Layout(self._groups(), step, processes)
+        arrays = layout.host_share(me)
+        if self.is_chief:
+            shutil.rmtree(staging, ignore_errors=True)
+            os.makedirs(staging)
+            layout.create(staged)
+        multihost_utils.sync_global_devices(f"checkpoint {step}")  # the file is there for all
+
+        def write() -> str:
+            if self.is_chief:
+                fault_points.reached("checkpoint_write", self.checkpoint_dir)
+            layout.write_share(staged, arrays)
+            open(os.path.join(staging, f"share-{me}.done"), "w").close()
+            logger.info("process %d wrote its share of %s: %d of %d arrays, %.1f MB", me, path,
+                        len(arrays), len(layout.entries),
+                        sum(a.nbytes for a in arrays.values()) / 1e6)
+            if not self.is_chief:
+                return path
+            waiting = [os.path.join(staging, f"share-{p}.done") for p in range(processes)]
+            deadline = time.time() + SHARE_TIMEOUT_S
+            while not all(os.path.exists(done) for done in waiting):
+                if time.time() > deadline:
+                    missing = [p for p, done in enumerate(waiting) if not os.path.exists(done)]
+                    raise RuntimeError(f"{path}: process(es) {missing} did not write their "
+                                       f"share within {SHARE_TIMEOUT_S} s")
+                time.sleep(0.01)
+            os.replace(staged, path)
+            shutil.rmtree(staging, ignore_errors=True)
+            self._prune()
+            return path
+
+        return write
+
+    def _prune(self) -> None:
+        for _, old in checkpoints_in(self.checkpoint_dir)[:-self.config.keep_checkpoint_max]:
+            os.remove(old)
 
     def _eval_step(self, trainable, frozen, batch):
         (loss, metrics), _ = self._call(

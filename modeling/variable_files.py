@@ -65,6 +65,86 @@ def write(path: str, arrays: dict, step: int) -> None:
     os.chmod(path, 0o666 & ~umask)  # safetensors writes 0600; files here follow the umask
 
 
+# Several processes write one file, each its share of the arrays (`Layout`): the same safetensors
+# file, laid out by this module rather than by safetensors' writer, so that every process knows
+# where each array's bytes go without being sent them.
+_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
+           "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8",
+           "uint16": "U16", "uint32": "U32", "uint64": "U64", "bool": "BOOL"}
+
+
+class Layout:
+    """Where each array of `{group: [variables]}` lies in the checkpoint file of `step`, and
+    which of `processes` writes it: arrays in key order, contiguous after the header; shares
+    balanced by bytes (the largest arrays first, each to the process with the fewest bytes so
+    far), the same in every process."""
+
+    def __init__(self, groups: dict, step: int, processes: int):
+        self.entries = {}  # key -> (variable, dtype name, shape, begin, end)
+        offset = 0
+        for group, variables in groups.items():
+            for i, variable in enumerate(variables):
+                key = f"{group}/{i:05d}/{variable.path}"
+                dtype, shape = _numpy_dtype(variable.dtype), tuple(variable.shape)
+                size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+                self.entries[key] = (variable, dtype.name, shape, size)
+        header = {"__metadata__": {METADATA_KEY: json.dumps(
+            {"format": FORMAT, "step": int(step)}, sort_keys=True)}}
+        for key in sorted(self.entries):
+            variable, dtype, shape, size = self.entries[key]
+            header[key] = {"dtype": _DTYPES[dtype], "shape": list(shape),
+                           "data_offsets": [offset, offset + size]}
+            self.entries[key] = (variable, dtype, shape, offset, offset + size)
+            offset += size
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors writes
+        self.header = len(text).to_bytes(8, "little") + text
+        self.size = len(self.header) + offset
+        load = [0] * processes
+        self.shares = [[] for _ in range(processes)]
+        for key in sorted(self.entries, key=lambda k: (-self._bytes(k), k)):
+            least = min(range(processes), key=lambda p: (load[p], p))
+            self.shares[least].append(key)
+            load[least] += self._bytes(key)
+
+    def _bytes(self, key: str) -> int:
+        _, _, _, begin, end = self.entries[key]
+        return end - begin
+
+    def host_share(self, process: int) -> dict:
+        """`{key: NumPy copy}` of the arrays `process` writes (copied off its devices)."""
+        return {key: np.array(_host(self.entries[key][0].value), order="C")
+                for key in self.shares[process]}
+
+    def create(self, path: str) -> None:
+        """The file at its full size, its header written (one process, before any share)."""
+        with open(path, "wb") as f:
+            f.write(self.header)
+            f.truncate(self.size)
+
+    def write_share(self, path: str, arrays: dict) -> None:
+        """Write `host_share`'s arrays into the file `create` made (any process, any thread)."""
+        with open(path, "r+b") as f:
+            for key, array in arrays.items():
+                _, _, _, begin, _ = self.entries[key]
+                f.seek(len(self.header) + begin)
+                f.write(np.ascontiguousarray(array).tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _numpy_dtype(dtype) -> np.dtype:
+    import keras
+
+    name = keras.backend.standardize_dtype(dtype)
+    try:
+        return np.dtype(name)
+    except TypeError:  # bfloat16: NumPy knows it through ml_dtypes (installed with JAX and TF)
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+
+
 def is_variable_file(path: str) -> bool:
     """Whether `path` is a file this module wrote."""
     return read_metadata(path) is not None

@@ -12,6 +12,7 @@ import threading
 import time
 import types
 
+import numpy as np
 import pytest
 
 from bert_tf2.engine.checkpoint_writer import CheckpointWriter
@@ -205,3 +206,43 @@ def test_an_error_in_the_thread_is_raised_once_by_wait():
     writer.wait()
     assert seen == [("ckpt-2", True)]
 
+
+def test_shares_written_by_three_processes_make_the_file_one_process_writes(tmp_path):
+    """Several JAX processes each write their share of one checkpoint file
+    (`variable_files.Layout`): the file holds every array of the state, reads back as the one
+    `variable_files.save` writes, and the shares split the bytes evenly."""
+    import keras
+    from safetensors.numpy import load_file
+
+    from bert_tf2.modeling import variable_files
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.optimization import create_optimizer
+
+    keras.utils.set_random_seed(1)
+    encoder = BertEncoder(BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=32,
+                                     max_position_embeddings=32))
+    optimizer = create_optimizer(1e-3, 10, 1)
+    optimizer.build(encoder.trainable_variables)
+    groups = {"model": encoder.weights, "optimizer": list(optimizer.variables)}
+    layout = variable_files.Layout(groups, 7, 3)
+    shared = str(tmp_path / "shares.safetensors")
+    layout.create(shared)
+    for process in (2, 0, 1):  # in any order
+        layout.write_share(shared, layout.host_share(process))
+    whole = str(tmp_path / "one.safetensors")
+    variable_files.save(whole, groups, 7)
+    a, b = load_file(shared), load_file(whole)
+    assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
+    assert variable_files.step_of(shared) == 7
+    assert sorted(k for share in layout.shares for k in share) == sorted(b)
+    loads = [sum(a[k].nbytes for k in share) for share in layout.shares]
+    assert max(loads) - min(loads) <= max(v.nbytes for v in a.values())
+    # And it restores the state, as the one-process file does.
+    saved = [keras.ops.convert_to_numpy(v.value) for v in encoder.weights]
+    for v in encoder.weights:
+        v.assign(np.zeros(v.shape, v.dtype))
+    variable_files.load(shared, groups)
+    assert all(np.array_equal(keras.ops.convert_to_numpy(v.value), w)
+               for v, w in zip(encoder.weights, saved))

@@ -400,7 +400,8 @@ def test_two_processes_train_as_one_process(mrpc, tiny_checkpoint, no_tensorflow
     """`--distribution_strategy=multi_worker_mirrored` on JAX: two processes on loopback, found
     through TF_CONFIG as on TensorFlow (`jax.distributed`), each reading its share of every
     batch, train, evaluate and predict as one process at the same global batch; the chief alone
-    writes the outputs, the other its scratch folder."""
+    writes the outputs, the other its scratch folder; each writes its share of every checkpoint,
+    which then holds what one process's does."""
     from test_multi_worker import free_ports
 
     flags = ["--bucket_by_length=false"]  # several processes read untrimmed, unbucketed rows
@@ -435,5 +436,15 @@ def test_two_processes_train_as_one_process(mrpc, tiny_checkpoint, no_tensorflow
     np.testing.assert_allclose(np.loadtxt(tmp_path / "two" / "test_results.tsv"),
                                np.loadtxt(tmp_path / "one" / "test_results.tsv"), atol=1e-6)
     assert (tmp_path / "two" / "model.ckpt-12.safetensors").is_file()
+    for index, log in enumerate(logs):
+        assert f"process {index} wrote its share of {tmp_path / 'two'}/model.ckpt-12" in log
+    from safetensors.numpy import load_file
+
+    two = load_file(tmp_path / "two" / "model.ckpt-12.safetensors")
+    one_state = load_file(tmp_path / "one" / "model.ckpt-12.safetensors")
+    assert two.keys() == one_state.keys()
+    for key in two:
+        np.testing.assert_allclose(two[key], one_state[key], atol=1e-5, err_msg=key)
+    assert not list((tmp_path / "two").glob("*_temp"))
     assert not list((tmp_path / "two" / "worker_1_scratch").glob("model.ckpt-*"))
     assert not (tmp_path / "two" / "worker_1_scratch" / "eval_results.txt").exists()
