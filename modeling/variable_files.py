@@ -49,8 +49,17 @@ def host_arrays(groups: dict) -> dict:
     arrays = {}
     for group, variables in groups.items():
         for i, variable in enumerate(variables):
-            arrays[f"{group}/{i:05d}/{variable.path}"] = np.array(_host(variable.value), order="C")
+            arrays[f"{group}/{i:05d}/{variable.path}"] = _own_copy(variable.value)
     return arrays
+
+
+def _own_copy(value) -> np.ndarray:
+    """A C-ordered NumPy array of `value` that owns its memory: copied once (Keras's
+    `convert_to_numpy` copies already; a view of a device buffer is copied again)."""
+    array = _host(value)
+    if array.flags.c_contiguous and array.flags.owndata:
+        return array
+    return np.array(array, order="C")
 
 
 def write(path: str, arrays: dict, step: int) -> None:
@@ -113,8 +122,7 @@ class Layout:
 
     def host_share(self, process: int) -> dict:
         """`{key: NumPy copy}` of the arrays `process` writes (copied off its devices)."""
-        return {key: np.array(_host(self.entries[key][0].value), order="C")
-                for key in self.shares[process]}
+        return {key: _own_copy(self.entries[key][0].value) for key in self.shares[process]}
 
     def create(self, path: str) -> None:
         """The file at its full size, its header written (one process, before any share)."""
