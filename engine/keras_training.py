@@ -331,11 +331,10 @@ class KerasTrainer(TrainingLoop):
             fault_points.reached("checkpoint_write", self.checkpoint_dir)
             try:
                 variable_files.write(staged, arrays, step)
-                os.replace(staged, path)
-            finally:
+            except BaseException:  # a full disk, say: no partial file left
                 shutil.rmtree(staging, ignore_errors=True)
-            self._prune()
-            return path
+                raise
+            return self._publish(staged, path, staging)
 
         return write
 
@@ -361,7 +360,7 @@ class KerasTrainer(TrainingLoop):
             layout.write_share(staged, arrays)
             open(os.path.join(staging, f"share-{me}.done"), "w").close()
             logger.info("process %d wrote its share of %s: %d of %d arrays, %.1f MB", me, path,
-                        len(arrays), len(layout.entries),
+                        len(arrays), len(layout.variables),
                         sum(a.nbytes for a in arrays.values()) / 1e6)
             if not self.is_chief:
                 return path
@@ -373,16 +372,18 @@ class KerasTrainer(TrainingLoop):
                     raise RuntimeError(f"{path}: process(es) {missing} did not write their "
                                        f"share within {SHARE_TIMEOUT_S} s")
                 time.sleep(0.01)
-            os.replace(staged, path)
-            shutil.rmtree(staging, ignore_errors=True)
-            self._prune()
-            return path
+            return self._publish(staged, path, staging)
 
         return write
 
-    def _prune(self) -> None:
+    def _publish(self, staged: str, path: str, staging: str) -> str:
+        """The complete file renamed into place, its staging folder removed, the checkpoints
+        beyond `keep_checkpoint_max` deleted; returns `path`."""
+        os.replace(staged, path)
+        shutil.rmtree(staging, ignore_errors=True)
         for _, old in checkpoints_in(self.checkpoint_dir)[:-self.config.keep_checkpoint_max]:
             os.remove(old)
+        return path
 
     def _eval_step(self, trainable, frozen, batch):
         (loss, metrics), _ = self._call(

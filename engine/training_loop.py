@@ -20,11 +20,11 @@
   replicas), so any number of batches and devices gives the exact ratio; `eval/` summaries.
 
 A backend supplies the rest, a small interface: where its checkpoints are (`latest_checkpoint`,
-`_checkpoint_folder`), restoring (`_restore_for_training`) and saving (`_save`: the state, and the function that writes
-it), its training
-input (`_training_input`, `_close_input`, `_input_waited`), `_run_steps` (n updates, their metric
-sums), the stop flag (`_request_stop`), the evaluation step and input, `predict`,
-`restore_latest`, `write_summary`, `write_weights`, `global_step` and `current_learning_rate`.
+`_checkpoint_folder`), restoring (`_restore_for_training`) and saving (`_save`: the state, and
+the function that writes it), its training input (`_training_input`, `_close_input`,
+`_input_waited`), `_run_steps` (n updates, their metric sums), the stop flag (`_request_stop`),
+the evaluation step and input, `predict`, `restore_latest`, `write_summary`, `write_weights`,
+`global_step` and `current_learning_rate`.
 """
 from __future__ import annotations
 

@@ -46,11 +46,19 @@ def save(path: str, groups: dict, step: int) -> None:
 def host_arrays(groups: dict) -> dict:
     """`{key: NumPy copy}` of `{group: [variables]}`: what `write` stores, taken off the devices
     (a copy, so that the next update may reuse or donate the variables' buffers)."""
-    arrays = {}
+    return {key: _own_copy(variable.value) for key, variable in _keyed(groups)}
+
+
+def _keyed(groups: dict):
+    """`(GROUP/NNNNN/PATH, variable)` for each variable of `{group: [variables]}`."""
     for group, variables in groups.items():
         for i, variable in enumerate(variables):
-            arrays[f"{group}/{i:05d}/{variable.path}"] = _own_copy(variable.value)
-    return arrays
+            yield f"{group}/{i:05d}/{variable.path}", variable
+
+
+def _metadata(step: int) -> dict:
+    # One metadata key: safetensors writes several in an order that changes from run to run.
+    return {METADATA_KEY: json.dumps({"format": FORMAT, "step": int(step)}, sort_keys=True)}
 
 
 def _own_copy(value) -> np.ndarray:
@@ -66,9 +74,7 @@ def write(path: str, arrays: dict, step: int) -> None:
     """Write `host_arrays`' result to `path` (any thread; the caller makes it appear atomically)."""
     from safetensors.numpy import save_file
 
-    # One metadata key: safetensors writes several in an order that changes from run to run.
-    save_file(arrays, path, metadata={METADATA_KEY: json.dumps(
-        {"format": FORMAT, "step": int(step)}, sort_keys=True)})
+    save_file(arrays, path, metadata=_metadata(step))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, 0o666 & ~umask)  # safetensors writes 0600; files here follow the umask
@@ -89,21 +95,17 @@ class Layout:
     far), the same in every process."""
 
     def __init__(self, groups: dict, step: int, processes: int):
-        self.entries = {}  # key -> (variable, dtype name, shape, begin, end)
+        variables = dict(_keyed(groups))
+        self.variables = {}  # key -> variable
+        self.spans = {}  # key -> (begin, end) of its bytes after the header
+        header = {"__metadata__": _metadata(step)}
         offset = 0
-        for group, variables in groups.items():
-            for i, variable in enumerate(variables):
-                key = f"{group}/{i:05d}/{variable.path}"
-                dtype, shape = _numpy_dtype(variable.dtype), tuple(variable.shape)
-                size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-                self.entries[key] = (variable, dtype.name, shape, size)
-        header = {"__metadata__": {METADATA_KEY: json.dumps(
-            {"format": FORMAT, "step": int(step)}, sort_keys=True)}}
-        for key in sorted(self.entries):
-            variable, dtype, shape, size = self.entries[key]
-            header[key] = {"dtype": _DTYPES[dtype], "shape": list(shape),
+        for key in sorted(variables):
+            dtype, shape = _numpy_dtype(variables[key].dtype), tuple(variables[key].shape)
+            size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+            header[key] = {"dtype": _DTYPES[dtype.name], "shape": list(shape),
                            "data_offsets": [offset, offset + size]}
-            self.entries[key] = (variable, dtype, shape, offset, offset + size)
+            self.variables[key], self.spans[key] = variables[key], (offset, offset + size)
             offset += size
         text = json.dumps(header, separators=(",", ":")).encode()
         text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors writes
@@ -111,18 +113,15 @@ class Layout:
         self.size = len(self.header) + offset
         load = [0] * processes
         self.shares = [[] for _ in range(processes)]
-        for key in sorted(self.entries, key=lambda k: (-self._bytes(k), k)):
+        sizes = {key: end - begin for key, (begin, end) in self.spans.items()}
+        for key in sorted(sizes, key=lambda k: (-sizes[k], k)):
             least = min(range(processes), key=lambda p: (load[p], p))
             self.shares[least].append(key)
-            load[least] += self._bytes(key)
-
-    def _bytes(self, key: str) -> int:
-        _, _, _, begin, end = self.entries[key]
-        return end - begin
+            load[least] += sizes[key]
 
     def host_share(self, process: int) -> dict:
         """`{key: NumPy copy}` of the arrays `process` writes (copied off its devices)."""
-        return {key: _own_copy(self.entries[key][0].value) for key in self.shares[process]}
+        return {key: _own_copy(self.variables[key].value) for key in self.shares[process]}
 
     def create(self, path: str) -> None:
         """The file at its full size, its header written (one process, before any share)."""
@@ -134,9 +133,8 @@ class Layout:
         """Write `host_share`'s arrays into the file `create` made (any process, any thread)."""
         with open(path, "r+b") as f:
             for key, array in arrays.items():
-                _, _, _, begin, _ = self.entries[key]
-                f.seek(len(self.header) + begin)
-                f.write(np.ascontiguousarray(array).tobytes())
+                f.seek(len(self.header) + self.spans[key][0])
+                f.write(np.ascontiguousarray(array).reshape(-1).view(np.uint8))  # no copy
             f.flush()
             os.fsync(f.fileno())
 
