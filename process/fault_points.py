@@ -10,6 +10,14 @@ dictionary lookup. A test sets
     BERT_TEST_STOP_AT=NAME[@N]    SIGSTOP instead: the process freezes there, holding what it
                                   holds (a second process can then be tried against it)
 
+A frozen process that is continued (SIGCONT) stays at the point for up to `SIGNAL_WAIT_S` seconds,
+so that a signal a test sent while it was frozen is handled there, where the test means it to
+land. Without the wait it may land later: CPython runs signal handlers in the main thread only, and
+when the kernel hands the signal to another thread (TensorFlow's, the interrupt watcher), the main
+thread notices it at its next switch of the interpreter lock, up to 5 ms later, by when it may have
+finished an export and begun the evaluation. Sleeping releases the lock; taking it back makes the
+main thread see the pending signal at once.
+
 `checkpoint_write` is special: reaching it arms a watcher that kills the process as soon as a
 checkpoint's temporary folder (`*_temp`) appears in the folder given, i.e. in the middle of
 TensorFlow's own write. The points are listed in `POINTS` and in docs/drop-in.md.
@@ -18,9 +26,11 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 KILL_VARIABLE = "BERT_TEST_KILL_AT"
 STOP_VARIABLE = "BERT_TEST_STOP_AT"
+SIGNAL_WAIT_S = 60.0
 
 # Every point a program reaches, and where.
 POINTS = {
@@ -57,6 +67,7 @@ def reached(name: str, folder: str | None = None) -> None:
     _counts[name] = _counts.get(name, 0) + 1
     if _wanted(STOP_VARIABLE, name):
         os.kill(os.getpid(), signal.SIGSTOP)
+        _wait_for_signal()
     if not _wanted(KILL_VARIABLE, name):
         return
     if name == "checkpoint_write":
@@ -65,10 +76,17 @@ def reached(name: str, folder: str | None = None) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _wait_for_signal() -> None:
+    """Continued after a freeze: give the signal sent meanwhile (its handler raises here) up to
+    `SIGNAL_WAIT_S` seconds to arrive; go on if none does."""
+    deadline = time.monotonic() + SIGNAL_WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _kill_when_partial(folder: str) -> None:
     """Kill the process as soon as a `*_temp` folder (a checkpoint being written) appears."""
     import threading
-    import time
 
     def watch():
         while True:
