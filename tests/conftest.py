@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import warm_python
 
 from bert_tf2.process import environment
 
@@ -106,10 +107,10 @@ def tokenizer(vocab_file):
 
 def run_script(script: str, *flags, check: bool = True) -> subprocess.CompletedProcess:
     """A runner (`run_classifier.py`, ...; or `-m`, a module) of this checkout as its own
-    process, as users run it."""
+    process, as users run it (forked from the warm Python: `warm_python`)."""
     command = [sys.executable, "-m", *flags] if script == "-m" else [
         sys.executable, str(REPO / script), *flags]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    result = warm_python.run(command, cwd=REPO)
     if check and result.returncode:
         raise AssertionError(f"{script} failed:\n{result.stderr[-4000:]}")
     return result

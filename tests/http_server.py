@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 
+import warm_python
 from conftest import REPO
 
 
@@ -46,7 +47,7 @@ def server(export, *flags, harness=False, wait=True):
         command = [sys.executable, str(REPO / "serve.py"), f"--export_dir={export}",
                    "--model_name=m", "--host=127.0.0.1", f"--port={port}", *flags]
     log = tempfile.TemporaryFile("w+")  # not a pipe: a full pipe would stop the server
-    proc = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc = warm_python.start(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     proc.log = lambda: (log.seek(0), log.read())[1]
     base = f"http://127.0.0.1:{port}"
     try:

@@ -1,11 +1,11 @@
 """The converter CLI: every format to every other, losslessly, with the vocabulary carried along."""
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 from test_checkpoints import assert_bit_identical, raw_tf1
 
 from bert_tf2.modeling import convert
@@ -15,8 +15,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "bert_tf2.modeling.convert", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    return warm_python.run([sys.executable, "-m", "bert_tf2.modeling.convert", *args], cwd=REPO,
+                           timeout=300)
 
 
 def test_cli_tf1_to_hf_to_keras_to_tf1_is_lossless(tf1_tiny_dir, tmp_path):

@@ -16,6 +16,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 from conftest import REPO, run_script
 from reference_bert import ReferenceBert
 
@@ -195,9 +196,9 @@ def test_a_killed_run_resumes_after_its_last_shard(shared_data, tiny_checkpoint,
     run_script("extract_features.py", *flags, f"--output_file={tmp_path / 'straight.jsonl'}")
     output = tmp_path / "resumed.jsonl"
     parts = tmp_path / ".resumed.jsonl.parts"
-    process = subprocess.Popen([sys.executable, str(REPO / "extract_features.py"), *flags,
-                                f"--output_file={output}"], cwd=REPO,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = warm_python.start([sys.executable, str(REPO / "extract_features.py"), *flags,
+                                 f"--output_file={output}"], cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline and process.poll() is None:
         if parts.is_dir() and len([p for p in os.listdir(parts) if p.endswith(".jsonl")]) >= 2:

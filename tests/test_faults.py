@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+import warm_python
 from conftest import REPO
 from test_run_classifier import glue_slice
 
@@ -26,8 +27,8 @@ EVENT_FOLDERS = ("train", "eval")
 
 
 def run(command, env_extra=None):
-    return subprocess.run([sys.executable, *command], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, **(env_extra or {})}, timeout=900)
+    return warm_python.run([sys.executable, *command], cwd=REPO,
+                           env={**os.environ, **(env_extra or {})}, timeout=900)
 
 
 def run_chain(command, kills):
@@ -322,9 +323,9 @@ def frozen(command, point):
     """`command` started and frozen (SIGSTOP) at fault point `point`, holding its outputs."""
     from bert_tf2.process.fault_points import STOP_VARIABLE
 
-    process = subprocess.Popen([sys.executable, *command], cwd=REPO, text=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               env={**os.environ, STOP_VARIABLE: point})
+    process = warm_python.start([sys.executable, *command], cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env={**os.environ, STOP_VARIABLE: point})
     wait_until_stopped(process)
     return process
 

@@ -16,6 +16,7 @@ import textwrap
 import time
 
 import pytest
+import warm_python
 from conftest import REPO
 from test_faults import (  # noqa: F401  (fixtures)
     assert_same_run,
@@ -41,9 +42,9 @@ STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 def interrupted(command, point, signal_number):
     """`command` frozen at fault point `point`, sent `signal_number`, let go; (status, stderr)."""
-    process = subprocess.Popen([sys.executable, *command], cwd=REPO, text=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               env={**os.environ, STOP_VARIABLE: point})
+    process = warm_python.start([sys.executable, *command], cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env={**os.environ, STOP_VARIABLE: point})
     wait_until_stopped(process)
     os.kill(process.pid, signal_number)
     os.kill(process.pid, signal.SIGCONT)
@@ -114,8 +115,8 @@ def test_ctrl_c_inside_a_long_training_loop_stops_after_the_current_step(
         command = [*classifier(mrpc, tiny_checkpoint, out), "--num_train_epochs=3000",
                    "--iterations_per_loop=18000", "--save_checkpoints_steps=18000",
                    "--eval_every_steps=18000"]
-        process = subprocess.Popen([sys.executable, *command], cwd=REPO, text=True,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        process = warm_python.start([sys.executable, *command], cwd=REPO,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         for line in process.stderr:
             if "training examples" in line:
                 break

@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+import warm_python
 from conftest import REPO, read_results, read_tsv, run_script
 from test_faults import listing
 from test_run_classifier import glue_slice
@@ -43,8 +44,7 @@ def run_jax(no_tensorflow, script, *flags, env=None, check=True):
     command = [sys.executable, *(flags if script == "-m" else [str(REPO / script), *flags])]
     environment = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": without_tensorflow(no_tensorflow),
                    **(env or {})}
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=environment,
-                            timeout=900)
+    result = warm_python.run(command, cwd=REPO, env=environment, timeout=900)
     if check and result.returncode:
         raise AssertionError(f"{script} failed on JAX:\n{result.stderr[-4000:]}")
     return result
@@ -374,11 +374,11 @@ def test_sigterm_on_jax_is_one_line_and_the_rerun_ends_as_the_uninterrupted_run(
     out = tmp_path / "out"
     command = [sys.executable, *[str(REPO / part) if part.endswith(".py") else part
                                  for part in classifier(mrpc, tiny_checkpoint, out)]]
-    process = subprocess.Popen(command, cwd=REPO, text=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE,
-                               env={**os.environ, "KERAS_BACKEND": "jax",
-                                    "PYTHONPATH": without_tensorflow(no_tensorflow),
-                                    STOP_VARIABLE: "train_loop@2"})
+    process = warm_python.start(command, cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE,
+                                env={**os.environ, "KERAS_BACKEND": "jax",
+                                     "PYTHONPATH": without_tensorflow(no_tensorflow),
+                                     STOP_VARIABLE: "train_loop@2"})
     wait_until_stopped(process)
     os.kill(process.pid, signal.SIGTERM)
     os.kill(process.pid, signal.SIGCONT)
@@ -410,11 +410,11 @@ def test_two_processes_train_as_one_process(mrpc, tiny_checkpoint, no_tensorflow
     for index in range(2):
         config = json.dumps({"cluster": {"worker": workers},
                              "task": {"type": "worker", "index": index}})
-        processes.append(subprocess.Popen(
+        processes.append(warm_python.start(
             [sys.executable, str(REPO / "run_classifier.py"),
              *classifier(mrpc, tiny_checkpoint, tmp_path / "two", *flags,
                          "--distribution_strategy=multi_worker_mirrored")[1:]],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             env={**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": without_tensorflow(no_tensorflow),
                  "TF_CONFIG": config}))
     one = run_jax(no_tensorflow, *classifier(mrpc, tiny_checkpoint, tmp_path / "one", *flags))

@@ -7,12 +7,12 @@ import concurrent.futures
 import contextlib
 import signal
 import socket
-import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
+import warm_python
 from conftest import REPO
 from http_server import call, free_port, server
 from test_litert import pair_export, served  # noqa: F401  (the module's fixture)
@@ -227,27 +227,26 @@ def test_a_second_server_on_the_port_and_a_cut_litert_file_are_one_line(pair_exp
     export, _ = pair_export
     with server(export, "--runtime=float32") as (base, _):
         port = base.rsplit(":", 1)[1]
-        second = subprocess.run([sys.executable, str(REPO / "serve.py"),
-                                 f"--export_dir={export}", "--host=127.0.0.1",
-                                 f"--port={port}"], capture_output=True, text=True, cwd=REPO,
-                                timeout=120)
+        second = warm_python.run([sys.executable, str(REPO / "serve.py"),
+                                  f"--export_dir={export}", "--host=127.0.0.1",
+                                  f"--port={port}"], cwd=REPO, timeout=120)
         assert second.returncode != 0 and "Traceback" not in second.stderr
         assert second.stderr.strip().splitlines()[-1] == (
             f"serve.py: error: --port={port}: cannot listen on 127.0.0.1:{port} (another "
             f"process is listening there; stop it or pick another --port)")
         assert call(base + "/v1/models/m")[0] == 200  # the first one is untouched
-    threads = subprocess.run([sys.executable, str(REPO / "serve.py"), f"--export_dir={export}",
-                              "--num_batch_threads=2", f"--port={free_port()}"],
-                             capture_output=True, text=True, cwd=REPO, timeout=120)
+    threads = warm_python.run([sys.executable, str(REPO / "serve.py"), f"--export_dir={export}",
+                               "--num_batch_threads=2", f"--port={free_port()}"], cwd=REPO,
+                              timeout=120)
     assert threads.returncode != 0 and threads.stderr.strip().splitlines()[-1].startswith(
         "serve.py: error: --num_batch_threads=2: a LiteRT runtime runs one batch at a time")
     cut = tmp_path / "serving"
     shutil.copytree(export, cut)
     flat = (cut / "litert" / "float32.tflite").read_bytes()
     (cut / "litert" / "float32.tflite").write_bytes(flat[:len(flat) // 2])
-    result = subprocess.run([sys.executable, str(REPO / "serve.py"), f"--export_dir={cut}",
-                             "--host=127.0.0.1", f"--port={free_port()}"],
-                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    result = warm_python.run([sys.executable, str(REPO / "serve.py"), f"--export_dir={cut}",
+                              "--host=127.0.0.1", f"--port={free_port()}"], cwd=REPO,
+                             timeout=120)
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "float32.tflite: not a readable LiteRT file" in last and "export_litert.py" in last

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the export's tokenizer ops)
+import warm_python
 from conftest import REPO
 
 from bert_tf2.engine.best_checkpoint import BestCheckpoint
@@ -90,10 +91,10 @@ def test_old_run_folder_is_evaluated_by_todays_runner(tmp_path, shared_data):
     run = tmp_path / "run"
     shutil.copytree(OLD / "classifier_run", run)
     old_results = (run / "eval_results.txt").read_text()
-    result = subprocess.run(
+    result = warm_python.run(
         [sys.executable, str(REPO / "run_classifier.py"), "--task_name=MRPC",
          f"--data_dir={data}", f"--output_dir={run}", f"--init_checkpoint={OLD / 'tf1'}",
-         "--max_seq_length=32", "--do_eval"], capture_output=True, text=True, cwd=REPO)
+         "--max_seq_length=32", "--do_eval"], cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "using the best weights (eval_main = 0.6971 at step 4)" in result.stderr
     # The same scores; today's file puts the original's keys first and adds Estimator's `loss`

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 
 from bert_tf2.modeling import checkpoints
 from bert_tf2.modeling.encoder import BertEncoder
@@ -20,9 +21,8 @@ TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_att
         "intermediate_size": 64, "max_position_embeddings": 512, "type_vocab_size": 2}
 
 
-def python(*args, **kwargs):
-    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=600, **kwargs)
+def python(*args):
+    return warm_python.run([sys.executable, *args], cwd=REPO, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +81,9 @@ def test_sigkill_then_restart_ends_at_the_uninterrupted_weights(corpus, tmp_path
     straight = python(*pretrain(corpus, tmp_path / "straight", "--do_train", steps=40))
     assert straight.returncode == 0, straight.stderr
     killed_dir = tmp_path / "killed"
-    process = subprocess.Popen([sys.executable, *pretrain(corpus, killed_dir, "--do_train",
-                                                         steps=40)],
-                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = warm_python.start([sys.executable, *pretrain(corpus, killed_dir, "--do_train",
+                                                          steps=40)],
+                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (killed_dir / "model.ckpt-20.index").exists():
         assert process.poll() is None and time.time() < deadline, "no checkpoint appeared"

@@ -2,10 +2,10 @@
 before Keras is imported, by every program's start, `process.errors.run_main`), and a model name
 serve.py cannot serve under."""
 import os
-import subprocess
 import sys
 
 import pytest
+import warm_python
 from conftest import REPO
 
 PROGRAMS = [["run_classifier.py"], ["run_squad.py"], ["run_ner.py"], ["run_pretraining.py"],
@@ -15,8 +15,8 @@ PROGRAMS = [["run_classifier.py"], ["run_squad.py"], ["run_ner.py"], ["run_pretr
 
 
 def run(args, **env):
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, **env}, timeout=120)
+    return warm_python.run([sys.executable, *args], cwd=REPO, env={**os.environ, **env},
+                           timeout=120)
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p[-1])

@@ -13,10 +13,10 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import pytest
+import warm_python
 from conftest import REPO, run_script
 from test_run_classifier import glue_slice
 
@@ -525,8 +525,7 @@ def test_user_error_is_one_line_and_leaves_the_finished_run_intact(finished, tmp
 
 def test_traceback_on_request(finished, tmp_path):
     command = ragged_row(finished, tmp_path)
-    result = subprocess.run([sys.executable, str(REPO / command[0]), *command[1:]],
-                            capture_output=True, text=True, cwd=REPO,
-                            env={**os.environ, "BERT_TRACEBACK": "1"})
+    result = warm_python.run([sys.executable, str(REPO / command[0]), *command[1:]], cwd=REPO,
+                             env={**os.environ, "BERT_TRACEBACK": "1"})
     assert result.returncode == 1
     assert "Traceback" in result.stderr and "DataError: " in result.stderr

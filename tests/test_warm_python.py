@@ -1,0 +1,76 @@
+"""The programs forked from the warm Python (tests/warm_python.py) behave as fresh interpreters:
+the same output and exit status, their own process that signals reach, the caller's folder and
+environment; what cannot be forked runs fresh."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import warm_python
+from conftest import REPO
+
+
+def fresh(args, **kwargs):
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, **kwargs)
+
+
+def test_a_forked_program_prints_and_exits_as_a_fresh_one(tmp_path):
+    for args in (["run_classifier.py", "--task_name=nope"],
+                 ["run_classifier.py", f"--output_dir={tmp_path}", "--task_name=nope",
+                  "--do_train"],
+                 ["-m", "bert_tf2.modeling.convert", "--helpshort"]):
+        expected = fresh(args)
+        forked = warm_python.run([sys.executable, *args], timeout=300)
+        assert (forked.returncode, forked.stdout, forked.stderr) == (
+            expected.returncode, expected.stdout, expected.stderr), args
+    assert expected.returncode == 0 and "--input" in expected.stdout
+
+
+def test_a_forked_program_is_a_process_of_its_own(tmp_path):
+    """Its own pid, folder and run-time environment, killed by SIGKILL like any child; the next
+    one starts in a fraction of a fresh start (nothing is imported again)."""
+    warm_python.run([sys.executable, "run_classifier.py", "--helpshort"])  # the server is up
+    start = time.monotonic()
+    quick = warm_python.run([sys.executable, "run_classifier.py", "--task_name=nope"])
+    assert quick.returncode == 2 and time.monotonic() - start < 3
+    (tmp_path / "bad.json").write_text("{")
+    command = [sys.executable, str(REPO / "run_pretraining.py"), f"--input_file={REPO}/setup.py",
+               "--output_dir=out", "--bert_config_file=bad.json", "--do_train"]
+    process = warm_python.start(command, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                env={**os.environ, "BERT_TRACEBACK": "1"})
+    assert process.pid != os.getpid() and os.path.exists(f"/proc/{process.pid}")
+    assert process.wait(timeout=120) == 1
+    stderr = process.stderr.read()
+    assert "Traceback" in stderr and "bad.json: not valid JSON (line 2, column 1)" in stderr
+    quiet = warm_python.run(command, cwd=tmp_path)
+    assert quiet.stderr.strip().splitlines()[-1].startswith(
+        "run_pretraining.py: error: bad.json: not valid JSON") and "Traceback" not in quiet.stderr
+
+
+
+def test_a_forked_program_is_frozen_and_killed_by_signals(shared_data, tiny_checkpoint,
+                                                          tmp_path):
+    from test_faults import pretraining_data_command, wait_until_stopped
+
+    from bert_tf2.process.fault_points import STOP_VARIABLE
+
+    out = tmp_path / "out"
+    process = warm_python.start(
+        [sys.executable, *pretraining_data_command(shared_data, tiny_checkpoint, out)],
+        stdout=subprocess.DEVNULL, env={**os.environ, STOP_VARIABLE: "records@1"})
+    wait_until_stopped(process)
+    assert process.poll() is None
+    os.kill(process.pid, signal.SIGKILL)
+    assert process.wait(timeout=60) == -signal.SIGKILL
+    assert not (out / "a.tfrecord").exists()
+
+
+def test_one_server_serves_every_test_of_a_process():
+    """What pytest sets per test (PYTEST_CURRENT_TEST) and the runs' own variables do not start
+    servers of their own; a variable read at import time does."""
+    base = warm_python._import_time(dict(os.environ))
+    assert warm_python._import_time({**os.environ, "PYTEST_CURRENT_TEST": "t.py::other (call)",
+                                     "BERT_TEST_KILL_AT": "features@1"}) == base
+    assert warm_python._import_time({**os.environ, "KERAS_BACKEND": "jax"}) != base

@@ -1,0 +1,382 @@
+"""This checkout's programs run as forks of a warmed-up Python instead of fresh interpreters.
+
+`make test` starts several hundred runner processes, and each one paid about 9 s of CPU (an
+AVX2-only EPYC) to import TensorFlow, Keras and tensorflow_text before reading its first flag.
+Here a server imports them once, the way a program does (`environment.configure()` first), and
+touches nothing else: no TensorFlow op or JAX computation runs in it, so it holds no thread pools
+or devices. Each program then runs in a fork of it (`start`, `run`): a process of its own, with its
+own pid, arguments, environment, working folder and standard streams, that signals and SIGSTOP
+reach, whose non-daemon threads and `atexit` functions finish as in `python SCRIPT ARGS`, and
+whose exit status (or killing signal) the caller gets, as from `subprocess`.
+
+What still differs from a fresh interpreter: the imports are done, and the string hash seed is the
+server's. So there is one server per set of variables read at import time (a test process has
+one for TensorFlow, and one for JAX without TensorFlow where test_jax_runners asks for it): a
+request may differ from its server's environment only in `RUN_TIME_VARIABLES`. Commands that are
+not this checkout's programs run as fresh interpreters, as does everything when
+BERT_TEST_FRESH_PROCESSES=1 (README, "Tests and benchmarks"); so do the tests that prove a
+program starts from scratch (test_package, test_demo, the pure-Python data tools).
+
+Protocol: a server reads requests (JSON: argv, environment, folder) with four descriptors (stdin,
+stdout, stderr, reply) from a SOCK_SEQPACKET socket. For each it forks a monitor, which forks the
+program, writes its pid to the reply socket, waits for it and writes its exit status.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import pathlib
+import runpy
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+FRESH_VARIABLE = "BERT_TEST_FRESH_PROCESSES"
+# Read by the programs while they run, not when a module is imported: a request may set them.
+RUN_TIME_VARIABLES = ("BERT_TEST_", "BERT_TRACEBACK", "TF_CONFIG", "PYTEST_")
+# What `environment.configure()` sets, as a fresh program would have them from its own call.
+CONFIGURED = ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL", "BERT_QUIET_TF")
+
+
+# ----------------------------------------------------------------------------- the server
+def serve(control_fd: int) -> None:
+    sys.path[:] = [p for p in sys.path if pathlib.Path(p or ".").resolve() != REPO / "tests"]
+    before = dict(os.environ)
+    from bert_tf2.process import environment
+
+    environment.configure()
+    configured = {k: os.environ[k] for k in CONFIGURED if k in os.environ and k not in before}
+    if environment.uses_tensorflow():
+        import tensorflow  # noqa: F401
+        import tensorflow_text  # noqa: F401
+    import keras  # noqa: F401
+    import numpy  # noqa: F401
+    from absl import app, flags  # noqa: F401
+
+    defined = set(flags.FLAGS)
+    import bert_tf2.engine.finetuning  # noqa: F401
+    import bert_tf2.engine.pretraining  # noqa: F401
+    if environment.uses_tensorflow():
+        import bert_tf2.engine.export  # noqa: F401
+    assert set(flags.FLAGS) == defined, "an imported module defined absl flags"
+    control = socket.socket(fileno=control_fd)
+    control.sendall(b"ready")
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 1 << 20, 4)
+        except ConnectionError:
+            break
+        if not message:
+            break
+        request = json.loads(message)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if os.fork() == 0:
+            control.close()
+            _monitor(request, configured, *fds)
+        for fd in fds:
+            os.close(fd)
+        while True:  # reap the monitors that have finished
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if not pid:
+                break
+    os._exit(0)
+
+
+def _monitor(request, configured, stdin, stdout, stderr, reply) -> None:
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os.close(reply)
+            _program(request, configured, stdin, stdout, stderr)
+        for fd in (stdin, stdout, stderr):
+            os.close(fd)
+        os.write(reply, f"{pid}\n".encode())
+        _, status = os.waitpid(pid, 0)
+        os.write(reply, f"{os.waitstatus_to_exitcode(status)}\n".encode())
+    finally:
+        os._exit(0)
+
+
+def _program(request, configured, stdin, stdout, stderr) -> None:
+    """Become `python ARGV` (or `python -m MODULE ARGS`): never returns."""
+    code = 1
+    try:
+        for number in (signal.SIGTERM, signal.SIGCHLD, signal.SIGQUIT, signal.SIGHUP):
+            signal.signal(number, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update({**configured, **request["env"]})
+        argv = request["argv"]
+        if argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]
+            sys.path[0] = os.getcwd()
+            code = _run(lambda: runpy.run_module(argv[1], run_name="__main__", alter_sys=True))
+        else:
+            script = os.path.abspath(argv[0])
+            sys.argv = list(argv)
+            sys.path[0] = os.path.dirname(script)
+            code = _run(lambda: runpy.run_path(script, run_name="__main__"))
+    except BaseException:  # noqa: BLE001 - a failure to start is the program's failure
+        traceback.print_exc()
+    _exit(code)
+
+
+def _run(main) -> int:
+    """What the interpreter does with a program's end: its exit status."""
+    try:
+        main()
+        return 0
+    except SystemExit as end:
+        if end.code is None:
+            return 0
+        if isinstance(end.code, int):
+            return end.code
+        print(end.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return -signal.SIGINT
+    except BaseException:  # noqa: BLE001
+        sys.excepthook(*sys.exc_info())
+        return 1
+
+
+def _exit(code: int) -> None:
+    """The interpreter's shutdown (non-daemon threads joined, `atexit` functions, flushed
+    streams), then the status; an uncaught Ctrl-C ends by SIGINT, as in Python."""
+    try:
+        threading._shutdown()
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # noqa: BLE001
+        code = code or 1
+    if code == -signal.SIGINT:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code & 0xFF)
+
+
+# ----------------------------------------------------------------------------- the client
+class Program:
+    """A forked program, as much of `subprocess.Popen` as the tests use."""
+
+    def __init__(self, args, pid: int, reply: socket.socket, stdout, stderr):
+        self.args, self.pid, self._reply = args, pid, reply
+        self.stdout, self.stderr, self.returncode = stdout, stderr, None
+        self._pending = b""
+
+    def _read_status(self, timeout) -> None:
+        self._reply.settimeout(timeout)
+        try:
+            while b"\n" not in self._pending:
+                chunk = self._reply.recv(64)
+                if not chunk:
+                    raise RuntimeError(f"the warm Python lost program {self.pid}")
+                self._pending += chunk
+        except (socket.timeout, BlockingIOError):
+            return
+        self.returncode = int(self._pending.split(b"\n")[0])
+        self._reply.close()
+
+    def poll(self):
+        if self.returncode is None:
+            self._read_status(0)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        if self.returncode is None:
+            self._read_status(timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, number) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, number)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, input=None, timeout=None):
+        assert input is None
+        results = {}
+
+        def drain(name, stream):
+            results[name] = stream.read()
+            stream.close()
+
+        readers = [threading.Thread(target=drain, args=(name, stream), daemon=True)
+                   for name, stream in (("stdout", self.stdout), ("stderr", self.stderr))
+                   if stream is not None]
+        for reader in readers:
+            reader.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reader in readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return results.get("stdout"), results.get("stderr")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        self.wait()
+
+
+class _Server:
+    """One warm Python, started with `environment` (what the programs forked from it import
+    under)."""
+
+    def __init__(self, environment: dict):
+        self.environment = environment
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO / 'tests')!r}); "
+             f"import warm_python; warm_python.serve({theirs.fileno()})"],
+            pass_fds=[theirs.fileno()], cwd=REPO, stdin=subprocess.DEVNULL, env=environment)
+        theirs.close()
+        self.control = ours
+        self.control.settimeout(300)
+        if self.control.recv(16) != b"ready":
+            self.process.kill()
+            raise RuntimeError("the warm Python did not start")
+        self.control.settimeout(None)
+        self.lock = threading.Lock()
+
+    def start(self, argv, cwd, env, stdout, stderr, text) -> Program:
+        pipes, theirs = {}, []
+        theirs.append(os.open(os.devnull, os.O_RDONLY))
+        for name, choice in (("stdout", stdout), ("stderr", stderr)):
+            if choice == subprocess.PIPE:
+                read, write = os.pipe()
+                pipes[name] = os.fdopen(read, "r" if text else "rb")
+                theirs.append(write)
+            elif choice == subprocess.STDOUT:
+                theirs.append(os.dup(theirs[-1]))
+            elif choice == subprocess.DEVNULL:
+                theirs.append(os.open(os.devnull, os.O_WRONLY))
+            elif choice is None:
+                theirs.append(os.dup(1 if name == "stdout" else 2))
+            else:
+                theirs.append(os.dup(choice if isinstance(choice, int) else choice.fileno()))
+        reply, their_reply = socket.socketpair()
+        theirs.append(their_reply.fileno())
+        request = json.dumps({"argv": argv, "cwd": os.fspath(cwd), "env": env}).encode()
+        with self.lock:
+            socket.send_fds(self.control, [request], theirs)
+        for fd in theirs[:-1]:
+            os.close(fd)
+        their_reply.close()
+        line = b""
+        while not line.endswith(b"\n"):
+            chunk = reply.recv(1)
+            if not chunk:
+                raise RuntimeError(f"the warm Python did not start {argv}")
+            line += chunk
+        return Program(argv, int(line), reply, pipes.get("stdout"), pipes.get("stderr"))
+
+
+# One server per environment a test process asks for (TensorFlow; JAX without TensorFlow), the
+# variables the programs read as they run left out.
+MAX_SERVERS = 3
+_servers: dict = {}
+_servers_lock = threading.Lock()
+
+
+def _import_time(env: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in env.items() if not k.startswith(RUN_TIME_VARIABLES)))
+
+
+def _warm_argv(args, cwd):
+    """`args` (`[sys.executable, SCRIPT or -m MODULE, ...]`) as a server's argv, or None when
+    the command is not one of this checkout's programs."""
+    if os.environ.get(FRESH_VARIABLE) == "1":
+        return None
+    args = [os.fspath(a) for a in args]
+    if len(args) < 2 or args[0] != sys.executable:
+        return None
+    if args[1] == "-m":
+        if len(args) < 3 or not args[2].startswith("bert_tf2."):
+            return None
+    else:
+        script = pathlib.Path(cwd, args[1]).resolve()
+        if script.suffix != ".py" or REPO not in script.parents or "tests" in script.parts:
+            return None
+    return args[1:]
+
+
+def _server(env: dict):
+    """The running server for `env`'s import-time variables (started if need be), or None: a
+    backend the runners do not train on, a server that could not start, or too many."""
+    if (env.get("KERAS_BACKEND") or "tensorflow") not in ("tensorflow", "jax"):
+        return None
+    key = _import_time(env)
+    with _servers_lock:
+        if key in _servers:
+            server = _servers[key]
+            if server is None or server.process.poll() is None:
+                return server
+        elif len(_servers) >= MAX_SERVERS:
+            return None
+        try:
+            server = _Server(dict(key))
+        except (RuntimeError, OSError):
+            server = None
+        _servers[key] = server
+        return server
+
+
+def start(args, *, cwd=REPO, env=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+          text=True):
+    """`subprocess.Popen(args, ...)`, forked from a warm Python where the command allows."""
+    env = dict(os.environ) if env is None else dict(env)
+    argv = _warm_argv(args, cwd)
+    server = _server(env) if argv else None
+    if server is None:
+        return subprocess.Popen([os.fspath(a) for a in args], cwd=cwd, env=env, stdout=stdout,
+                                stderr=stderr, text=text)
+    return server.start(argv, cwd, env, stdout, stderr, text)
+
+
+def run(args, *, cwd=REPO, env=None, timeout=None, check=False, text=True,
+        capture_output=True) -> subprocess.CompletedProcess:
+    """`subprocess.run(args, capture_output=True, ...)`, forked from a warm Python where the
+    command allows."""
+    pipe = subprocess.PIPE if capture_output else None
+    process = start(args, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=text)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    result = subprocess.CompletedProcess(args, process.returncode, out, err)
+    if check:
+        result.check_returncode()
+    return result
