@@ -13,8 +13,8 @@ What still differs from a fresh interpreter: the imports are done, and the strin
 server's. So there is one server per set of variables read at import time (a test process has
 one for TensorFlow, and one for JAX without TensorFlow where test_jax_runners asks for it): a
 request may differ from its server's environment only in `RUN_TIME_VARIABLES`. Commands that are
-not this checkout's programs run as fresh interpreters, as does everything when
-BERT_TEST_FRESH_PROCESSES=1 (README, "Tests and benchmarks"); so do the tests that prove a
+not this checkout's programs run as fresh interpreters, as does everything unless
+BERT_TEST_WARM_PROCESSES=1 (README, "Tests and benchmarks"); so do the tests that prove a
 program starts from scratch (test_package, test_demo, the pure-Python data tools).
 
 Protocol: a server reads requests (JSON: argv, environment, folder) with four descriptors (stdin,
@@ -37,7 +37,9 @@ import time
 import traceback
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-FRESH_VARIABLE = "BERT_TEST_FRESH_PROCESSES"
+# Forking is switched on by BERT_TEST_WARM_PROCESSES=1 until a whole `make test` has passed with
+# it (see the README); tests/test_warm_python.py switches it on for itself.
+WARM_VARIABLE = "BERT_TEST_WARM_PROCESSES"
 # Read by the programs while they run, not when a module is imported: a request may set them.
 RUN_TIME_VARIABLES = ("BERT_TEST_", "BERT_TRACEBACK", "TF_CONFIG", "PYTEST_")
 # What `environment.configure()` sets, as a fresh program would have them from its own call.
@@ -316,7 +318,7 @@ def _import_time(env: dict) -> tuple:
 def _warm_argv(args, cwd):
     """`args` (`[sys.executable, SCRIPT or -m MODULE, ...]`) as a server's argv, or None when
     the command is not one of this checkout's programs."""
-    if os.environ.get(FRESH_VARIABLE) == "1":
+    if os.environ.get(WARM_VARIABLE) != "1":
         return None
     args = [os.fspath(a) for a in args]
     if len(args) < 2 or args[0] != sys.executable:
