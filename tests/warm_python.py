@@ -15,7 +15,7 @@ one for TensorFlow, and one for JAX without TensorFlow where test_jax_runners as
 request may differ from its server's environment only in `RUN_TIME_VARIABLES`. Commands that are
 not this checkout's programs run as fresh interpreters, as does everything unless
 BERT_TEST_WARM_PROCESSES=1 (README, "Tests and benchmarks"); so do the tests that prove a
-program starts from scratch (test_package, test_demo, the pure-Python data tools).
+program starts from scratch (test_package, test_demo, the data tools' own tests).
 
 Protocol: a server reads requests (JSON: argv, environment, folder) with four descriptors (stdin,
 stdout, stderr, reply) from a SOCK_SEQPACKET socket. For each it forks a monitor, which forks the
@@ -177,23 +177,33 @@ def _exit(code: int) -> None:
 class Program:
     """A forked program, as much of `subprocess.Popen` as the tests use."""
 
-    def __init__(self, args, pid: int, reply: socket.socket, stdout, stderr):
-        self.args, self.pid, self._reply = args, pid, reply
+    def __init__(self, args, reply: socket.socket, stdout, stderr):
+        """`reply`: the monitor's socket, which gives the pid, then the exit status, a line
+        each."""
+        self.args, self._reply, self._pending = args, reply, b""
         self.stdout, self.stderr, self.returncode = stdout, stderr, None
-        self._pending = b""
+        self.pid = self._line(None)
+        if self.pid is None:
+            raise RuntimeError(f"the warm Python did not start {args}")
 
-    def _read_status(self, timeout) -> None:
+    def _line(self, timeout) -> int | None:
+        """The next number the monitor writes, or None if it has not come within `timeout`."""
         self._reply.settimeout(timeout)
         try:
             while b"\n" not in self._pending:
                 chunk = self._reply.recv(64)
                 if not chunk:
-                    raise RuntimeError(f"the warm Python lost program {self.pid}")
+                    raise RuntimeError(f"the warm Python lost program {self.args}")
                 self._pending += chunk
         except (socket.timeout, BlockingIOError):
-            return
-        self.returncode = int(self._pending.split(b"\n")[0])
-        self._reply.close()
+            return None
+        line, self._pending = self._pending.split(b"\n", 1)
+        return int(line)
+
+    def _read_status(self, timeout) -> None:
+        self.returncode = self._line(timeout)
+        if self.returncode is not None:
+            self._reply.close()
 
     def poll(self):
         if self.returncode is None:
@@ -213,9 +223,6 @@ class Program:
                 os.kill(self.pid, number)
             except ProcessLookupError:
                 pass
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
@@ -241,22 +248,12 @@ class Program:
         self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return results.get("stdout"), results.get("stderr")
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        for stream in (self.stdout, self.stderr):
-            if stream is not None:
-                stream.close()
-        self.wait()
-
 
 class _Server:
     """One warm Python, started with `environment` (what the programs forked from it import
     under)."""
 
     def __init__(self, environment: dict):
-        self.environment = environment
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.process = subprocess.Popen(
             [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO / 'tests')!r}); "
@@ -295,13 +292,7 @@ class _Server:
         for fd in theirs[:-1]:
             os.close(fd)
         their_reply.close()
-        line = b""
-        while not line.endswith(b"\n"):
-            chunk = reply.recv(1)
-            if not chunk:
-                raise RuntimeError(f"the warm Python did not start {argv}")
-            line += chunk
-        return Program(argv, int(line), reply, pipes.get("stdout"), pipes.get("stderr"))
+        return Program(argv, reply, pipes.get("stdout"), pipes.get("stderr"))
 
 
 # One server per environment a test process asks for (TensorFlow; JAX without TensorFlow), the
