@@ -1,10 +1,16 @@
-"""Shared test fixtures: where the real data lives, and the real pretrained weights."""
+"""Shared test fixtures: where the real data lives, the real pretrained weights, the runs that
+several files assert on (made once per test run, `shared_builds`), and the tiers (`--unit`)."""
+import fcntl
+import hashlib
+import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
 import pytest
+import reference_runs
 import warm_python
 
 from bert_tf2.process import environment
@@ -36,17 +42,143 @@ LONGEST_FIRST = [
 ]
 
 
+# ----------------------------------------------------------------------------- the tiers
+# `make test-unit` (`pytest --unit`): the tests that start no process and run no training loop,
+# the loop to run while editing. A test that does either is marked `integration` (a whole file by
+# `pytestmark`); under --unit such a test that is not marked fails, naming what it started
+# (`_UnitGuard`), so the marks stay true.
+def pytest_addoption(parser):
+    parser.addoption("--unit", action="store_true",
+                     help="only the tests that start no process and train nothing (make test-unit)")
+
+
+def pytest_configure(config):
+    if config.getoption("--unit"):
+        config.pluginmanager.register(_UnitGuard(), "unit_guard")
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """The longest files first (`LONGEST_FIRST`); within a file, its own order."""
+    """The longest files first (`LONGEST_FIRST`); within a file, its own order. Under --unit, only
+    the tests marked neither `slow` nor `integration`."""
+    if config.getoption("--unit"):
+        kept = [item for item in items if not ({"slow", "integration"}
+                                               & {mark.name for mark in item.iter_markers()})]
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+class _UnitGuard:
+    """Fails a test of the unit tier that starts a process (subprocess, os.fork, multiprocessing,
+    a program forked from the warm Python) or runs a training loop (`TrainingLoop.train`, `keras.Model.fit`): it belongs in `make test`,
+    marked `integration`."""
+
+    def __init__(self):
+        import multiprocessing.process
+
+        import keras
+
+        from bert_tf2.engine.training_loop import TrainingLoop
+
+        self.seen = []
+        self._wrap(warm_python, "start", "started a program (warm_python)")
+        self._wrap(subprocess.Popen, "__init__", "started a process (subprocess)")
+        self._wrap(os, "fork", "forked a process (os.fork)")
+        self._wrap(multiprocessing.process.BaseProcess, "start",
+                   "started a process (multiprocessing)")
+        self._wrap(TrainingLoop, "train", "ran a training loop (TrainingLoop.train)")
+        self._wrap(keras.Model, "fit", "ran a training loop (keras.Model.fit)")
+
+    def _wrap(self, owner, name, what):
+        original = getattr(owner, name)
+
+        def guarded(*args, **kwargs):
+            self.seen.append(what)
+            return original(*args, **kwargs)
+
+        setattr(owner, name, guarded)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        """What a test's setup, call and teardown started fails it at its teardown."""
+        outcome = yield
+        report = outcome.get_result()
+        if report.when == "teardown" and self.seen:
+            what = ", ".join(sorted(set(self.seen)))
+            self.seen.clear()
+            report.outcome = "failed"
+            report.longrepr = (f"{item.nodeid} {what}: mark it `integration` "
+                               f"(pytest.mark.integration); make test-unit runs only the tests "
+                               f"that start no process and train nothing")
+
+
+# ----------------------------------------------------------------------------- built once
+class SharedBuilds:
+    """Folders made once per test run, whichever xdist worker asks first (pytest-xdist's
+    file-lock recipe): the reference runs that several test files assert on. Each is made under a
+    lock in a folder of the run's base temporary folder, which every worker shares; the others
+    wait for it and read it. Nothing may change what was made: each folder's digest, taken when
+    it was made, is checked again when the test session ends (`check_unchanged`)."""
+
+    def __init__(self, root: pathlib.Path):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.used = {}
+
+    def __call__(self, name: str, make) -> tuple:
+        """`(folder, value)`: `make(folder)` run once per test run; `value` is what it returned
+        (JSON: the log a test reads, say)."""
+        folder, record = self.root / name, self.root / f".{name}.json"
+        with open(self.root / f".{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not record.exists():
+                if folder.exists():  # a build that failed part-way
+                    shutil.rmtree(folder)
+                folder.mkdir()
+                value = make(folder)
+                record.write_text(json.dumps({"value": value, "digest": digest(folder)}))
+        made = json.loads(record.read_text())
+        self.used[name] = made["digest"]
+        return folder, made["value"]
+
+    def check_unchanged(self) -> None:
+        changed = [name for name, before in self.used.items() if digest(self.root / name) != before]
+        assert not changed, (f"a test changed what was built once for every test: {changed} "
+                             f"(copy it first)")
+
+
+def digest(folder: pathlib.Path) -> str:
+    """Every path under `folder`, and every file's bytes."""
+    total = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        total.update(str(path.relative_to(folder)).encode() + b"\0")
+        if path.is_file() and not path.is_symlink():
+            total.update(hashlib.sha256(path.read_bytes()).digest())
+    return total.hexdigest()
+
+
+def shared_root(tmp_path_factory) -> pathlib.Path:
+    """The folder every xdist worker of this test run shares (the base temporary folder's
+    parent under xdist, the base temporary folder itself without it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def shared_builds(tmp_path_factory):
+    builds = SharedBuilds(shared_root(tmp_path_factory) / "shared")
+    yield builds
+    builds.check_unchanged()
 
 
 @pytest.fixture(scope="session", autouse=True)
 def jax_compilation_cache(tmp_path_factory):
     """JAX runs of the tests (subprocesses inherit it) keep their compiled steps in a folder of
-    this test session, not in the user's ~/.cache (engine.distribution's default)."""
-    folder = tmp_path_factory.mktemp("jax-compilation-cache")
+    this test run, shared by its workers, not in the user's ~/.cache (engine.distribution's
+    default)."""
+    folder = shared_root(tmp_path_factory) / "jax-compilation-cache"
+    folder.mkdir(exist_ok=True)
     previous = os.environ.get("JAX_COMPILATION_CACHE_DIR")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(folder)
     yield folder
@@ -153,19 +285,170 @@ TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_att
 
 
 @pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory, minilm_dir):
-    """A random TF1 checkpoint (bert_config.json, vocab.txt, bert_model.ckpt.*)."""
-    import keras
+def tiny_checkpoint(shared_builds, minilm_dir):
+    """A random TF1 checkpoint (bert_config.json, vocab.txt, bert_model.ckpt.*), one folder for
+    the whole test run: the runs made once (`shared_builds`) name it in their run_config.json."""
+    def make(folder):
+        import keras
 
-    from bert_tf2.modeling import checkpoints
-    from bert_tf2.modeling.config import BertConfig
-    from bert_tf2.modeling.encoder import BertEncoder
+        from bert_tf2.modeling import checkpoints
+        from bert_tf2.modeling.config import BertConfig
+        from bert_tf2.modeling.encoder import BertEncoder
 
-    folder = tmp_path_factory.mktemp("tiny_bert")
-    keras.utils.set_random_seed(3)
-    config = BertConfig.from_dict(TINY)
-    encoder = BertEncoder(config)
-    checkpoints.save_tf1_checkpoint(encoder, str(folder / "bert_model.ckpt"))
-    config.to_json_file(str(folder / "bert_config.json"))
-    checkpoints.copy_vocab(str(minilm_dir / "vocab.txt"), str(folder))
-    return folder
+        keras.utils.set_random_seed(3)
+        config = BertConfig.from_dict(TINY)
+        encoder = BertEncoder(config)
+        checkpoints.save_tf1_checkpoint(encoder, str(folder / "bert_model.ckpt"))
+        config.to_json_file(str(folder / "bert_config.json"))
+        checkpoints.copy_vocab(str(minilm_dir / "vocab.txt"), str(folder))
+
+    return shared_builds("tiny_bert", make)[0]
+
+
+# ----------------------------------------------------------------------------- runs made once
+# What several test files assert on, made once per test run (`shared_builds`; the commands in
+# reference_runs.py). A test that needs to change one copies it first.
+@pytest.fixture(scope="session")
+def mrpc_small(shared_builds, shared_data):
+    """The MRPC slice of the small classifier runs: 48 train, 24 dev, 8 test rows."""
+    return shared_builds("mrpc_small", lambda folder: reference_runs.glue_slice(
+        shared_data, "MRPC", folder, reference_runs.MRPC_ROWS) and None)[0]
+
+
+@pytest.fixture(scope="session")
+def classifier_reference(shared_builds, mrpc_small, tiny_checkpoint):
+    """`reference_runs.classifier` run uninterrupted: {"out", "export", "log"}. The kill chain, the
+    signals, the JAX runs and the refusals compare their own runs of it with this one."""
+    folder, made = shared_builds("classifier_reference", lambda folder: (
+        reference_runs.make_classifier_reference(folder, mrpc_small, tiny_checkpoint)))
+    return {"out": folder / "out", "export": folder / "export", "log": made["log"]}
+
+
+@pytest.fixture(scope="session")
+def pretraining_records(shared_builds, shared_data, tiny_checkpoint):
+    """`records-64.tfrecord`: WikiText-2 valid at sequence 64, 10 predictions."""
+    folder, _ = shared_builds("pretraining_records", lambda folder: reference_runs.run_ok(
+        reference_runs.pretraining_records_command(shared_data, tiny_checkpoint,
+                                                   folder / "records-64.tfrecord")) and None)
+    return folder / "records-64.tfrecord"
+
+
+@pytest.fixture(scope="session")
+def pretraining_reference(shared_builds, pretraining_records, tiny_checkpoint):
+    """`reference_runs.pretraining` run uninterrupted (its output folder)."""
+    return shared_builds("pretraining_reference", lambda folder: reference_runs.run_ok(
+        reference_runs.pretraining(pretraining_records, tiny_checkpoint, folder / "out"))
+        and None)[0] / "out"
+
+
+@pytest.fixture(scope="session")
+def two_shards_reference(shared_builds, shared_data, tiny_checkpoint):
+    """`reference_runs.two_shards_command` run uninterrupted (its folder of shards)."""
+    return shared_builds("two_shards_reference", lambda folder: reference_runs.run_ok(
+        reference_runs.two_shards_command(shared_data, tiny_checkpoint, folder / "out"))
+        and None)[0] / "out"
+
+
+@pytest.fixture(scope="session")
+def sst2_lines(shared_builds, shared_data):
+    """The first 120 sentences of SST-2 dev, one a line."""
+    return shared_builds("sst2_lines", lambda folder: reference_runs.sst2_lines(
+        shared_data, folder / "lines.txt") and None)[0] / "lines.txt"
+
+
+@pytest.fixture(scope="session")
+def extract_features_reference(shared_builds, sst2_lines, tiny_checkpoint):
+    """`reference_runs.extract_features_command` on `sst2_lines`, uninterrupted (its folder)."""
+    def make(folder):
+        (folder / "out").mkdir()
+        reference_runs.run_ok(reference_runs.extract_features_command(
+            sst2_lines, tiny_checkpoint, folder / "out"))
+
+    return shared_builds("extract_features_reference", make)[0] / "out"
+
+
+@pytest.fixture(scope="session")
+def pair_export(shared_builds, shared_data, tiny_checkpoint):
+    """`(export, data)`: the MRPC pair classifier's export with its LiteRT files, and its data."""
+    folder, _ = shared_builds("pair_export", lambda folder: reference_runs.make_pair_export(
+        folder, shared_data, tiny_checkpoint))
+    return folder / "out" / "serving", folder / "data"
+
+
+# ----------------------------------------------------------------------------- comparing runs
+# Runs whose TensorBoard event files are named by time and host; their folders' names are compared.
+EVENT_FOLDERS = ("train", "eval")
+
+
+def listing(folder) -> set:
+    """Every path under `folder` (hidden ones too), but the event files of TensorBoard's folders."""
+    paths = set()
+    for path in pathlib.Path(folder).rglob("*"):
+        relative = path.relative_to(folder)
+        if relative.parts[0] in EVENT_FOLDERS and len(relative.parts) > 1:
+            continue
+        paths.add(str(relative) + ("/" if path.is_dir() else ""))
+    return paths
+
+
+def assert_same_run(reference, resumed, compared) -> None:
+    """`resumed` holds the paths `reference` holds, and the files `compared` byte for byte; the
+    lock file beside it is gone (the last run removed it, the killed ones left it)."""
+    assert listing(resumed) == listing(reference)
+    for name in compared:
+        assert (resumed / name).read_bytes() == (reference / name).read_bytes(), name
+    assert not (resumed.parent / f".{resumed.name}.lock").exists()
+
+
+def sizes(folder) -> dict:
+    """Every path under `folder`: a file's size, or "folder"."""
+    return {str(p.relative_to(folder)): p.stat().st_size if p.is_file() else "folder"
+            for p in pathlib.Path(folder).rglob("*")}
+
+
+def wait_until_stopped(process, deadline=600) -> None:
+    """Until `process` is frozen (SIGSTOP at a fault point: /proc says "T")."""
+    import time
+
+    start = time.time()
+    while time.time() - start < deadline:
+        assert process.poll() is None, process.stderr.read()[-3000:]
+        with open(f"/proc/{process.pid}/stat") as f:
+            if f.read().split(") ", 1)[1].startswith("T"):
+                return
+        time.sleep(0.2)
+    raise AssertionError("the run never reached its stop point")
+
+
+class KillChain:
+    """One command killed with SIGKILL at each point of `kills` in turn (`process.fault_points`:
+    the process kills itself there), each run resuming what the one before left, then run to the
+    end (`finish`). The kills are made one per test, in order (`kill_through`); a test run alone
+    makes the earlier kills first."""
+
+    def __init__(self, run, command, kills, env=None):
+        self.run, self.command, self.kills, self.env = run, command, list(kills), env or {}
+        self.done, self.broken = 0, None
+
+    def kill_through(self, point: str) -> None:
+        from bert_tf2.process.fault_points import KILL_VARIABLE, POINTS
+
+        if self.broken:
+            pytest.fail(f"the chain broke at {self.broken}")
+        while self.done <= self.kills.index(point):
+            at = self.kills[self.done]
+            assert at.partition("@")[0] in POINTS
+            self.broken = at
+            result = self.run(self.command, {**self.env, KILL_VARIABLE: at})
+            assert result.returncode == -9, (
+                f"the run meant to die at {at} ended with {result.returncode}:\n"
+                f"{result.stderr[-3000:]}")
+            self.broken, self.done = None, self.done + 1
+
+    def finish(self) -> subprocess.CompletedProcess:
+        """The last kill, then the run that finishes."""
+        if self.kills:
+            self.kill_through(self.kills[-1])
+        final = self.run(self.command, self.env)
+        assert final.returncode == 0, final.stderr[-3000:]
+        return final

@@ -55,6 +55,7 @@ def mrpc_batch(shared_data, tokenizer, tmp_path_factory):
     return path
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_encoder_gives_tensorflows_outputs_on_the_minilm_weights(backend, minilm_dir, mrpc_batch,
                                                                  tmp_path):
@@ -91,6 +92,7 @@ def _largest(run, key, count):
     return max(np.abs(run[f"{key}/{i}"]).max() for i in range(count))
 
 
+@pytest.mark.integration
 def test_one_update_gives_tensorflows_clipped_gradients(training_steps):
     tf_run, jax_run = training_steps
     paths = list(tf_run["paths"])
@@ -111,6 +113,7 @@ def test_one_update_gives_tensorflows_clipped_gradients(training_steps):
     assert abs(tf_run["loss_0"] - jax_run["loss_0"]) < 1e-5
 
 
+@pytest.mark.integration
 def test_three_updates_give_tensorflows_weights(training_steps):
     """AdamWeightDecay with the original's warmup (2 steps: the first update has learning rate 0)
     and decay, from the same weights: after each update every weight agrees to 1e-4 relative
@@ -143,6 +146,7 @@ def test_three_updates_give_tensorflows_weights(training_steps):
         np.testing.assert_allclose(jax_run[f"loss_{step}"], tf_run[f"loss_{step}"], rtol=1e-5)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("dtype", [  # bfloat16 in make test-all (the same path, another dtype)
     pytest.param("mixed_bfloat16", marks=pytest.mark.slow), "mixed_float16"])
 def test_mixed_precision_on_jax_as_on_tensorflow(dtype, minilm_dir, mrpc_batch, training_steps,
@@ -272,6 +276,7 @@ print(worst)
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_fused_attention_gives_the_written_out_sums(backend):
     """`keras.ops.dot_product_attention` (flash attention on GPUs) where no dropout falls on the

@@ -10,6 +10,8 @@ import pytest
 from conftest import run_script
 from test_run_classifier import glue_slice, read_tsv
 
+pytestmark = pytest.mark.integration
+
 BEAM = ["--", "--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 
 pytest.importorskip("apache_beam", reason="apache-beam is not installed (pip install .[beam])")

@@ -108,6 +108,7 @@ def written(loop):
                   if n.startswith("ckpt-") and not n.endswith(".tmp"))
 
 
+@pytest.mark.integration
 def test_training_goes_on_while_a_checkpoint_is_written(tmp_path, caplog):
     caplog.set_level(logging.INFO, "bert_tf2.engine.training_loop")
     release = threading.Event()
@@ -134,6 +135,7 @@ def test_training_goes_on_while_a_checkpoint_is_written(tmp_path, caplog):
     assert float(saved[2]) < 0.1 and float(saved[3]) >= 0.3  # it lasted while steps 4, 5 ran
 
 
+@pytest.mark.integration
 def test_the_next_checkpoint_waits_for_the_one_in_flight(tmp_path):
     loop = CountingLoop(tmp_path, steps=4, every=1)
     loop.train(lambda context: None)
@@ -142,6 +144,7 @@ def test_the_next_checkpoint_waits_for_the_one_in_flight(tmp_path):
                       ("write starts", 3), ("written", 3), ("write starts", 4), ("written", 4)]
 
 
+@pytest.mark.integration
 def test_an_evaluation_is_recorded_after_its_steps_checkpoint(tmp_path):
     from bert_tf2.engine.finetuning import evaluate_and_record
 
@@ -162,6 +165,7 @@ def test_an_evaluation_is_recorded_after_its_steps_checkpoint(tmp_path):
     assert (tmp_path / "eval_results.txt").read_text().count("global_step = 4") == 1
 
 
+@pytest.mark.integration
 def test_a_failed_write_stops_training_with_its_error_and_leaves_the_last_checkpoint(tmp_path):
     loop = CountingLoop(tmp_path, steps=9, every=3, fail_at=6)
     with pytest.raises(OSError, match="No space left"):
@@ -175,6 +179,7 @@ def test_a_failed_write_stops_training_with_its_error_and_leaves_the_last_checkp
     assert int((tmp_path / "ckpt-9").read_text()) == sum(range(10))
 
 
+@pytest.mark.integration
 def test_an_interrupted_run_finishes_the_checkpoint_in_flight(tmp_path):
     interrupts.reset()
     release = threading.Event()

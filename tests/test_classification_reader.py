@@ -448,6 +448,7 @@ def test_splits_and_pairs(task, tmp_path):
         assert path.startswith(str(tmp_path)) and path.endswith(".tsv")
 
 
+@pytest.mark.integration
 def test_no_tensorflow_import():
     code = ("import sys; import bert_tf2.tasks.classification.reader; "
             "print('tensorflow' in sys.modules, 'keras' in sys.modules)")
@@ -476,6 +477,7 @@ with open(sys.argv[2], "w", encoding="utf-8") as f:
 """
 
 
+@pytest.mark.integration
 def test_same_examples_as_the_original(tmp_path, shared_data):
     """guid, text_a, text_b and label as the original's processors give them, on the fixtures
     (unbalanced quotes, BOM, XNLI languages) and on the real MRPC and CoLA files. The original's

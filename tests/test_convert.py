@@ -19,6 +19,7 @@ def run_cli(*args):
                            timeout=300)
 
 
+@pytest.mark.integration
 def test_cli_tf1_to_hf_to_keras_to_tf1_is_lossless(tf1_tiny_dir, tmp_path):
     hops = [("tf1", str(tf1_tiny_dir)), ("hf", str(tmp_path / "hf")),
             ("keras", str(tmp_path / "keras")), ("tf1", str(tmp_path / "tf1"))]
@@ -65,6 +66,7 @@ def test_classifier_head_is_carried_across_formats(tf1_tiny_dir, tmp_path):
                                   tensors["output_weights"])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("args,message", [
     (["--from", "tf1", "--input", "/nonexistent/ckpt", "--to", "hf"],
      "no bert_config.json beside the tf1 checkpoint"),

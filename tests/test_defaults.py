@@ -71,6 +71,7 @@ def mismatches(flags: dict, fields: dict, overrides: dict) -> list:
     return found
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("runner", ["run_classifier", "run_squad", "run_ner",
                                     "run_multiple_choice"])
 def test_fine_tuning_flags_default_to_the_fine_tuning_settings(runner):
@@ -86,6 +87,7 @@ def test_fine_tuning_flags_default_to_the_fine_tuning_settings(runner):
     assert flags["best_metric"] in (None, f"eval_{task.main_metric}")
 
 
+@pytest.mark.integration
 def test_pretraining_flags_default_to_the_pretraining_settings():
     from bert_tf2.engine.pretraining import PretrainSettings
 
@@ -98,6 +100,7 @@ def test_pretraining_flags_default_to_the_pretraining_settings():
             flags["keep_checkpoint_max"]) == (100000, 10000, 1000, 5)
 
 
+@pytest.mark.integration
 def test_server_flags_default_to_the_server_settings_and_the_batcher_to_them():
     from bert_tf2.model_server.batching import DynamicBatcher
     from bert_tf2.model_server.settings import ServerSettings

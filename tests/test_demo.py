@@ -68,6 +68,7 @@ def test_committed_data_follows_the_builders_rules():
         "Delay execution for a given number of seconds.")
 
 
+@pytest.mark.integration
 def test_builder_remakes_the_committed_files(tmp_path):
     if (sys.version_info[:2], sys.platform) != ((3, 11), "linux"):
         pytest.skip(f"the files were made by Python 3.11 on linux, whose docstrings differ from "
@@ -95,6 +96,7 @@ def test_readme_shows_the_demos_sentences_with_the_right_labels():
     assert all(0.2 < float(probability) <= 1 for _, probability, _ in rows)
 
 
+@pytest.mark.integration
 def test_a_step_prints_the_command_it_runs(capfd):
     steps = load_example("demo_steps")
     seconds = steps.run("say hello", "-c", "print('hello')")
@@ -128,6 +130,7 @@ def topics_run(tiny_checkpoint, tmp_path_factory):
     return out
 
 
+@pytest.mark.integration
 def test_classify_text_prints_the_exported_models_predictions(topics_run, tmp_path):
     out = topics_run
     dev = read_split(DATA, "dev")[1:]
@@ -152,6 +155,7 @@ def test_classify_text_prints_the_exported_models_predictions(topics_run, tmp_pa
             0.005 + 1e-6)
 
 
+@pytest.mark.integration
 def test_classify_text_fast_prints_the_litert_int8_answers(topics_run):
     """--fast: the export's LiteRT int8 file, without TensorFlow, gives the runner's labels and
     its probabilities within int8's drift."""

@@ -15,6 +15,8 @@ from test_run_classifier import glue_slice
 from bert_tf2.tasks.squad import metrics as squad_metrics
 from bert_tf2.tasks.squad.files import load_squad, make_v2, write_json
 
+pytestmark = pytest.mark.integration
+
 ORIGINAL_CLASSIFIER_KEYS = ["eval_accuracy", "eval_loss", "global_step", "loss"]
 ORIGINAL_PRETRAINING_KEYS = ["global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
                              "next_sentence_accuracy", "next_sentence_loss"]

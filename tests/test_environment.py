@@ -3,6 +3,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What every program's start does (process.errors.run_main) before anything loads TensorFlow.
 CONFIGURED = "from bert_tf2.process import environment; environment.configure(); "

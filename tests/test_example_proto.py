@@ -100,6 +100,7 @@ def test_every_task_record_is_tensorflows_bytes_and_parses_the_same(task_records
     assert count >= {"mrpc": 408, "stsb": 300, "conll": 200, "squad": 100, "swag": 91}[name]
 
 
+@pytest.mark.integration
 def test_pretraining_records_parse_as_tensorflow_parses_them(tmp_path, vocab_file, shared_data):
     from bert_tf2.data_gen.pretraining import schema
 
@@ -211,6 +212,7 @@ def test_the_compiled_parser_reads_what_tensorflow_reads_and_refuses_what_it_ref
             FixedSpec(spec).parse_records([bad])
 
 
+@pytest.mark.integration
 def test_read_records_without_tensorflow_equals_tf_data(task_records, tmp_path):
     """The same file read in a process where TensorFlow cannot be imported (the JAX install)."""
     path = tmp_path / "conll.tf_record"

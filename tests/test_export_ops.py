@@ -87,6 +87,7 @@ def serving_modules(vocab: str) -> dict:
     }
 
 
+@pytest.mark.integration
 def test_every_export_uses_only_ops_stock_tf_serving_has(allowed_ops, minilm_dir, tmp_path):
     from bert_tf2.engine import export
 
@@ -102,6 +103,7 @@ def test_every_export_uses_only_ops_stock_tf_serving_has(allowed_ops, minilm_dir
         assert {"FastWordpieceTokenizeWithOffsets", "RegexSplitWithOffsets"} <= ops, name
 
 
+@pytest.mark.integration
 def test_an_op_from_elsewhere_is_caught(allowed_ops):
     ops = {"MatMul", "NormalizeUTF8", "TFText>FastBertTokenizeV9"}
     assert ops - allowed_ops == {"TFText>FastBertTokenizeV9"}

@@ -62,6 +62,7 @@ def reuters_text(tmp_path_factory, shared_data):
     return path
 
 
+@pytest.mark.integration
 def test_json_lines_count_the_same_words_as_their_text(reuters_text, shared_data, vocab_file,
                                                        tmp_path):
     """--input_format=jsonl reads each line's "text": the same words as the text written out."""
@@ -82,6 +83,7 @@ def test_json_lines_count_the_same_words_as_their_text(reuters_text, shared_data
     assert added == ["mln", "dlrs", "pct"]  # no JSON syntax among the words counted
 
 
+@pytest.mark.integration
 def test_reuters_words_into_minilm_s_unused_slots(reuters_text, vocab_file, tmp_path):
     output = tmp_path / "vocab.txt"
     result = run_script("-m", "bert_tf2.data_gen.extend_vocab", f"--input_file={reuters_text}",
@@ -113,6 +115,7 @@ def test_reuters_words_into_minilm_s_unused_slots(reuters_text, vocab_file, tmp_
     assert all(tokenizer.tokenize(word) == [word] for word in added)
 
 
+@pytest.mark.integration
 def test_refusals_are_one_line_and_write_nothing(reuters_text, vocab_file, tmp_path):
     full = tmp_path / "full.txt"
     full.write_text("".join(t + "\n" for t in tokenization.load_vocab_tokens(vocab_file)
@@ -164,6 +167,7 @@ def words_file(tmp_path_factory):
     return path
 
 
+@pytest.mark.integration
 def test_a_tf1_pretraining_checkpoint_gets_mean_rows(tmp_path, minilm_dir, reuters_text,
                                                      words_file):
     import keras
@@ -200,6 +204,7 @@ def test_a_tf1_pretraining_checkpoint_gets_mean_rows(tmp_path, minilm_dir, reute
     check_rows(tensors(base / "bert_model.ckpt"), tensors(out / "bert_model.ckpt"), added, old)
 
 
+@pytest.mark.integration
 def test_hugging_face_weights_get_mean_rows_and_round_trip(tmp_path, minilm_dir, reuters_text,
                                                            words_file):
     from bert_tf2.modeling import convert
@@ -226,6 +231,7 @@ def test_hugging_face_weights_get_mean_rows_and_round_trip(tmp_path, minilm_dir,
     assert (tmp_path / "hf" / "vocab.txt").read_text() == (out / "vocab.txt").read_text()
 
 
+@pytest.mark.integration
 def test_continued_pretraining_from_the_adapted_sentence_encoder(tmp_path, minilm_dir,
                                                                  reuters_text, words_file,
                                                                  shared_data):

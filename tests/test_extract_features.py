@@ -20,6 +20,8 @@ import warm_python
 from conftest import REPO, run_script
 from reference_bert import ReferenceBert
 
+pytestmark = pytest.mark.integration
+
 ORACLE = r"""
 import json, sys, types
 for name in ("bert.modeling", "bert.optimization"):  # their TF1 graph code is never used here

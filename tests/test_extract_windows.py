@@ -93,6 +93,7 @@ def reference_values(tiny_checkpoint, tokenizer, line):
                                for layer in (-1, 0)}
 
 
+@pytest.mark.integration
 def test_every_token_of_a_long_line_from_its_max_context_window(windowed, tiny_checkpoint,
                                                                  tokenizer):
     for index in (0, 3):
@@ -115,6 +116,7 @@ def test_every_token_of_a_long_line_from_its_max_context_window(windowed, tiny_c
     assert len(pair) == 14 + len(tokenizer.tokenize(windowed["lines"][0])) + 3
 
 
+@pytest.mark.integration
 def test_short_lines_are_unchanged_and_vectors_pool_every_token(windowed):
     for index in (1, 2):  # lines that fit in one row: byte for byte the original's output
         assert windowed["windowed"][index] == windowed["truncated"][index]
@@ -126,6 +128,7 @@ def test_short_lines_are_unchanged_and_vectors_pool_every_token(windowed):
         np.testing.assert_allclose(mean[index], last.mean(0), atol=2e-6)
 
 
+@pytest.mark.integration
 def test_doc_stride_is_checked(tiny_checkpoint, tmp_path):
     (tmp_path / "in.txt").write_text("a line\n")
     result = run_script("extract_features.py", f"--input_file={tmp_path / 'in.txt'}",
@@ -148,6 +151,7 @@ print(json.dumps({"embedding": out["embedding"].numpy().tolist(),
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
 def test_embedding_saved_model_reads_long_strings_as_the_tool(windowed, tiny_checkpoint,
                                                              tmp_path, pooling):

@@ -56,6 +56,7 @@ class Interrupted(Exception):
     pass
 
 
+@pytest.mark.integration
 def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
     trainer, options, dataset_fn = build(tmp_path / "straight")
     finetuning.train_and_evaluate(trainer, dataset_fn, None, **options)
@@ -76,6 +77,7 @@ def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
         np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+@pytest.mark.integration
 def test_the_compiled_update_trains_to_the_plain_updates_weights(tmp_path):
     """`--compile_optimizer` (the default) changes speed, not results: 12 steps with the update
     XLA-compiled end at the weights of the plain Keras update, clip and decay included."""
@@ -95,6 +97,7 @@ def test_the_compiled_update_trains_to_the_plain_updates_weights(tmp_path):
             assert np.abs(variable.numpy() - start).max() > 1e-5, variable.path
 
 
+@pytest.mark.integration
 def test_evaluates_at_each_epoch_end_and_keeps_the_best(tmp_path):
     trainer, options, dataset_fn = build(tmp_path, steps=20)
     scores = iter([0.5, 0.8, 0.6])  # 8.75 steps an epoch: ends at steps 9 and 18; the run at 20
@@ -128,6 +131,7 @@ def test_evaluates_at_each_epoch_end_and_keeps_the_best(tmp_path):
     assert recovered.score == 0.9 and recovered.restore(trainer.model)
 
 
+@pytest.mark.integration
 def test_evaluation_every_n_steps(tmp_path):
     trainer, options, dataset_fn = build(tmp_path, steps=10, evaluate_every=4)
     seen = []
@@ -203,6 +207,7 @@ print("MIRRORED OK")
 """
 
 
+@pytest.mark.integration
 def test_two_replicas_predict_every_example_and_resume_in_step(tmp_path):
     """MirroredStrategy on two logical CPUs: padded evaluation batches, and a resumed run that
     skips two dataset elements per update (one per replica) ends at the uninterrupted weights."""

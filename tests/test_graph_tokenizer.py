@@ -321,6 +321,7 @@ print(json.dumps({k: v.numpy().tolist() for k, v in out.items()}))
 """
 
 
+@pytest.mark.integration
 def test_saved_model_gives_the_same_ids_in_a_fresh_process(text_model, minilm_vocab, tmp_path):
     class Serving(tf.Module):
         def __init__(self, model):

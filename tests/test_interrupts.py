@@ -17,22 +17,18 @@ import time
 
 import pytest
 import warm_python
-from conftest import REPO
-from test_faults import (  # noqa: F401  (fixtures)
-    assert_same_run,
+from conftest import REPO, assert_same_run, listing, wait_until_stopped
+from reference_runs import (
     classifier,
     extract_features_command,
-    listing,
-    mrpc,
-    pretraining_command,
-    pretraining_data_command,
-    records,
+    pretraining,
     run,
-    sst2_lines,
-    wait_until_stopped,
+    two_shards_command,
 )
 
 from bert_tf2.process.fault_points import STOP_VARIABLE
+
+pytestmark = pytest.mark.integration
 
 ONE_LINE = re.compile(r"^(?P<program>\S+): interrupted by (?P<signal>Ctrl-C \(SIGINT\)|SIGTERM) "
                       r"(?P<where>.+); nothing half-written is left; the same command "
@@ -76,11 +72,9 @@ def nothing_half_written(folder):
 
 # ----------------------------------------------------------------------------- fine-tuning
 def test_fine_tuning_interrupted_in_training_and_in_evaluation_resumes_to_the_same_run(
-        mrpc, tiny_checkpoint, tmp_path):  # noqa: F811
-    straight = run(classifier(mrpc, tiny_checkpoint, tmp_path / "reference"))
-    assert straight.returncode == 0, straight.stderr[-3000:]
+        mrpc_small, tiny_checkpoint, classifier_reference, tmp_path):
     out = tmp_path / "resumed"
-    command = classifier(mrpc, tiny_checkpoint, out)
+    command = classifier(mrpc_small, tiny_checkpoint, out)
 
     # Ctrl-C after the loop ending at step 6, before its checkpoint: step 3's is the last.
     line = the_line(*interrupted(command, "train_loop@2", signal.SIGINT), signal.SIGINT,
@@ -99,20 +93,20 @@ def test_fine_tuning_interrupted_in_training_and_in_evaluation_resumes_to_the_sa
     final = run(command)
     assert final.returncode == 0, final.stderr[-3000:]
     steps = sorted(p.name for p in out.glob("model.ckpt-*.index"))
-    assert_same_run(tmp_path / "reference", out, [
+    assert_same_run(classifier_reference["out"], out, [
         "eval_results.txt", "best/eval_results.txt", "best/model.data-00000-of-00001",
         steps[-1], steps[-1].replace(".index", ".data-00000-of-00001"), "test_results.tsv"])
 
 
 def test_ctrl_c_inside_a_long_training_loop_stops_after_the_current_step(
-        mrpc, tiny_checkpoint, tmp_path):  # noqa: F811
+        mrpc_small, tiny_checkpoint, tmp_path):
     """One loop of 18,000 steps (minutes): the signal reaches the loop through the watcher
     thread's flag, and the run stops within seconds, at the step it was in. A signal that came
     while the loop was still being traced (step 0, a loaded machine) proves nothing: then the
     run is tried again with a longer wait."""
     for attempt, wait in enumerate([10, 25, 60]):
         out = tmp_path / f"out{attempt}"
-        command = [*classifier(mrpc, tiny_checkpoint, out), "--num_train_epochs=3000",
+        command = [*classifier(mrpc_small, tiny_checkpoint, out), "--num_train_epochs=3000",
                    "--iterations_per_loop=18000", "--save_checkpoints_steps=18000",
                    "--eval_every_steps=18000"]
         process = warm_python.start([sys.executable, *command], cwd=REPO,
@@ -138,13 +132,16 @@ def test_ctrl_c_inside_a_long_training_loop_stops_after_the_current_step(
 
 
 def test_an_interrupted_export_leaves_the_previous_export(
-        mrpc, tiny_checkpoint, tmp_path):  # noqa: F811
+        mrpc_small, tiny_checkpoint, classifier_reference, tmp_path):
     """Ctrl-C between the two renames of a SavedModel swap puts the previous export back and
-    removes the new copy; the rerun exports again."""
+    removes the new copy; the rerun exports again. (A copy of the classifier's finished run and
+    export, made by the same command.)"""
+    import shutil
+
     out, export = tmp_path / "out", tmp_path / "serving"
-    command = classifier(mrpc, tiny_checkpoint, out, export)
-    first = run(command)
-    assert first.returncode == 0, first.stderr[-3000:]
+    shutil.copytree(classifier_reference["out"], out)
+    shutil.copytree(classifier_reference["export"], export)
+    command = classifier(mrpc_small, tiny_checkpoint, out, export)
     before = (export / "saved_model.pb").read_bytes()
     predict_only = [flag for flag in command if flag != "--do_train"]
     line = the_line(*interrupted(predict_only, "export@1", signal.SIGINT), signal.SIGINT,
@@ -158,11 +155,9 @@ def test_an_interrupted_export_leaves_the_previous_export(
 
 # ----------------------------------------------------------------------------- pretraining
 def test_pretraining_interrupted_in_training_and_in_its_export_resumes_to_the_same_run(
-        records, tiny_checkpoint, tmp_path):  # noqa: F811
-    straight = run(pretraining_command(records, tiny_checkpoint, tmp_path / "reference"))
-    assert straight.returncode == 0, straight.stderr[-3000:]
+        pretraining_records, pretraining_reference, tiny_checkpoint, tmp_path):
     out = tmp_path / "resumed"
-    command = pretraining_command(records, tiny_checkpoint, out)
+    command = pretraining(pretraining_records, tiny_checkpoint, out)
 
     line = the_line(*interrupted(command, "train_loop@3", signal.SIGTERM), signal.SIGTERM,
                     "run_pretraining.py")
@@ -178,7 +173,7 @@ def test_pretraining_interrupted_in_training_and_in_its_export_resumes_to_the_sa
 
     final = run(command)
     assert final.returncode == 0, final.stderr[-3000:]
-    assert_same_run(tmp_path / "reference", out, [
+    assert_same_run(pretraining_reference, out, [
         "eval_results.txt", "model.ckpt-20.index", "model.ckpt-20.data-00000-of-00001",
         "tf1/bert_model.ckpt.index", "tf1/bert_model.ckpt.data-00000-of-00001",
         "tf1/bert_config.json", "tf1/vocab.txt", "run_config.json"])
@@ -187,14 +182,13 @@ def test_pretraining_interrupted_in_training_and_in_its_export_resumes_to_the_sa
 # ----------------------------------------------------------------------------- the data tools
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
 def test_create_pretraining_data_interrupted_leaves_nothing_and_reruns_the_same(
-        shared_data, tiny_checkpoint, tmp_path, signal_number):
+        shared_data, tiny_checkpoint, two_shards_reference, tmp_path, signal_number):
     """Interrupted with two workers running and two shards half written: the shards and the
     pool folder are removed, the workers end without a word, and the rerun writes the
     uninterrupted run's bytes."""
     def command(folder):
-        return pretraining_data_command(shared_data, tiny_checkpoint, folder)
+        return two_shards_command(shared_data, tiny_checkpoint, folder)
 
-    assert run(command(tmp_path / "reference")).returncode == 0
     out = tmp_path / "resumed"
     status, stderr = interrupted(command(out), "records@1", signal_number)
     line = the_line(status, stderr, signal_number, "create_pretraining_data.py")
@@ -204,18 +198,15 @@ def test_create_pretraining_data_interrupted_leaves_nothing_and_reruns_the_same(
     assert os.listdir(out) == []
     final = run(command(out))
     assert final.returncode == 0, final.stderr[-3000:]
-    assert_same_run(tmp_path / "reference", out,
+    assert_same_run(two_shards_reference, out,
                     ["a.tfrecord", "b.tfrecord", "a.tfrecord.stats.json"])
 
 
 def test_extract_features_interrupted_in_a_part_resumes_after_the_complete_ones(
-        shared_data, tiny_checkpoint, tmp_path):
-    lines = sst2_lines(shared_data, tmp_path / "lines.txt")
-
+        sst2_lines, tiny_checkpoint, extract_features_reference, tmp_path):
     def command(folder):
-        return extract_features_command(lines, tiny_checkpoint, folder)
+        return extract_features_command(sst2_lines, tiny_checkpoint, folder)
 
-    assert run(command(tmp_path / "reference")).returncode == 0
     out = tmp_path / "resumed"
     out.mkdir()
     line = the_line(*interrupted(command(out), "parts@2", signal.SIGINT), signal.SIGINT,
@@ -228,7 +219,7 @@ def test_extract_features_interrupted_in_a_part_resumes_after_the_complete_ones(
     final = run(command(out))
     assert final.returncode == 0, final.stderr[-3000:]
     assert "resuming: 40 lines already written in 1 shards" in final.stderr
-    assert_same_run(tmp_path / "reference", out, ["features.jsonl"])
+    assert_same_run(extract_features_reference, out, ["features.jsonl"])
 
 
 # ----------------------------------------------------------------------------- a second Ctrl-C

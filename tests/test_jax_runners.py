@@ -11,13 +11,22 @@ import sys
 
 import numpy as np
 import pytest
+import reference_runs
 import warm_python
-from conftest import REPO, read_results, read_tsv, run_script
-from test_faults import listing
-from test_run_classifier import glue_slice
+from conftest import (
+    REPO,
+    KillChain,
+    listing,
+    read_results,
+    read_tsv,
+    run_script,
+    wait_until_stopped,
+)
 from test_run_ner import conll_slice
 
 from bert_tf2.process.fault_points import KILL_VARIABLE
+
+pytestmark = pytest.mark.integration
 
 pytest.importorskip("jax", reason="jax is not installed (make test installs setup.py's jax extra)")
 
@@ -95,29 +104,25 @@ def assert_same_run(reference, resumed, weights, results, tables):
 
 
 @pytest.fixture(scope="module")
-def mrpc(shared_data, tmp_path_factory):
-    return glue_slice(shared_data, "MRPC", tmp_path_factory.mktemp("jax") / "MRPC",
-                      {"train": 48, "dev": 24, "test": 8})
+def mrpc(mrpc_small):
+    return mrpc_small
 
 
 def classifier(data, checkpoint, out, *extra):
-    return ["run_classifier.py", "--task_name=MRPC", f"--data_dir={data}",
-            f"--init_checkpoint={checkpoint}/bert_model.ckpt", "--max_seq_length=64",
-            "--train_batch_size=8", "--num_train_epochs=2", "--eval_every_steps=3",
-            "--best_metric=eval_loss", "--learning_rate=1e-3", f"--output_dir={out}",
-            "--do_train", "--do_eval", "--do_predict", *extra]
+    """The small MRPC classifier of the kill chains (`reference_runs.classifier`)."""
+    return reference_runs.classifier(data, checkpoint, out, None, *extra)
 
 
 @pytest.fixture(scope="module")
-def classifier_runs(mrpc, tiny_checkpoint, no_tensorflow, tmp_path_factory):
-    """The same classifier command on TensorFlow and on JAX (from the TF1 checkpoint, read
-    without TensorFlow)."""
+def classifier_runs(mrpc, tiny_checkpoint, no_tensorflow, classifier_reference,
+                    tmp_path_factory):
+    """The same classifier command on TensorFlow (the run made once for every file; its export
+    is beside its folder) and on JAX (from the TF1 checkpoint, read without TensorFlow)."""
     root = tmp_path_factory.mktemp("classifier")
     command = classifier(mrpc, tiny_checkpoint, root / "jax")
     jax_run = run_jax(no_tensorflow, *command)
-    tf_run = run_script(*classifier(mrpc, tiny_checkpoint, root / "tf"))
-    return {"root": root, "jax": root / "jax", "tf": root / "tf", "log": jax_run.stderr,
-            "tf_log": tf_run.stderr, "command": command}
+    return {"root": root, "jax": root / "jax", "tf": classifier_reference["out"],
+            "log": jax_run.stderr, "tf_log": classifier_reference["log"], "command": command}
 
 
 def test_classifier_on_jax_writes_the_files_tensorflow_writes(classifier_runs):
@@ -137,18 +142,30 @@ def test_classifier_on_jax_writes_the_files_tensorflow_writes(classifier_runs):
         tf_out / "eval_predictions.tsv")[0]
 
 
-def test_a_killed_jax_run_resumes_to_the_uninterrupted_runs_files(classifier_runs, mrpc,
-                                                                   tiny_checkpoint,
-                                                                   no_tensorflow, tmp_path):
-    kills = ["features@1", "train_loop@1", "checkpoint_write@1", "evaluation@1", "best_swap@1",
+JAX_KILLS = ["features@1", "train_loop@1", "checkpoint_write@1", "evaluation@1", "best_swap@1",
              "eval_results@1", "best_swap@2", "evaluation@2", "prediction@1"]
-    command = classifier(mrpc, tiny_checkpoint, tmp_path / "out")
-    for point in kills:
-        killed = run_jax(no_tensorflow, *command, env={KILL_VARIABLE: point}, check=False)
-        assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-2000:])
-    final = run_jax(no_tensorflow, *command)
+
+
+@pytest.fixture(scope="module")
+def jax_chain(mrpc, tiny_checkpoint, no_tensorflow, tmp_path_factory):
+    """The JAX classifier killed at every point of its run (one kill per test, then the run that
+    finishes): its safetensors checkpoints and best/ resume as TensorFlow's do."""
+    out = tmp_path_factory.mktemp("jax_chain") / "out"
+    chain = KillChain(lambda command, env: run_jax(no_tensorflow, *command, env=env, check=False),
+                      classifier(mrpc, tiny_checkpoint, out), JAX_KILLS)
+    chain.folder = out
+    return chain
+
+
+@pytest.mark.parametrize("point", JAX_KILLS)
+def test_a_jax_run_killed_at(point, jax_chain):
+    jax_chain.kill_through(point)
+
+
+def test_a_killed_jax_run_resumes_to_the_uninterrupted_runs_files(classifier_runs, jax_chain):
+    final = jax_chain.finish()
     assert "did not finish before the run was stopped" not in final.stderr
-    assert_same_run(classifier_runs["jax"], tmp_path / "out",
+    assert_same_run(classifier_runs["jax"], jax_chain.folder,
                     ["best/weights.safetensors", "model.ckpt-12.safetensors", "run_config.json"],
                     ["eval_results.txt", "best/eval_results.txt"],
                     ["test_results.tsv", "test_predictions.tsv", "eval_predictions.tsv"])
@@ -367,8 +384,6 @@ def test_extract_features_on_jax_and_pytorch_writes_tensorflows_lines(
 
 def test_sigterm_on_jax_is_one_line_and_the_rerun_ends_as_the_uninterrupted_run(
         classifier_runs, mrpc, tiny_checkpoint, no_tensorflow, tmp_path):
-    from test_faults import wait_until_stopped
-
     from bert_tf2.process.fault_points import STOP_VARIABLE
 
     out = tmp_path / "out"

@@ -125,6 +125,7 @@ def test_a_keras_hub_preset_loads_back_as_our_classifier(classifier_preset):
                                   np.asarray(ours(classifier, ids, types, mask)["logits"]))
 
 
+@pytest.mark.integration
 def test_the_converter_writes_an_encoder_preset_and_reads_it_back(tmp_path, minilm_dir,
                                                                    minilm_tanh):
     """bert-convert --to keras_hub, and --from keras_hub back to Hugging Face's format."""
@@ -153,6 +154,7 @@ def test_the_converter_writes_an_encoder_preset_and_reads_it_back(tmp_path, mini
                                   np.asarray(ours(encoder, ids, types, mask)["pooled_output"]))
 
 
+@pytest.mark.integration
 def test_an_exact_gelu_model_is_refused_in_one_line(tmp_path, minilm_dir):
     result = run_script("-m", "bert_tf2.modeling.convert", "--from=hf", f"--input={minilm_dir}",
                         "--to=keras_hub", f"--output={tmp_path / 'preset'}", check=False)
@@ -168,6 +170,7 @@ def test_an_exact_gelu_model_is_refused_in_one_line(tmp_path, minilm_dir):
     assert (tmp_path / "preset" / "model.weights.h5").is_file()
 
 
+@pytest.mark.integration
 def test_run_classifier_exports_a_preset_and_fine_tunes_from_one(shared_data, tiny_checkpoint,
                                                                   tmp_path):
     """--export_keras_hub writes the kept weights; KerasHub's classifier gives the probabilities

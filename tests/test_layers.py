@@ -19,6 +19,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 LAYERS = {"process": 1, "modeling": 2, "data_gen": 3, "engine": 4, "inference": 4, "tasks": 5,
@@ -127,6 +128,7 @@ def test_tasks_do_not_import_each_other():
     assert not crossing, "a task imports another task:\n" + "\n".join(crossing)
 
 
+@pytest.mark.integration
 def test_the_search_knows_no_task_and_no_task_knows_the_search():
     """A search runs the runners as commands; it reads what runs write, never a task's code."""
     crossing = [f"{relative(path)}:{line} imports {module}"
@@ -179,6 +181,7 @@ def top_packages_loaded(modules: list, packages: set) -> list:
     return ast.literal_eval(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.integration
 def test_the_encoder_loads_without_data_gen_engine_or_tasks():
     assert top_packages_loaded(["bert_tf2.modeling.encoder"],
                                {"data_gen", "engine", "tasks", "runner_flags"}) == []
@@ -203,6 +206,7 @@ def test_modeling_holds_no_process_machinery():
     assert not machinery & {p.stem for p in (REPO / "modeling").glob("*.py")}
 
 
+@pytest.mark.integration
 def test_the_ground_floor_loads_alone():
     """Every module of `process/` imports without TensorFlow, Keras or any floor above it."""
     modules = sorted(f"{PACKAGE}.process.{p.stem}" for p in (REPO / "process").glob("*.py")

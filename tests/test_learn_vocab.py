@@ -39,6 +39,7 @@ def learned(poems, tmp_path_factory):
     return paths
 
 
+@pytest.mark.integration
 def test_layout_is_the_released_vocabularies(learned, poems, minilm_dir):
     tokens = load_vocab_tokens(learned[True])
     released = load_vocab_tokens(minilm_dir / "vocab.txt")
@@ -54,6 +55,7 @@ def test_layout_is_the_released_vocabularies(learned, poems, minilm_dir):
     assert learned_part[:3] == ["th", "the", "##nd"]  # the most frequent pairs come first
 
 
+@pytest.mark.integration
 def test_casing_follows_the_flag(learned):
     with warnings.catch_warnings():
         warnings.simplefilter("error", vocab_sanity.VocabularyWarning)
@@ -127,6 +129,7 @@ def test_errors_name_the_flag_and_leave_the_output_alone(poems, tmp_path, parsed
     assert sorted(os.listdir(tmp_path)) == ["empty.txt", "vocab.txt"]  # no temporary file left
 
 
+@pytest.mark.integration
 def test_command_line_error_exits_with_status_1(tmp_path):
     result = run_cli(f"--input_file={tmp_path}/missing.txt", "--vocab_size=2000",
                      f"--output_file={tmp_path}/vocab.txt")

@@ -57,6 +57,7 @@ def served(export, **texts):
     return {k: v.numpy() for k, v in out.items()}
 
 
+@pytest.mark.integration
 def test_export_writes_int8_and_its_description(single_export):
     from bert_tf2.inference.litert_layout import read_description
 
@@ -72,6 +73,7 @@ def test_export_writes_int8_and_its_description(single_export):
     assert int8 < 0.4 * (single_export / "litert" / "float32.tflite").stat().st_size
 
 
+@pytest.mark.integration
 def test_float32_file_answers_raw_text_as_the_savedmodel(single_export):
     from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
@@ -105,6 +107,7 @@ def test_int8_file_agrees_with_float32_on_held_out_sentences(single_export):
     assert 0 < np.max(np.abs(int8["logits"] - float32["logits"]))  # it is int8
 
 
+@pytest.mark.integration
 def test_pairs_and_an_empty_second_text_as_the_savedmodel(pair_export):
     from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
@@ -119,6 +122,7 @@ def test_pairs_and_an_empty_second_text_as_the_savedmodel(pair_export):
     assert got["label"] == [label.decode() for label in expected["label"]]
 
 
+@pytest.mark.integration
 def test_one_interpreter_answers_every_shape_as_a_row_alone(pair_export):
     from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
@@ -237,6 +241,7 @@ def test_a_row_that_finds_the_process_idle_runs_on_one_thread(pair_export):
     assert LiteRTClassifier.load(str(export), threads=1).model.single_thread is None
 
 
+@pytest.mark.integration
 def test_mistakes_are_one_line(pair_export, single_export, tmp_path):
     from bert_tf2.inference.litert_layout import LiteRTError
     from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
@@ -263,6 +268,7 @@ def test_mistakes_are_one_line(pair_export, single_export, tmp_path):
         assert message in last and "Traceback" not in result.stderr, result.stderr[-2000:]
 
 
+@pytest.mark.integration
 def test_an_export_from_before_the_description_is_refused(pair_export, tmp_path):
     import shutil
 
@@ -274,6 +280,7 @@ def test_an_export_from_before_the_description_is_refused(pair_export, tmp_path)
     assert "export it again with the runner's --export_dir" in result.stderr.splitlines()[-1]
 
 
+@pytest.mark.integration
 def test_a_cut_litert_file_is_one_line_naming_the_command_that_remakes_it(single_export,
                                                                            tmp_path):
     """A LiteRT file cut in half (a copy interrupted, a full disk) fails the flatbuffer check:
@@ -313,6 +320,7 @@ def test_a_cut_litert_file_is_one_line_naming_the_command_that_remakes_it(single
     assert not (tmp_path / "o.jsonl").exists()
 
 
+@pytest.mark.integration
 def test_fast_path_runs_without_tensorflow(single_export):
     code = ("import sys; sys.path.insert(0, %r)\n"
             "from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier\n"
@@ -325,6 +333,7 @@ def test_fast_path_runs_without_tensorflow(single_export):
     assert label in ("files", "math", "network", "text", "time") and tensorflow_loaded == "False"
 
 
+@pytest.mark.integration
 def test_batch_predict_on_the_litert_file_writes_the_savedmodels_lines(pair_export, tmp_path):
     export, data = pair_export
     rows = read_tsv(data / "dev.tsv")[1:]
@@ -419,6 +428,7 @@ class _Unconvertible:
         return Module()
 
 
+@pytest.mark.integration
 def test_an_export_that_cannot_be_converted_is_one_line(minilm_dir, tmp_path):
     from bert_tf2.engine import export
 

@@ -283,6 +283,7 @@ def long_run(tmp_path_factory, shared_data, tiny_checkpoint):
 
 
 
+@pytest.mark.integration
 def test_runner_trains_on_windows_and_answers_once_per_document(long_run, tokenizer):
     from bert_tf2.data_gen.windows import fixed_stride_spans
     from bert_tf2.tasks.classification.features import load_features
@@ -305,6 +306,7 @@ def test_runner_trains_on_windows_and_answers_once_per_document(long_run, tokeni
     assert results["eval_main"] == results["eval_micro_f1"]
 
 
+@pytest.mark.integration
 def test_document_loss_trains_on_whole_documents_end_to_end(long_run, tmp_path):
     """--window_loss=document: an epoch is 160 documents in batches of 16 (10 steps, each all the
     windows of its 16 documents), and every file is still one line per document."""
@@ -344,6 +346,7 @@ print(json.dumps({"probabilities": out["probabilities"].numpy().tolist(),
 """
 
 
+@pytest.mark.integration
 def test_saved_model_windows_raw_documents_as_the_runner(long_run, tmp_path):
     texts = [json.loads(x)["text"] for x in (long_run["data"] / "test.jsonl").open()]
     served = serve_texts(SERVE, str(long_run["root"] / "export"), texts, tmp_path)
@@ -355,6 +358,7 @@ def test_saved_model_windows_raw_documents_as_the_runner(long_run, tmp_path):
     assert served["long"] == 1  # 24 stories in one text: one answer
 
 
+@pytest.mark.integration
 def test_max_pooling_rescored_from_the_same_weights(long_run, tmp_path):
     """An evaluation-only run with --window_pooling=max on the trained folder: each document's
     probabilities are the sigmoid of the maximum of its windows' logits, which the mean-pooled
@@ -392,6 +396,7 @@ def test_max_pooling_rescored_from_the_same_weights(long_run, tmp_path):
     assert not np.allclose(by_max, by_mean)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("flag,message", [
     ("--doc_stride=0", "--doc_stride=0: at least 1"),
     ("--window_pooling=max", "--window_pooling and --max_windows_per_document apply to windows: "

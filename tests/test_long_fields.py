@@ -164,6 +164,7 @@ def test_a_long_conll_token_and_sentence(tmp_path, tokenizer, book):
     assert len(windows) > 100
 
 
+@pytest.mark.integration
 def test_run_classifier_trains_on_a_tsv_with_a_book_in_a_cell(tmp_path, tiny_checkpoint, book,
                                                               shared_data):
     """Through the command line, as the user who met "field larger than field limit" ran it."""

@@ -29,6 +29,7 @@ def pairs(data, count):
     return [row[3] for row in rows], [row[4] for row in rows]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("runtime, atol", [("float32", 2e-5), ("savedmodel", 1e-6)])
 def test_predict_answers_as_serve_text_in_rows_columns_and_v2(pair_export, runtime, atol):
     export, data = pair_export
@@ -68,6 +69,7 @@ def test_predict_answers_as_serve_text_in_rows_columns_and_v2(pair_export, runti
             "status": {"error_code": "OK", "error_message": ""}}]}
 
 
+@pytest.mark.integration
 def test_every_bad_request_is_one_line_and_a_2mb_text_costs_no_more_memory(pair_export):
     export, _ = pair_export
     with server(export, "--runtime=float32", "--max_request_bytes=3000000") as (base, proc):
@@ -114,6 +116,7 @@ def test_every_bad_request_is_one_line_and_a_2mb_text_costs_no_more_memory(pair_
         assert call(predict, short)[0] == 200  # still serving
 
 
+@pytest.mark.integration
 def test_ready_only_after_warm_up_and_metrics_count_what_was_served(pair_export, tmp_path):
     export, data = pair_export
     gate = tmp_path / "warm"
@@ -154,6 +157,7 @@ def test_ready_only_after_warm_up_and_metrics_count_what_was_served(pair_export,
         assert "bert_requests_in_flight" in lines
 
 
+@pytest.mark.integration
 def test_overload_is_503_with_retry_after_at_once_never_a_timeout(pair_export):
     export, data = pair_export
     text_a, text_b = pairs(data, 16)
@@ -177,6 +181,7 @@ def test_overload_is_503_with_retry_after_at_once_never_a_timeout(pair_export):
             assert len(answer["predictions"]) == 16
 
 
+@pytest.mark.integration
 def test_a_failing_model_is_a_500_of_one_line_and_the_server_goes_on(pair_export):
     export, data = pair_export
     text_a, text_b = pairs(data, 2)
@@ -189,6 +194,7 @@ def test_a_failing_model_is_a_500_of_one_line_and_the_server_goes_on(pair_export
         assert status == 200 and answer["predictions"][0]["label"] in ("0", "1")
 
 
+@pytest.mark.integration
 def test_sigterm_answers_everything_in_flight_refuses_new_connections_and_exits_0(pair_export):
     export, data = pair_export
     text_a, text_b = pairs(data, 4)
@@ -221,6 +227,7 @@ def test_sigterm_answers_everything_in_flight_refuses_new_connections_and_exits_
         assert "SIGTERM: draining" in proc.log()
 
 
+@pytest.mark.integration
 def test_a_second_server_on_the_port_and_a_cut_litert_file_are_one_line(pair_export, tmp_path):
     import shutil
 
@@ -259,6 +266,7 @@ def test_a_second_server_on_the_port_and_a_cut_litert_file_are_one_line(pair_exp
             call(base + "/v1/models/m:predict", {"instances": [plain]})[2]
 
 
+@pytest.mark.integration
 def test_multiple_choice_and_embedding_exports_answer_as_serve_text(shared_data, minilm_dir,
                                                                     tmp_path):
     """Any export is served: multiple choice (a list of choices per row, ragged) and an
@@ -311,6 +319,7 @@ def test_the_listening_socket_is_tcp_by_name():
         sock.close()
 
 
+@pytest.mark.integration
 def test_grpc_answers_as_rest(pair_export):
     """--grpc_port: the Open Inference Protocol's gRPC (KServe's), the same answers as REST."""
     import asyncio
@@ -404,6 +413,7 @@ def drain_under_load(export, base, proc, clients: int, keep_alive: int, signals:
     ("0.5", [(0.3, signal.SIGTERM)]),
     ("30", [(0.3, signal.SIGTERM), (0.6, signal.SIGTERM)]),  # the second cuts the grace short
 ], ids=["grace", "second_signal"])
+@pytest.mark.integration
 def test_a_drain_under_load_loses_no_request(pair_export, grace, signals):
     """Every request is answered (200) or its connection refused at connect: none is reset,
     cut off or left unanswered, on new and keep-alive connections, over three runs."""

@@ -229,6 +229,7 @@ def gold_matrix(path, labels):
     return np.array([[label in row["labels"] for label in labels] for row in rows], np.int64)
 
 
+@pytest.mark.integration
 def test_runner_scores_writes_and_thresholds(reuters_run):
     from bert_tf2.tasks.classification.metrics import multi_label_metrics, per_label_metrics
 
@@ -280,6 +281,7 @@ print(json.dumps({"probabilities": out["probabilities"].numpy().tolist(),
 """
 
 
+@pytest.mark.integration
 def test_saved_model_serves_the_runner_s_probabilities_and_sets(reuters_run, tmp_path):
     texts = [json.loads(x)["text"] for x in
              (reuters_run["data"] / "test.jsonl").read_text().splitlines()]
@@ -295,6 +297,7 @@ def test_saved_model_serves_the_runner_s_probabilities_and_sets(reuters_run, tmp
         served["labels"]
 
 
+@pytest.mark.integration
 def test_runner_refuses_a_bad_line_and_a_threshold_without_dev(reuters_run, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
@@ -318,6 +321,7 @@ def test_runner_refuses_a_bad_line_and_a_threshold_without_dev(reuters_run, tmp_
         "--tune_threshold=global tunes on the dev split: add --do_eval")
 
 
+@pytest.mark.integration
 def test_batch_predict_takes_the_multi_label_export(reuters_run, tmp_path):
     texts = [json.loads(x)["text"] for x in
              (reuters_run["data"] / "test.jsonl").read_text().splitlines()]
@@ -332,6 +336,7 @@ def test_batch_predict_takes_the_multi_label_export(reuters_run, tmp_path):
                                [[float(v) for v in row[2:]] for row in rows], atol=2e-5)
 
 
+@pytest.mark.integration
 def test_generic_tsv_with_multi_label_through_the_runner(reuters_run, tmp_path):
     """`--task_name=generic --multi_label`: a TSV whose label column holds `a|b`; the labels are
     learned from train, and the run's identity records the options (a single-label generic run's
@@ -363,6 +368,7 @@ def test_generic_tsv_with_multi_label_through_the_runner(reuters_run, tmp_path):
     assert "eval_micro_f1" in read_results(out / "eval_results.txt")
 
 
+@pytest.mark.integration
 def test_label_bias_starts_at_the_training_log_odds(reuters_run):
     """--init_label_bias: a fresh head's biases are log(p / (1 - p)) of each label's share of the
     training documents (kept within [1e-4, 1 - 1e-4])."""

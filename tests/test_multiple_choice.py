@@ -156,6 +156,7 @@ def test_next_sentence_set_has_the_true_sentence_and_three_distractors():
     assert collections.Counter(row[-1] for row in rows).keys() <= {"0", "1", "2", "3"}
 
 
+@pytest.mark.integration
 def test_generic_runner_trains_on_two_three_and_five_choices(tmp_path, tiny_checkpoint):
     data = tmp_path / "data"
     data.mkdir()
@@ -197,6 +198,7 @@ print(json.dumps({"probabilities": out["probabilities"].numpy().tolist(),
 """
 
 
+@pytest.mark.integration
 def test_swag_runner_and_its_export_agree_from_raw_strings(tmp_path, shared_data,
                                                            tiny_checkpoint):
     swag = shared_data / "swag_sample" / "val_first91.csv"

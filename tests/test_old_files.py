@@ -79,6 +79,7 @@ def test_old_run_folder_checkpoints_restore(tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+@pytest.mark.integration
 def test_old_run_folder_is_evaluated_by_todays_runner(tmp_path, shared_data):
     """run_config.json of the old run matches today's identity; --do_eval picks the old best
     weights and scores them exactly as the old run did."""
@@ -113,6 +114,7 @@ def test_old_run_folder_is_evaluated_by_todays_runner(tmp_path, shared_data):
     assert new == old
 
 
+@pytest.mark.integration
 def test_old_saved_model_serves_in_a_fresh_process():
     script = (
         "import json, sys, tensorflow as tf, tensorflow_text\n"

@@ -16,6 +16,8 @@ import zipfile
 import pytest
 from conftest import REPO
 
+pytestmark = pytest.mark.integration
+
 PACKAGE = "bert_tf2"
 # Entry points: they define flags when imported and set the process up when run.
 ENTRY_POINTS = {"serve", "runner_flags", "create_pretraining_data", "batch_predict",

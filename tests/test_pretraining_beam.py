@@ -9,6 +9,8 @@ import sys
 import pytest
 import tensorflow as tf
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("apache_beam", reason="apache-beam is not installed: the Beam pipeline "
                     "needs the beam extra (pip install -e '.[beam]')")
 

@@ -53,6 +53,7 @@ def corpus_run(tmp_path_factory, wikitext, vocab_file):
     return out, shards, stats, load_records(shards, 128, 20), completed.stderr
 
 
+@pytest.mark.integration
 def test_cli_reports_progress_and_the_summary(corpus_run):
     *_, stderr = corpus_run
     assert "documents in 4 pools; making records with 2 worker(s)" in stderr
@@ -60,6 +61,7 @@ def test_cli_reports_progress_and_the_summary(corpus_run):
     assert "[MASK] / random / unchanged" in stderr and "instance length histogram" in stderr
 
 
+@pytest.mark.integration
 def test_next_sentence_labels_are_about_half_random(corpus_run):
     nsp = corpus_run[2]["next_sentence_labels"]
     instances = corpus_run[2]["instances"]
@@ -186,6 +188,7 @@ def test_no_nsp_fills_one_segment(tmp_path, wikitext, vocab_file, ids):
     assert (lengths < 128).sum() <= stats.documents == 60 and stats.instances == len(lengths)
 
 
+@pytest.mark.integration
 def test_same_seed_input_and_workers_give_identical_bytes(tmp_path, wikitext, vocab_file):
     def run(name, workers, seed=12345):
         shards = [str(tmp_path / f"{name}-{i}") for i in range(3)]

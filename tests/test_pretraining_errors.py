@@ -124,6 +124,7 @@ def test_a_failure_while_writing_leaves_no_partial_shard(tmp_path, vocab_file, m
     assert os.listdir(spill_parent) == []  # the temporary pool files are gone too
 
 
+@pytest.mark.integration
 def test_cli_exits_1_with_the_message_and_writes_nothing(tmp_path, vocab_file):
     missing = str(tmp_path / "nothing-*.txt")
     out = tmp_path / "out"

@@ -20,6 +20,8 @@ from bert_tf2.data_gen.pretraining.dataset import load_records
 from bert_tf2.data_gen.pretraining.documents import InputOptions, stream_documents
 from bert_tf2.data_gen.pretraining.instances import InstanceSettings
 
+pytestmark = pytest.mark.integration
+
 if importlib.util.find_spec("bert") is None:
     pytest.skip("the oracle bert-tensorflow==1.0.4 (Google's original scripts) is not installed: "
                 "pip install --no-deps bert-tensorflow==1.0.4", allow_module_level=True)

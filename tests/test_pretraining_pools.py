@@ -109,11 +109,13 @@ def _fail_on_three(x):
     return x
 
 
+@pytest.mark.integration
 def test_results_come_in_input_order_from_two_processes():
     assert list(parallel.ordered_map(_square, range(30), num_workers=2)) == [
         x * x for x in range(30)]
 
 
+@pytest.mark.integration
 def test_inputs_are_taken_lazily():
     taken = []
 
@@ -128,6 +130,7 @@ def test_inputs_are_taken_lazily():
     results.close()
 
 
+@pytest.mark.integration
 def test_pool_workers_make_records_without_importing_tensorflow(tmp_path, minilm_dir):
     """This process holds TensorFlow, so the workers are spawned: they must not import it."""
     import tensorflow  # noqa: F401  (the premise, whichever tests ran before in this process)
@@ -147,6 +150,7 @@ def test_pool_workers_make_records_without_importing_tensorflow(tmp_path, minilm
     assert os.getpid() not in {pid for _, _, pid in answers}
 
 
+@pytest.mark.integration
 def test_worker_errors_reach_the_parent():
     with pytest.raises(ValueError, match="item 3 is bad"):
         list(parallel.ordered_map(_fail_on_three, range(10), num_workers=2))
@@ -162,6 +166,7 @@ def _die_on_two(x):
     return x
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("how", ["error", "early close"])
 def test_workers_blocked_sending_large_results_do_not_hang_the_exit(how):
     """An error (or Ctrl-C) in the parent while workers are blocked sending results that nobody
@@ -181,11 +186,13 @@ def test_workers_blocked_sending_large_results_do_not_hang_the_exit(how):
     assert time.monotonic() - start < 30
 
 
+@pytest.mark.integration
 def test_a_worker_that_dies_is_an_error_not_a_hang():
     with pytest.raises(parallel.WorkerDied, match="exit status -9"):
         list(parallel.ordered_map(_die_on_two, range(10), num_workers=2))
 
 
+@pytest.mark.integration
 def test_a_worker_that_died_before_its_next_item_is_the_same_error():
     # The item goes to a dead worker's pipe (a broken pipe on send, not on receive).
     with parallel.OrderedPool(2) as pool:

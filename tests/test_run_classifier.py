@@ -50,6 +50,7 @@ def mrpc_run(tmp_path_factory, shared_data, tiny_checkpoint):
     return {"root": root, "data": data, "out": out, "flags": flags, "log": first.stderr}
 
 
+@pytest.mark.integration
 def test_training_evaluates_every_epoch_and_keeps_the_best(mrpc_run):
     out, log = mrpc_run["out"], mrpc_run["log"]
     # 96 examples at batch 16: 6 steps an epoch, 12 in all, evaluated at steps 6 and 12.
@@ -75,6 +76,7 @@ def test_training_evaluates_every_epoch_and_keeps_the_best(mrpc_run):
     assert any(name.startswith("events") for name in os.listdir(out / "eval"))
 
 
+@pytest.mark.integration
 def test_test_results_map_back_to_the_files_ids(mrpc_run):
     rows = read_tsv(mrpc_run["out"] / "test_predictions.tsv")
     test_ids = [row[0] for row in read_tsv(mrpc_run["data"] / "test.tsv")[1:]]
@@ -87,6 +89,7 @@ def test_test_results_map_back_to_the_files_ids(mrpc_run):
     assert [["0", "1"][i] for i in original.argmax(axis=1)] == [row[1] for row in rows[1:]]
 
 
+@pytest.mark.integration
 def test_features_are_reused_until_an_input_changes(mrpc_run, tmp_path):
     out = mrpc_run["out"]
     before = (out / "dev.tf_record").stat().st_mtime_ns
@@ -128,6 +131,7 @@ print(json.dumps({"label": [x.decode() for x in out["label"].numpy()],
 """
 
 
+@pytest.mark.integration
 def test_saved_model_in_a_fresh_process_predicts_as_the_runner(mrpc_run, tmp_path):
     from bert_tf2.data_gen.tokenization import FullTokenizer
     from bert_tf2.tasks.classification.features import convert_example, load_features
@@ -165,6 +169,7 @@ def test_saved_model_in_a_fresh_process_predicts_as_the_runner(mrpc_run, tmp_pat
     assert (mrpc_run["root"] / "export" / "assets.extra" / "vocab.txt").is_file()
 
 
+@pytest.mark.integration
 def test_regression_task_trains_and_serves_scores(shared_data, tiny_checkpoint, tmp_path):
     data = glue_slice(shared_data, "STS-B", tmp_path / "data", {"train": 48, "dev": 16, "test": 8})
     out = tmp_path / "out"
@@ -184,6 +189,7 @@ def test_regression_task_trains_and_serves_scores(shared_data, tiny_checkpoint, 
     np.testing.assert_allclose(scores, [float(row[1]) for row in rows[1:]], atol=5e-7)
 
 
+@pytest.mark.integration
 def test_bad_label_fails_naming_file_and_line(shared_data, tiny_checkpoint, tmp_path):
     data = glue_slice(shared_data, "MRPC", tmp_path / "data", {"train": 20, "dev": 8})
     lines = (data / "train.tsv").read_text(encoding="utf-8-sig").splitlines()
@@ -198,6 +204,7 @@ def test_bad_label_fails_naming_file_and_line(shared_data, tiny_checkpoint, tmp_
     assert not (tmp_path / "out" / "train.tf_record").exists()
 
 
+@pytest.mark.integration
 def test_unknown_task_is_a_usage_error(tiny_checkpoint, tmp_path):
     result = run_classifier("--task_name=nope", f"--data_dir={tmp_path}",
                             f"--output_dir={tmp_path / 'out'}",
@@ -211,6 +218,7 @@ def sentence_pairs(shared_data, count):
     return [(row[3], row[4]) for row in rows]
 
 
+@pytest.mark.integration
 def test_mnli_scores_matched_and_mismatched(shared_data, tiny_checkpoint, tmp_path):
     labels = ["contradiction", "entailment", "neutral"]
     header = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
@@ -262,6 +270,7 @@ def test_mnli_scores_matched_and_mismatched(shared_data, tiny_checkpoint, tmp_pa
         final["eval_dev_mismatched_accuracy"])
 
 
+@pytest.mark.integration
 def test_generic_csv_task_with_labels_from_train(shared_data, tiny_checkpoint, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
@@ -285,6 +294,7 @@ def test_generic_csv_task_with_labels_from_train(shared_data, tiny_checkpoint, t
     assert "eval_accuracy" in results(out / "eval_results.txt")
 
 
+@pytest.mark.integration
 def test_a_reused_output_dir_must_hold_the_same_run(mrpc_run, tmp_path):
     copy = tmp_path / "out"
     shutil.copytree(mrpc_run["out"], copy)
@@ -299,6 +309,7 @@ def test_a_reused_output_dir_must_hold_the_same_run(mrpc_run, tmp_path):
     assert other_task.returncode != 0 and "task was 'mrpc', now 'rte'" in other_task.stderr
 
 
+@pytest.mark.integration
 def test_evaluation_needs_a_trained_head(mrpc_run, tmp_path):
     flags = [f for f in mrpc_run["flags"] if not f.startswith("--output_dir")]
     result = run_classifier(*flags, f"--output_dir={tmp_path / 'fresh'}", "--do_eval",
@@ -307,6 +318,7 @@ def test_evaluation_needs_a_trained_head(mrpc_run, tmp_path):
     assert "no trained weights" in result.stderr and "output_weights" in result.stderr
 
 
+@pytest.mark.integration
 def test_unknown_best_metric_is_refused_before_training(mrpc_run, tmp_path):
     flags = [f for f in mrpc_run["flags"] if not f.startswith("--output_dir")]
     result = run_classifier(*flags, f"--output_dir={tmp_path / 'out'}", "--do_train",

@@ -64,6 +64,7 @@ def ner_run(tmp_path_factory, shared_data, tiny_checkpoint):
     return {"root": root, "data": data, "out": out, "flags": flags, "log": first.stderr}
 
 
+@pytest.mark.integration
 def test_training_scores_every_epoch_as_conlleval(ner_run):
     out, log, data = ner_run["out"], ner_run["log"], ner_run["data"]
     train = read_conll(str(data / "train.txt"))
@@ -91,6 +92,7 @@ def test_training_scores_every_epoch_as_conlleval(ner_run):
     assert len(losses) == 2 and losses[1] < losses[0]
 
 
+@pytest.mark.integration
 def test_long_sentences_use_several_windows_and_every_word_is_tagged(ner_run):
     from bert_tf2.tasks.ner.features import load_features
 
@@ -101,6 +103,7 @@ def test_long_sentences_use_several_windows_and_every_word_is_tagged(ner_run):
     assert [len(tags) for tags in predicted] == [len(s.words) for s in sentences]
 
 
+@pytest.mark.integration
 def test_prediction_input_and_bad_input(ner_run, tmp_path):
     data = ner_run["data"]
     sentences = read_conll(str(data / "valid.txt"))[:5]
@@ -130,6 +133,7 @@ def test_prediction_input_and_bad_input(ner_run, tmp_path):
     assert result.returncode != 0 and f"{empty}: empty file" in result.stderr
 
 
+@pytest.mark.integration
 def test_feature_based_mode_trains_only_the_bilstm(shared_data, tiny_checkpoint, tmp_path):
     data = conll_slice(shared_data, tmp_path / "data", {"train.txt": 1200, "valid.txt": 300})
     out = tmp_path / "out"
@@ -184,6 +188,7 @@ print(json.dumps({"words": [[w.decode() for w in row] for row in out["words"].nu
 """
 
 
+@pytest.mark.integration
 def test_saved_model_in_a_fresh_process_tags_as_the_runner(ner_run, tmp_path, minilm_dir):
     """Raw sentences (the valid slice's words joined by spaces) through the SavedModel: the same
     tags as the runner's eval_predictions.txt for every sentence that fits one window; longer
@@ -213,6 +218,7 @@ def test_saved_model_in_a_fresh_process_tags_as_the_runner(ner_run, tmp_path, mi
     assert one_window >= len(words) // 2
 
 
+@pytest.mark.integration
 def test_litert_path_tags_every_sentence_as_the_runner(ner_run):
     """The export's LiteRT file (float32, made by export_litert.py) through `LiteRTTagger`: the
     runner's windows and reading rule, so the runner's tags for every sentence, long ones too;
@@ -234,6 +240,7 @@ def test_litert_path_tags_every_sentence_as_the_runner(ner_run):
         0.98 * len(flat32)
 
 
+@pytest.mark.integration
 def test_the_export_served_over_http_tags_as_its_fast_path(ner_run):
     """serve.py on the export's int8 file: TF Serving's predict in rows and columns, the words
     and tags of `LiteRTTagger` called directly, long sentences (several windows) included."""

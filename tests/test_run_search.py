@@ -17,6 +17,8 @@ import pytest
 from conftest import REPO
 from test_run_classifier import glue_slice
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def mrpc(shared_data, tmp_path_factory):

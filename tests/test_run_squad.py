@@ -13,6 +13,8 @@ from conftest import read_results, run_script
 from bert_tf2.tasks.squad import metrics as squad_metrics
 from bert_tf2.tasks.squad.files import load_squad, make_v2, write_json
 
+pytestmark = pytest.mark.integration
+
 
 def run_squad(*flags, check=True):
     return run_script("run_squad.py", *flags, check=check)

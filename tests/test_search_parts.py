@@ -134,6 +134,7 @@ print("done", flush=True)
 """
 
 
+@pytest.mark.integration
 def test_a_watched_run_reports_each_evaluation_and_stops_when_pruned(tmp_path):
     """The run writes its evaluations back to back and the watcher polls slowly and decides
     slowly: the run waits at each one, so none is missed and none follows the pruned one."""
@@ -185,6 +186,7 @@ def test_an_ungated_run_does_not_wait_and_a_gate_nobody_opens_times_out(tmp_path
     assert "nothing opened it to step 30" in caplog.text
 
 
+@pytest.mark.integration
 def test_the_runner_check_loads_every_fine_tuning_runners_flags():
     from bert_tf2.search.runner_check import RUNNERS, check_command_lines
 

@@ -62,6 +62,7 @@ def searches(postgres, mrpc, tiny_checkpoint, tmp_path_factory):  # noqa: F811
     return {"root": root, "url": url, "logs": errors}
 
 
+@pytest.mark.integration
 def test_two_workers_sharing_only_the_database_run_every_trial_once(searches):
     one, two = searches["root"] / "machine0", searches["root"] / "machine1"
     # Each machine ran its own trials in its own folder; together, every trial exactly once.
@@ -84,6 +85,7 @@ def test_two_workers_sharing_only_the_database_run_every_trial_once(searches):
     assert [s.study_name for s in summaries] == ["search"] and summaries[0].n_trials == 4
 
 
+@pytest.mark.integration
 def test_the_tables_and_best_are_a_one_worker_searchs(searches):
     root = searches["root"]
     alone = finished_rows(root / "alone")
@@ -131,6 +133,7 @@ def test_a_worker_killed_mid_trial_leaves_its_trial_to_the_other(postgres, mrpc,
     assert "taken up" in second.stderr or "is gone" in second.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("url, message", [
     ("postgresql://search:wrong@127.0.0.1:{port}/search",
      "cannot use the database at 127.0.0.1:{port} (password authentication failed for user "

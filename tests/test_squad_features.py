@@ -133,6 +133,7 @@ def first_answers_only(dataset: dict) -> dict:
 SMALL = squad_data.SquadSettings(max_seq_length=128, doc_stride=48, max_query_length=24)
 
 
+@pytest.mark.integration
 def test_training_windows_equal_the_originals(tmp_path, squad, vocab, tokenizer):
     """Four real articles (about 300 questions) at sequence 128, so most contexts need several
     windows and many windows miss the answer (start = end = 0)."""
@@ -202,6 +203,7 @@ def assert_same_answers(answers, original) -> None:
                                list(original["null_odds"].values()), rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.integration
 def test_evaluation_windows_and_decoding_equal_the_originals(tmp_path, squad, vocab, tokenizer):
     """The last 10 articles of dev-v1.1 (1,988 questions, the project's evaluation split) at the
     original's settings (384 / 128 / 64): windows, then predictions and n-best lists from

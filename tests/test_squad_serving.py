@@ -238,6 +238,7 @@ def best_non_null(nbest: list) -> dict:
 
 
 # ------------------------------------------------------------------ against the original
+@pytest.mark.integration
 @pytest.mark.parametrize("version_2", [False, True], ids=["v1", "v2"])
 def test_windows_are_the_originals_features(oracle, exports, version_2):
     """Ids, mask, segments and max-context positions of every window equal the original's."""
@@ -277,6 +278,7 @@ def cannot_align(words: str) -> bool:
     return len("".join(basic.tokenize(words))) != len(words.replace(" ", ""))
 
 
+@pytest.mark.integration
 def test_v1_answers_and_scores_are_the_originals(oracle, served):
     examples, original = oracle[False]["examples"], oracle[False]
     fallbacks = get_final_text_fallbacks(examples, served[False], original["predictions"])
@@ -394,6 +396,7 @@ print(json.dumps({"answer": [a.decode("utf-8") for a in out["answer"].numpy()],
 """
 
 
+@pytest.mark.integration
 def test_export_answers_the_same_in_a_fresh_process(oracle, served, exports, tmp_path):
     examples = oracle[True]["examples"] + [("empty", "Who?", "")]
     (tmp_path / "examples.json").write_text(json.dumps([[q, c] for _, q, c in examples]))

@@ -8,6 +8,8 @@ import pytest
 import warm_python
 from conftest import REPO
 
+pytestmark = pytest.mark.integration
+
 PROGRAMS = [["run_classifier.py"], ["run_squad.py"], ["run_ner.py"], ["run_pretraining.py"],
             ["run_multiple_choice.py"], ["run_search.py"], ["serve.py"], ["batch_predict.py"],
             ["extract_features.py"], ["export_litert.py"], ["create_pretraining_data.py"],

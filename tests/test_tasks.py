@@ -171,6 +171,7 @@ def test_ner_reads_back_one_tag_per_word_and_scores_it(tmp_path, shared_data, vo
     assert all(len(line.split()) == 2 for line in open(path, encoding="utf-8") if line.strip())
 
 
+@pytest.mark.integration
 def test_the_driver_fine_tunes_evaluates_predicts_and_exports_in_process(
         tmp_path, shared_data, tiny_checkpoint):
     data = glue_slice(shared_data, "MRPC", tmp_path / "data", {"train": 32, "dev": 16,

@@ -61,6 +61,7 @@ def weights(model):
     return {n: v.numpy() for n, v in tf1_variable_map(model).items()}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("sgd,atol", [
     # Plain SGD turns equal gradients into equal updates: this is the exact check.
     (True, 5e-7),
@@ -86,6 +87,7 @@ def test_accumulating_k_batches_equals_one_batch_k_times_larger(tmp_path, sgd, a
     assert moved > 1e-3
 
 
+@pytest.mark.integration
 def test_interrupted_and_resumed_run_ends_at_the_same_weights(tmp_path):
     straight, data = trainer(tmp_path / "straight", steps=20, batch=8)
     straight.train(data)
@@ -102,6 +104,7 @@ def test_interrupted_and_resumed_run_ends_at_the_same_weights(tmp_path):
         "model.ckpt-5.index"]
 
 
+@pytest.mark.integration
 def test_resume_from_an_earlier_versions_names_and_remove_a_partial_checkpoint(tmp_path, caplog):
     """A run killed in a checkpoint write leaves `model.ckpt-N_temp/`; the next run removes it
     (and says so) and resumes from the last whole checkpoint, here named `ckpt-10` as earlier
@@ -135,6 +138,7 @@ def test_resume_from_an_earlier_versions_names_and_remove_a_partial_checkpoint(t
                                    err_msg=name)
 
 
+@pytest.mark.integration
 def test_non_finite_loss_stops_without_saving(tmp_path):
     loop, data = trainer(tmp_path, steps=10, batch=8, lr=1e20, warmup=0, save_every=1,
                          steps_per_loop=1)
@@ -167,6 +171,7 @@ def test_evaluation_metrics_are_exact_ratios(tmp_path):
         np.mean(nsp_pred == data["next_sentence_labels"][:, 0]), abs=1e-6)
 
 
+@pytest.mark.integration
 def test_jit_compile_gives_the_same_training(tmp_path):
     plain, data = trainer(tmp_path / "plain", steps=3, batch=8, dropout=0.0, steps_per_loop=3,
                           sgd=True, lr=0.5)
@@ -179,6 +184,7 @@ def test_jit_compile_gives_the_same_training(tmp_path):
                                    err_msg=name)
 
 
+@pytest.mark.integration
 def test_mixed_float16_trains_with_loss_scaling(tmp_path):
     keras.config.set_dtype_policy("mixed_float16")
     try:

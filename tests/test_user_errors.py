@@ -20,6 +20,8 @@ import warm_python
 from conftest import REPO, run_script
 from test_run_classifier import glue_slice
 
+pytestmark = pytest.mark.integration
+
 
 def snapshot(folder):
     """Every file (its digest) and folder under `folder`, hidden ones included."""

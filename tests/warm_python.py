@@ -12,10 +12,12 @@ whose exit status (or killing signal) the caller gets, as from `subprocess`.
 What still differs from a fresh interpreter: the imports are done, and the string hash seed is the
 server's. So there is one server per set of variables read at import time (a test process has
 one for TensorFlow, and one for JAX without TensorFlow where test_jax_runners asks for it): a
-request may differ from its server's environment only in `RUN_TIME_VARIABLES`. Commands that are
-not this checkout's programs run as fresh interpreters, as does everything unless
-BERT_TEST_WARM_PROCESSES=1 (README, "Tests and benchmarks"); so do the tests that prove a
-program starts from scratch (test_package, test_demo, the data tools' own tests).
+request may differ from its server's environment only in `RUN_TIME_VARIABLES`. This checkout's
+programs (`python SCRIPT.py`, `python -m bert_tf2...`) are forked; a test's own helper script or
+`python -c CODE` only when the caller asks (`warm=True`: the oracle runs, tests/backend_step.py);
+anything else runs as a fresh interpreter, as do the tests that prove a program starts from
+scratch (`warm=False`: test_package, test_demo, the fresh-interpreter imports), and everything when
+BERT_TEST_WARM_PROCESSES=0 (README, "Tests and benchmarks").
 
 Protocol: a server reads requests (JSON: argv, environment, folder) with four descriptors (stdin,
 stdout, stderr, reply) from a SOCK_SEQPACKET socket. For each it forks a monitor, which forks the
@@ -24,6 +26,7 @@ program, writes its pid to the reply socket, waits for it and writes its exit st
 from __future__ import annotations
 
 import atexit
+import builtins
 import json
 import os
 import pathlib
@@ -37,8 +40,8 @@ import time
 import traceback
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-# Forking is switched on by BERT_TEST_WARM_PROCESSES=1 until a whole `make test` has passed with
-# it (see the README); tests/test_warm_python.py switches it on for itself.
+# BERT_TEST_WARM_PROCESSES=0 starts every program as a fresh interpreter (to compare, or to rule
+# the forking out when a test fails).
 WARM_VARIABLE = "BERT_TEST_WARM_PROCESSES"
 # Read by the programs while they run, not when a module is imported: a request may set them.
 RUN_TIME_VARIABLES = ("BERT_TEST_", "BERT_TRACEBACK", "TF_CONFIG", "PYTEST_")
@@ -123,7 +126,12 @@ def _program(request, configured, stdin, stdout, stderr) -> None:
         os.environ.clear()
         os.environ.update({**configured, **request["env"]})
         argv = request["argv"]
-        if argv[0] == "-m":
+        if argv[0] == "-c":
+            sys.argv = ["-c", *argv[2:]]
+            sys.path[0] = ""
+            code = _run(lambda: exec(compile(argv[1], "<string>", "exec"),
+                                     {"__name__": "__main__", "__builtins__": builtins}))
+        elif argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]
             sys.path[0] = os.getcwd()
             code = _run(lambda: runpy.run_module(argv[1], run_name="__main__", alter_sys=True))
@@ -306,20 +314,25 @@ def _import_time(env: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in env.items() if not k.startswith(RUN_TIME_VARIABLES)))
 
 
-def _warm_argv(args, cwd):
-    """`args` (`[sys.executable, SCRIPT or -m MODULE, ...]`) as a server's argv, or None when
-    the command is not one of this checkout's programs."""
-    if os.environ.get(WARM_VARIABLE) != "1":
+def _warm_argv(args, cwd, warm):
+    """`args` (`[sys.executable, SCRIPT, -m MODULE or -c CODE, ...]`) as a server's argv, or None
+    when it runs fresh: `warm` False, or None and the command not one of this checkout's programs
+    (with `warm` True, any script, module or code)."""
+    if warm is False or os.environ.get(WARM_VARIABLE) == "0":
         return None
     args = [os.fspath(a) for a in args]
     if len(args) < 2 or args[0] != sys.executable:
         return None
-    if args[1] == "-m":
-        if len(args) < 3 or not args[2].startswith("bert_tf2."):
+    if args[1] == "-c":
+        if not warm or len(args) < 3:
+            return None
+    elif args[1] == "-m":
+        if len(args) < 3 or not (warm or args[2].startswith("bert_tf2.")):
             return None
     else:
         script = pathlib.Path(cwd, args[1]).resolve()
-        if script.suffix != ".py" or REPO not in script.parents or "tests" in script.parts:
+        if script.suffix != ".py" or not (warm or REPO in script.parents
+                                          and "tests" not in script.parts):
             return None
     return args[1:]
 
@@ -346,10 +359,11 @@ def _server(env: dict):
 
 
 def start(args, *, cwd=REPO, env=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-          text=True):
-    """`subprocess.Popen(args, ...)`, forked from a warm Python where the command allows."""
+          text=True, warm=None):
+    """`subprocess.Popen(args, ...)`, forked from a warm Python where the command allows
+    (`_warm_argv`)."""
     env = dict(os.environ) if env is None else dict(env)
-    argv = _warm_argv(args, cwd)
+    argv = _warm_argv(args, cwd, warm)
     server = _server(env) if argv else None
     if server is None:
         return subprocess.Popen([os.fspath(a) for a in args], cwd=cwd, env=env, stdout=stdout,
@@ -358,11 +372,11 @@ def start(args, *, cwd=REPO, env=None, stdout=subprocess.PIPE, stderr=subprocess
 
 
 def run(args, *, cwd=REPO, env=None, timeout=None, check=False, text=True,
-        capture_output=True) -> subprocess.CompletedProcess:
+        capture_output=True, warm=None) -> subprocess.CompletedProcess:
     """`subprocess.run(args, capture_output=True, ...)`, forked from a warm Python where the
-    command allows."""
+    command allows (`start`)."""
     pipe = subprocess.PIPE if capture_output else None
-    process = start(args, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=text)
+    process = start(args, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=text, warm=warm)
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
