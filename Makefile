@@ -11,7 +11,7 @@ TORCH := torch==2.13.0
 VENV_JAX := .venv-jax
 PY_JAX := $(VENV_JAX)/bin/python
 
-.PHONY: demo demo-encode demo-jax lint test test-all bench venv venv-jax clean
+.PHONY: demo demo-encode demo-jax lint test test-unit test-all bench venv venv-jax clean
 
 $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,17 +50,23 @@ demo-encode: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
-# Fast and end-to-end tests; the long accuracy runs are marked `slow` and excluded here.
-# TEST_WORKERS processes (pytest-xdist), each taking whole test files, the longest first
-# (tests/conftest.py: LONGEST_FIRST).
+# Three tiers (README, "Tests and benchmarks"), each in TEST_WORKERS processes (pytest-xdist):
+# - test-unit: the tests that start no process and train nothing, the loop to run while editing;
+# - test: every behaviour once (the long accuracy runs and the repeats of a behaviour on further
+#   tasks, backends, dtypes or fault points are marked `slow`), whole test files handed to the
+#   workers longest first (tests/conftest.py: LONGEST_FIRST); it prints the 25 slowest tests;
+# - test-all: everything.
 TEST_WORKERS ?= 2
+test-unit: $(VENV)/.installed
+	$(PY) -m pytest -q --unit -n $(TEST_WORKERS) --durations=10 tests
+
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		--durations=25 tests
 
-# Everything, including the long accuracy runs.
 test-all: $(VENV)/.installed
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--durations=25 tests
 
 bench: $(VENV)/.installed
 	$(PY) bench/encoder.py

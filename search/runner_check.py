@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
+from bert_tf2.process import child_python
 from bert_tf2.process.errors import SettingsError
 from bert_tf2.search.space import RESERVED, config_name
 
@@ -77,9 +76,8 @@ def check_command_lines(runner: str, command_lines: list[list[str]], describe: l
     command line, check it as the runner would, and check that its evaluation writes that key
     (`metric_flag` names where the key came from): a key no trial would write is refused before
     the study or a trial's folder exists."""
-    probe = subprocess.run([sys.executable, "-c", _PROBE, runner,
-                            *(["--check_metric"] if metric else [])],
-                           input=json.dumps(command_lines), capture_output=True, text=True)
+    probe = child_python.run(["-c", _PROBE, runner, *(["--check_metric"] if metric else [])],
+                             input=json.dumps(command_lines))
     if probe.returncode != 0:
         raise SettingsError(f"--runner={runner}: its flags could not be loaded: "
                             f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")

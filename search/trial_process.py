@@ -1,7 +1,7 @@
 """One trial: a runner's command in a child process, watched for its evaluations, stopped if pruned.
 
 The runner is the ordinary command line (`python -m bert_tf2.run_classifier ...
---output_dir=TRIAL`), so a trial has every run's behaviour: features cached, checkpoints, `best/`,
+--output_dir=TRIAL`, started by `process.child_python`), so a trial has every run's behaviour: features cached, checkpoints, `best/`,
 resume, locks and one-line errors. Each time the run writes `eval_results.txt` (every epoch's end)
 the search hears of it; the run waits for the search to read each one (`process.evaluation_gate`),
 so none is missed and a run is never past the epoch it is pruned at. To prune, the search sends
@@ -23,20 +23,8 @@ import time
 from typing import Callable
 
 from bert_tf2.engine.results import RESULTS_FILE, read_eval_results
-from bert_tf2.process import evaluation_gate
+from bert_tf2.process import child_python, evaluation_gate
 
-# Runs in the child before the runner: ask Linux for SIGTERM when the parent dies, then become the
-# runner (the request survives exec). If the parent is already gone, stop.
-_LAUNCH = """
-import ctypes, os, sys
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
-except (OSError, AttributeError):
-    pass
-if os.getppid() != int(sys.argv[1]):
-    sys.exit(143)
-os.execv(sys.executable, [sys.executable] + sys.argv[2:])
-"""
 STOP_WAIT_S = 120  # how long a stopped runner may take to leave (then it is killed)
 
 
@@ -65,8 +53,8 @@ def run_trial(command: list, output_dir: str, log_path: str,
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join([sys.executable, *command])}\n")
         log.flush()
-        child = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(os.getpid()), *command],
-                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        child = child_python.start(command, die_with_parent=True, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True,
                                  env=environment)
         try:
             while True:

@@ -18,6 +18,9 @@ from bert_tf2.process import environment
 environment.configure()  # before Keras and TensorFlow
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+# The programs the forked programs start (a search's trials and its flag check: process.child_python)
+# are forked from the same warm Python (tests/warm_python.py: `launch`).
+os.environ["BERT_TEST_PYTHON_LAUNCHER"] = str(REPO / "tests" / "warm_python.py")
 
 # The test files by the time their tests take, longest first (measured at 01d7e5e, `pytest
 # --durations=0`, 2 cores of an AVX2-only AMD EPYC): they are collected in this order, and `make

@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+import warm_python
 from conftest import REPO
 from test_run_classifier import glue_slice
 
@@ -38,7 +39,7 @@ def search_command(search_dir, *flags, runner=()):
 
 
 def run(command, check=True):
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    result = warm_python.run(command, cwd=REPO)
     if check and result.returncode:
         raise AssertionError(result.stderr[-4000:])
     return result
@@ -142,8 +143,7 @@ def test_a_search_killed_mid_trial_resumes_it_and_ends_as_an_unbroken_one(
     broken = tmp_path / "broken"
     command = search_command(broken, *flags, runner=runner)
     trial_dir = broken / "trials" / "lr1e-3_ep3_seed12345"
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               cwd=REPO)
+    process = warm_python.start(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while not (trial_dir / "eval_results.txt").exists():  # the first epoch is evaluated
         assert process.poll() is None and time.time() < deadline
@@ -170,8 +170,7 @@ def test_two_workers_share_one_study_and_run_each_trial_once(tmp_path, mrpc, tin
     command = search_command(search, "--space=learning_rate=loguniform(1e-4,1e-3)",
                              "--num_trials=4", "--sampler=random",
                              runner=runner_flags(mrpc, tiny_checkpoint, "--num_train_epochs=1"))
-    workers = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, cwd=REPO) for _ in range(2)]
+    workers = [warm_python.start(command, stdout=subprocess.DEVNULL) for _ in range(2)]
     errors = [w.communicate(timeout=600)[1] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], errors
     rows = table(search / "trials.tsv")
@@ -249,13 +248,14 @@ def test_sigterm_stops_the_search_and_its_trial_in_one_line_and_the_rerun_resume
     command = search_command(search, "--grid=learning_rate=1e-3", "--grid=num_train_epochs=2",
                              runner=runner_flags(mrpc, tiny_checkpoint))
     trial_dir = search / "trials" / "lr1e-3_ep2_seed12345"
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, cwd=REPO)
+    process = warm_python.start(command, stdout=subprocess.DEVNULL)
     deadline = time.time() + 240
     while not (trial_dir / "eval_results.txt").exists():
         assert process.poll() is None and time.time() < deadline
         time.sleep(0.2)
-    children = pathlib.Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
+    # The trial's runner, from the lock it holds on its folder (pid, program, since).
+    runner = int((trial_dir.parent / f".{trial_dir.name}.lock").read_text().split()[0])
+    assert pathlib.Path(f"/proc/{runner}").exists()
     process.send_signal(signal.SIGTERM)
     stderr = process.communicate(timeout=180)[1]
     assert process.returncode == 143
@@ -263,8 +263,7 @@ def test_sigterm_stops_the_search_and_its_trial_in_one_line_and_the_rerun_resume
     assert last == ("run_search.py: interrupted by SIGTERM in trial lr1e-3_ep2_seed12345; nothing "
                     "half-written is left; the same command resumes the search: finished trials "
                     "are kept and lr1e-3_ep2_seed12345 resumes from its last checkpoint")
-    for child in children.split():  # the trial's runner stopped with the search
-        assert not pathlib.Path(f"/proc/{child}").exists()
+    assert not pathlib.Path(f"/proc/{runner}").exists()  # it stopped with the search
     run(command)
     rows = table(search / "trials.tsv")
     assert [(r["state"], r["attempts"]) for r in rows] == [("finished", "2")]
@@ -275,14 +274,12 @@ def test_a_worker_killed_mid_trial_leaves_its_trial_to_the_other_worker(
     search = tmp_path / "search"
     command = search_command(search, "--grid=learning_rate=1e-3,5e-4,2e-4",
                              runner=runner_flags(mrpc, tiny_checkpoint, "--num_train_epochs=2"))
-    doomed = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              cwd=REPO)
+    doomed = warm_python.start(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while not list((search / "trials").glob("*/eval_results.txt")):  # mid-trial: epoch 1 done
         assert doomed.poll() is None and time.time() < deadline
         time.sleep(0.2)
-    survivor = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, cwd=REPO)
+    survivor = warm_python.start(command, stdout=subprocess.DEVNULL)
     kill_tree(doomed.pid)
     doomed.wait()
     stderr = survivor.communicate(timeout=600)[1]

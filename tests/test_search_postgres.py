@@ -10,6 +10,7 @@ import time
 
 import postgres_cluster
 import pytest
+import warm_python
 from conftest import REPO
 from test_run_search import best_score, logged_runs, mrpc, run, runner_flags, search_command, table  # noqa: F401 (fixture)
 
@@ -33,8 +34,7 @@ def fresh_url(cluster, name):
 
 
 def start(command):
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, cwd=REPO)
+    return warm_python.start(command, cwd=REPO, stdout=subprocess.DEVNULL)
 
 
 def finished_rows(folder):

@@ -31,10 +31,13 @@ import json
 import os
 import pathlib
 import runpy
+import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -45,6 +48,10 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 WARM_VARIABLE = "BERT_TEST_WARM_PROCESSES"
 # Read by the programs while they run, not when a module is imported: a request may set them.
 RUN_TIME_VARIABLES = ("BERT_TEST_", "BERT_TRACEBACK", "TF_CONFIG", "PYTEST_")
+# Set in every forked program: where its server listens for the programs it starts itself
+# (`launch`, through process.child_python: a search's trials and its flag check).
+SERVER_VARIABLE = "BERT_TEST_WARM_SERVER"
+_listening = None
 # What `environment.configure()` sets, as a fresh program would have them from its own call.
 CONFIGURED = ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL", "BERT_QUIET_TF")
 
@@ -70,23 +77,30 @@ def serve(control_fd: int) -> None:
     if environment.uses_tensorflow():
         import bert_tf2.engine.export  # noqa: F401
     assert set(flags.FLAGS) == defined, "an imported module defined absl flags"
+    global _listening
+    folder = tempfile.mkdtemp(prefix="warm-python-")
+    _listening = os.path.join(folder, "socket")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(_listening)
+    listener.listen(16)
     control = socket.socket(fileno=control_fd)
     control.sendall(b"ready")
     while True:
-        try:
-            message, fds, _, _ = socket.recv_fds(control, 1 << 20, 4)
-        except ConnectionError:
-            break
-        if not message:
-            break
-        request = json.loads(message)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if os.fork() == 0:
-            control.close()
-            _monitor(request, configured, *fds)
-        for fd in fds:
-            os.close(fd)
+        readable, _, _ = select.select([control, listener], [], [])
+        if listener in readable:  # a program of this server starting one of its own (`launch`)
+            connection, _ = listener.accept()
+            with connection:
+                message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 4)
+            if message:
+                _fork_monitor(message, fds, configured, control, listener)
+        if control in readable:
+            try:
+                message, fds, _, _ = socket.recv_fds(control, 1 << 20, 4)
+            except ConnectionError:
+                break
+            if not message:
+                break
+            _fork_monitor(message, fds, configured, control, listener)
         while True:  # reap the monitors that have finished
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -94,10 +108,26 @@ def serve(control_fd: int) -> None:
                 break
             if not pid:
                 break
+    shutil.rmtree(folder, ignore_errors=True)
     os._exit(0)
 
 
+def _fork_monitor(message, fds, configured, *sockets) -> None:
+    request = json.loads(message)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.fork() == 0:
+        for sock in sockets:
+            sock.close()
+        _monitor(request, configured, *fds)
+    for fd in fds:
+        os.close(fd)
+
+
 def _monitor(request, configured, stdin, stdout, stderr, reply) -> None:
+    """Forks the program, writes its pid and then its exit status to `reply`. With
+    `die_with_parent`, a requester that goes away (its end of `reply` closed: it died) takes the
+    program with it (SIGKILL)."""
     try:
         pid = os.fork()
         if pid == 0:
@@ -106,10 +136,27 @@ def _monitor(request, configured, stdin, stdout, stderr, reply) -> None:
         for fd in (stdin, stdout, stderr):
             os.close(fd)
         os.write(reply, f"{pid}\n".encode())
+        if request.get("die_with_parent"):
+            _kill_when_abandoned(pid, reply)
         _, status = os.waitpid(pid, 0)
         os.write(reply, f"{os.waitstatus_to_exitcode(status)}\n".encode())
     finally:
         os._exit(0)
+
+
+def _kill_when_abandoned(pid: int, reply: int) -> None:
+    """Until the program ends: if the requester's end of `reply` closes first, kill it."""
+    ended = os.pidfd_open(pid)
+    poller = select.poll()
+    poller.register(ended, select.POLLIN)
+    poller.register(reply, select.POLLIN | select.POLLHUP)
+    while True:
+        for fd, _ in poller.poll():
+            if fd == ended:
+                return
+            if not os.read(reply, 64):
+                os.kill(pid, signal.SIGKILL)
+                return
 
 
 def _program(request, configured, stdin, stdout, stderr) -> None:
@@ -123,8 +170,10 @@ def _program(request, configured, stdin, stdout, stderr) -> None:
             os.dup2(fd, target)
             os.close(fd)
         os.chdir(request["cwd"])
+        if request.get("new_session"):
+            os.setsid()
         os.environ.clear()
-        os.environ.update({**configured, **request["env"]})
+        os.environ.update({**configured, **request["env"], SERVER_VARIABLE: _listening})
         argv = request["argv"]
         if argv[0] == "-c":
             sys.argv = ["-c", *argv[2:]]
@@ -185,11 +234,11 @@ def _exit(code: int) -> None:
 class Program:
     """A forked program, as much of `subprocess.Popen` as the tests use."""
 
-    def __init__(self, args, reply: socket.socket, stdout, stderr):
+    def __init__(self, args, reply: socket.socket, stdout, stderr, stdin=None):
         """`reply`: the monitor's socket, which gives the pid, then the exit status, a line
         each."""
         self.args, self._reply, self._pending = args, reply, b""
-        self.stdout, self.stderr, self.returncode = stdout, stderr, None
+        self.stdin, self.stdout, self.stderr, self.returncode = stdin, stdout, stderr, None
         self.pid = self._line(None)
         if self.pid is None:
             raise RuntimeError(f"the warm Python did not start {args}")
@@ -236,8 +285,11 @@ class Program:
         self.send_signal(signal.SIGKILL)
 
     def communicate(self, input=None, timeout=None):
-        assert input is None
         results = {}
+        if self.stdin is not None:
+            if input:
+                self.stdin.write(input)
+            self.stdin.close()
 
         def drain(name, stream):
             results[name] = stream.read()
@@ -277,30 +329,43 @@ class _Server:
         self.lock = threading.Lock()
 
     def start(self, argv, cwd, env, stdout, stderr, text) -> Program:
-        pipes, theirs = {}, []
-        theirs.append(os.open(os.devnull, os.O_RDONLY))
-        for name, choice in (("stdout", stdout), ("stderr", stderr)):
-            if choice == subprocess.PIPE:
-                read, write = os.pipe()
-                pipes[name] = os.fdopen(read, "r" if text else "rb")
-                theirs.append(write)
-            elif choice == subprocess.STDOUT:
-                theirs.append(os.dup(theirs[-1]))
-            elif choice == subprocess.DEVNULL:
-                theirs.append(os.open(os.devnull, os.O_WRONLY))
-            elif choice is None:
-                theirs.append(os.dup(1 if name == "stdout" else 2))
-            else:
-                theirs.append(os.dup(choice if isinstance(choice, int) else choice.fileno()))
-        reply, their_reply = socket.socketpair()
-        theirs.append(their_reply.fileno())
-        request = json.dumps({"argv": argv, "cwd": os.fspath(cwd), "env": env}).encode()
         with self.lock:
-            socket.send_fds(self.control, [request], theirs)
-        for fd in theirs[:-1]:
-            os.close(fd)
-        their_reply.close()
-        return Program(argv, reply, pipes.get("stdout"), pipes.get("stderr"))
+            return _send(self.control, argv, cwd, env, None, stdout, stderr, text, {})
+
+
+def _send(connection, argv, cwd, env, stdin, stdout, stderr, text, options) -> Program:
+    """Asks the server at the other end of `connection` to start `argv` (`options`: what
+    `_monitor` and `_program` read beyond argv, folder and environment); its Program."""
+    pipes, theirs = {}, []
+    if stdin == subprocess.PIPE:
+        read, write = os.pipe()
+        pipes["stdin"] = os.fdopen(write, "w" if text else "wb")
+        theirs.append(read)
+    elif stdin is None or stdin == subprocess.DEVNULL:
+        theirs.append(os.open(os.devnull, os.O_RDONLY))
+    else:
+        theirs.append(os.dup(stdin if isinstance(stdin, int) else stdin.fileno()))
+    for name, choice in (("stdout", stdout), ("stderr", stderr)):
+        if choice == subprocess.PIPE:
+            read, write = os.pipe()
+            pipes[name] = os.fdopen(read, "r" if text else "rb")
+            theirs.append(write)
+        elif choice == subprocess.STDOUT:
+            theirs.append(os.dup(theirs[-1]))
+        elif choice == subprocess.DEVNULL:
+            theirs.append(os.open(os.devnull, os.O_WRONLY))
+        elif choice is None:
+            theirs.append(os.dup(1 if name == "stdout" else 2))
+        else:
+            theirs.append(os.dup(choice if isinstance(choice, int) else choice.fileno()))
+    reply, their_reply = socket.socketpair()
+    theirs.append(their_reply.fileno())
+    request = json.dumps({"argv": argv, "cwd": os.fspath(cwd), "env": env, **options}).encode()
+    socket.send_fds(connection, [request], theirs)
+    for fd in theirs[:-1]:
+        os.close(fd)
+    their_reply.close()
+    return Program(argv, reply, pipes.get("stdout"), pipes.get("stderr"), pipes.get("stdin"))
 
 
 # One server per environment a test process asks for (TensorFlow; JAX without TensorFlow), the
@@ -369,6 +434,24 @@ def start(args, *, cwd=REPO, env=None, stdout=subprocess.PIPE, stderr=subprocess
         return subprocess.Popen([os.fspath(a) for a in args], cwd=cwd, env=env, stdout=stdout,
                                 stderr=stderr, text=text)
     return server.start(argv, cwd, env, stdout, stderr, text)
+
+
+def launch(args, *, die_with_parent=False, cwd=None, env=None, stdin=None, stdout=None,
+           stderr=None, text=False, start_new_session=False):
+    """process.child_python's test launcher (BERT_TEST_PYTHON_LAUNCHER): `args` started by a
+    forked program (a search: its trials and its flag check) as a fork of its own server, or None
+    (started as usual) where the program is not a fork or the command not forkable. With
+    `die_with_parent`, the program is killed when the one that started it dies (where Linux's
+    parent-death signal would send SIGTERM: the program is not its child)."""
+    cwd = os.getcwd() if cwd is None else cwd
+    path, argv = os.environ.get(SERVER_VARIABLE), _warm_argv(args, cwd, True)
+    if not path or argv is None:
+        return None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as connection:
+        connection.connect(path)
+        return _send(connection, argv, cwd, dict(os.environ) if env is None else env, stdin,
+                     stdout, stderr, text, {"die_with_parent": die_with_parent,
+                                            "new_session": start_new_session})
 
 
 def run(args, *, cwd=REPO, env=None, timeout=None, check=False, text=True,
