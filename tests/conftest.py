@@ -21,6 +21,13 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 # The programs the forked programs start (a search's trials and its flag check: process.child_python)
 # are forked from the same warm Python (tests/warm_python.py: `launch`).
 os.environ["BERT_TEST_PYTHON_LAUNCHER"] = str(REPO / "tests" / "warm_python.py")
+# JAX keeps every compile in the test run's cache (jax_compilation_cache below), not only those of
+# 0.1 s and more (engine.distribution): the JAX steps the tests run eagerly compile each operation
+# on its own, hundreds of small compiles that the next run of the same shapes then loads.
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# OpenMP's threads (PyTorch's) sleep when idle instead of spinning: spinning on two cores that the
+# other test worker's processes also use slowed an in-process PyTorch forward pass twentyfold.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # The test files by the time their tests take, longest first (measured at 01d7e5e, `pytest
 # --durations=0`, 2 cores of an AVX2-only AMD EPYC): they are collected in this order, and `make

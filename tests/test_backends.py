@@ -2,11 +2,11 @@
 PyTorch), one training step's gradients and updated weights (JAX), data parallel over two host
 devices, mixed precision, and the TF1 checkpoint reader and writer that JAX runs use."""
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+import warm_python
 from conftest import REPO
 
 STEP = str(REPO / "tests" / "backend_step.py")
@@ -24,9 +24,9 @@ def need(name: str):
 
 
 def on_backend(backend: str, *args, env=None, timeout=900):
-    result = subprocess.run([sys.executable, STEP, *map(str, args)], capture_output=True,
-                            text=True, cwd=REPO, timeout=timeout,
-                            env={**os.environ, "KERAS_BACKEND": backend, **(env or {})})
+    result = warm_python.run([sys.executable, STEP, *map(str, args)], cwd=REPO, timeout=timeout,
+                             env={**os.environ, "KERAS_BACKEND": backend, **(env or {})},
+                             warm=True)
     assert result.returncode == 0, result.stderr[-4000:]
 
 
@@ -283,7 +283,7 @@ def test_fused_attention_gives_the_written_out_sums(backend):
     probabilities: the same outputs as the scores, softmax and sum written out, on padded rows,
     on packed rows (a padding row sees no key) and for the first token only."""
     need(backend)
-    result = subprocess.run([sys.executable, "-c", _FUSED_ATTENTION], capture_output=True,
-                            text=True, cwd=REPO, env={**os.environ, "KERAS_BACKEND": backend})
+    result = warm_python.run([sys.executable, "-c", _FUSED_ATTENTION], cwd=REPO,
+                             env={**os.environ, "KERAS_BACKEND": backend}, warm=True)
     assert result.returncode == 0, result.stderr[-3000:]
     assert float(result.stdout.strip().splitlines()[-1]) < 1e-6

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import warm_python
 
 from bert_tf2.data_gen.errors import DataError
 from bert_tf2.tasks.classification import reader as cp
@@ -498,8 +499,8 @@ def test_same_examples_as_the_original(tmp_path, shared_data):
     calls = [(cls, language, f"get_{split}_examples", str(directory))
              for cls, _, language, directory, splits in cases for split in splits]
     output = tmp_path / "original.json"
-    completed = subprocess.run([sys.executable, "-c", ORACLE, json.dumps(calls), str(output)],
-                               capture_output=True, text=True, timeout=300)
+    completed = warm_python.run([sys.executable, "-c", ORACLE, json.dumps(calls), str(output)],
+                                timeout=300, warm=True)
     assert completed.returncode == 0, completed.stderr[-3000:]
     originals = iter(json.loads(output.read_text(encoding="utf-8")))
     compared = 0

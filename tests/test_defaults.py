@@ -11,10 +11,10 @@ import dataclasses
 import importlib
 import inspect
 import json
-import subprocess
 import sys
 
 import pytest
+import warm_python
 from conftest import REPO
 
 # A flag that sets a differently named field; --steps_per_loop, the alias of
@@ -37,8 +37,7 @@ print(json.dumps({name: flags.FLAGS[name].default for name in flags.FLAGS}))
 
 
 def flag_defaults(module: str) -> dict:
-    result = subprocess.run([sys.executable, "-c", _FLAG_DEFAULTS, module], capture_output=True,
-                            text=True, cwd=REPO)
+    result = warm_python.run([sys.executable, "-c", _FLAG_DEFAULTS, module], cwd=REPO, warm=True)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

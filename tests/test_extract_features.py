@@ -81,7 +81,7 @@ def extracted(tmp_path_factory, shared_data, tiny_checkpoint):
 def test_json_lines_equal_the_originals(extracted, tiny_checkpoint):
     args = {"vocab": str(tiny_checkpoint / "vocab.txt"), "max_seq_length": 32,
             "input": str(extracted["root"] / "input.txt")}
-    oracle = subprocess.run([sys.executable, "-c", ORACLE, json.dumps(args)], capture_output=True,
+    oracle = warm_python.run([sys.executable, "-c", ORACLE, json.dumps(args)], warm=True,
                             text=True, cwd=REPO)
     assert oracle.returncode == 0, oracle.stderr[-3000:]
     features = json.loads(oracle.stdout.strip().splitlines()[-1])

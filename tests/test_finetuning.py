@@ -211,13 +211,13 @@ print("MIRRORED OK")
 def test_two_replicas_predict_every_example_and_resume_in_step(tmp_path):
     """MirroredStrategy on two logical CPUs: padded evaluation batches, and a resumed run that
     skips two dataset elements per update (one per replica) ends at the uninterrupted weights."""
-    import subprocess
     import sys
 
+    import warm_python
     from conftest import REPO
 
-    result = subprocess.run([sys.executable, "-c", MIRRORED, str(REPO), str(tmp_path)],
-                            capture_output=True, text=True, cwd=REPO)
+    result = warm_python.run([sys.executable, "-c", MIRRORED, str(REPO), str(tmp_path)],
+                             cwd=REPO, warm=True)
     assert "MIRRORED OK" in result.stdout, result.stderr[-3000:]
 
 

@@ -2,11 +2,11 @@
 import json
 import os
 import socket
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+import warm_python
 
 pytestmark = pytest.mark.integration
 
@@ -25,19 +25,17 @@ def free_ports(n):
 
 
 def test_two_workers_match_one_process_on_the_same_global_batch(tmp_path):
-    single = subprocess.run([sys.executable, SCRIPT, "single", str(tmp_path / "single"),
-                             str(tmp_path / "single.npz")], cwd=REPO, capture_output=True,
-                            text=True, timeout=600)
+    single = warm_python.run([sys.executable, SCRIPT, "single", str(tmp_path / "single"),
+                              str(tmp_path / "single.npz")], cwd=REPO, timeout=600, warm=True)
     assert single.returncode == 0, single.stderr
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     processes = []
     for index in range(2):
         env = {**os.environ, "TF_CONFIG": json.dumps(
             {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})}
-        processes.append(subprocess.Popen(
+        processes.append(warm_python.start(
             [sys.executable, SCRIPT, "multi", str(tmp_path / "multi"),
-             str(tmp_path / f"worker{index}.npz")], cwd=REPO, env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True))
+             str(tmp_path / f"worker{index}.npz")], cwd=REPO, env=env, warm=True))
     for process in processes:
         _, err = process.communicate(timeout=600)
         assert process.returncode == 0, err

@@ -8,12 +8,12 @@ leaves the order of the feature map to the protobuf library, we write it sorted.
 """
 import importlib.util
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 
 from bert_tf2.data_gen.pretraining.create_pretraining_data import create_pretraining_data
 from bert_tf2.data_gen.pretraining.dataset import load_records
@@ -30,8 +30,8 @@ if importlib.util.find_spec("bert") is None:
 def original(inputs: list, outputs: list, vocab_file: str, **flags) -> None:
     arguments = [f"--input_file={','.join(inputs)}", f"--output_file={','.join(outputs)}",
                  f"--vocab_file={vocab_file}"] + [f"--{k}={v}" for k, v in flags.items()]
-    completed = subprocess.run([sys.executable, "-m", "bert.create_pretraining_data", *arguments],
-                               capture_output=True, text=True, timeout=600)
+    completed = warm_python.run([sys.executable, "-m", "bert.create_pretraining_data",
+                                 *arguments], timeout=600, warm=True)
     assert completed.returncode == 0, completed.stderr[-3000:]
 
 

@@ -7,11 +7,11 @@ logits, its `write_predictions` must give our predictions, n-best lists and null
 """
 import importlib.util
 import json
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+import warm_python
 
 from bert_tf2.data_gen.tokenization import FullTokenizer
 from bert_tf2.tasks.squad import features as squad_data
@@ -67,8 +67,8 @@ def run_oracle(tmp_path, input_file, vocab, settings, is_training, version_2=Fal
     if logits is not None:
         np.savez(tmp_path / "logits.npz", start=logits[0], end=logits[1])
         args["logits"] = str(tmp_path / "logits.npz")
-    completed = subprocess.run([sys.executable, "-c", ORACLE, json.dumps(args)],
-                               capture_output=True, text=True, timeout=900)
+    completed = warm_python.run([sys.executable, "-c", ORACLE, json.dumps(args)], timeout=900,
+                                warm=True)
     assert completed.returncode == 0, completed.stderr[-3000:]
     with open(out + "features.json") as f:
         result = json.load(f)

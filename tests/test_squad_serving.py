@@ -19,6 +19,7 @@ import warnings
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 from test_tokenization import HOSTILE, random_texts
 
 from bert_tf2.data_gen import vocab_sanity
@@ -184,9 +185,9 @@ def oracle_runs(tmp_path_factory, shared_data, exports, vocab_file) -> dict:
                 job["tie_seed"] = 5 + version_2
             keys.append((logits, version_2))
             jobs.append(job)
-    completed = subprocess.run(
+    completed = warm_python.run(
         [sys.executable, "-c", ORACLE, json.dumps([jobs, str(vocab_file), SEQ, STRIDE, QUERY])],
-        capture_output=True, text=True, timeout=600)
+        timeout=600, warm=True)
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads(completed.stdout.strip().splitlines()[-1])
     return {key: {"examples": examples[key[1]], **result} for key, result in zip(keys, results)}

@@ -370,7 +370,7 @@ def _send(connection, argv, cwd, env, stdin, stdout, stderr, text, options) -> P
 
 # One server per environment a test process asks for (TensorFlow; JAX without TensorFlow), the
 # variables the programs read as they run left out.
-MAX_SERVERS = 3
+MAX_SERVERS = 5
 _servers: dict = {}
 _servers_lock = threading.Lock()
 
