@@ -188,6 +188,7 @@ def test_embedding_saved_model_serves_raw_strings(extracted, minilm_dir, tmp_pat
     np.testing.assert_allclose(vectors, np.load(tmp_path / "vectors.npy"), atol=1e-5)
 
 
+@pytest.mark.slow  # resume after a kill: test_faults.py's chains, byte for byte (test-all)
 def test_a_killed_run_resumes_after_its_last_shard(shared_data, tiny_checkpoint, tmp_path):
     rows = stsb_rows(shared_data)
     (tmp_path / "input.txt").write_text("".join(f"{r[7]} ||| {r[8]}\n" for r in rows[:600]),

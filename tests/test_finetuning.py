@@ -57,6 +57,7 @@ class Interrupted(Exception):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # resume after a kill: test_faults.py's chains, byte for byte (test-all)
 def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
     trainer, options, dataset_fn = build(tmp_path / "straight")
     finetuning.train_and_evaluate(trainer, dataset_fn, None, **options)

@@ -356,7 +356,9 @@ def test_ner_squad_and_multiple_choice_run_on_jax(shared_data, tiny_checkpoint, 
     assert len(read_tsv(tmp_path / "mc" / "test_results.tsv")) == 91
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+# PyTorch in make test-all: the same runner on another backend (the encoder on PyTorch is held to
+# TensorFlow's in test_backends.py)
+@pytest.mark.parametrize("backend", ["jax", pytest.param("torch", marks=pytest.mark.slow)])
 def test_extract_features_on_jax_and_pytorch_writes_tensorflows_lines(
         backend, shared_data, minilm_dir, no_tensorflow, tmp_path):
     if backend == "torch":

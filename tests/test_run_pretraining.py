@@ -79,6 +79,7 @@ def test_train_evaluate_export(corpus, tmp_path):
     assert tf1_tensors(out / "tf1")["global_step"] == 30
 
 
+@pytest.mark.slow  # resume after a kill: test_faults.py's chains, byte for byte (test-all)
 def test_sigkill_then_restart_ends_at_the_uninterrupted_weights(corpus, tmp_path):
     straight = python(*pretrain(corpus, tmp_path / "straight", "--do_train", steps=40))
     assert straight.returncode == 0, straight.stderr

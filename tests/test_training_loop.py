@@ -88,6 +88,7 @@ def test_accumulating_k_batches_equals_one_batch_k_times_larger(tmp_path, sgd, a
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # resume after a kill: test_faults.py's chains, byte for byte (test-all)
 def test_interrupted_and_resumed_run_ends_at_the_same_weights(tmp_path):
     straight, data = trainer(tmp_path / "straight", steps=20, batch=8)
     straight.train(data)
