@@ -321,7 +321,7 @@ def tiny_checkpoint(shared_builds, minilm_dir):
 @pytest.fixture(scope="session")
 def mrpc_small(shared_builds, shared_data):
     """The MRPC slice of the small classifier runs: 48 train, 24 dev, 8 test rows."""
-    return shared_builds("mrpc_small", lambda folder: reference_runs.glue_slice(
+    return shared_builds("MRPC", lambda folder: reference_runs.glue_slice(
         shared_data, "MRPC", folder, reference_runs.MRPC_ROWS) and None)[0]
 
 
@@ -375,6 +375,21 @@ def extract_features_reference(shared_builds, sst2_lines, tiny_checkpoint):
             sst2_lines, tiny_checkpoint, folder / "out"))
 
     return shared_builds("extract_features_reference", make)[0] / "out"
+
+
+@pytest.fixture(scope="session")
+def embedding_export(shared_builds, minilm_dir):
+    """A tiny random BERT (seed 7) serving normalised mean-pooled embeddings of 32 tokens,
+    exported with float32 and int8 LiteRT files (reference_runs.make_random_export)."""
+    def make(folder):
+        from bert_tf2.engine import litert
+        from bert_tf2.tasks.feature_extraction.serving import EmbeddingServing
+
+        reference_runs.make_random_export(lambda encoder, vocab: EmbeddingServing(
+            encoder, vocab, True, 32, "mean", True), minilm_dir, folder / "export")
+        litert.write(str(folder / "export"), "int8")
+
+    return shared_builds("embedding_export", make)[0] / "export"
 
 
 @pytest.fixture(scope="session")

@@ -109,6 +109,23 @@ def extract_features_command(lines, checkpoint, folder, lines_per_shard=40):
 
 
 # ----------------------------------------------------------------------------- serving
+def make_random_export(module_of, minilm_dir, path, litert="float32", initializer_range=0.02):
+    """A tiny random BERT (seeded) in a task's serving module, exported with a LiteRT file."""
+    import keras
+    from conftest import TINY
+
+    from bert_tf2.engine import export
+    from bert_tf2.modeling.config import BertConfig
+    from bert_tf2.modeling.encoder import BertEncoder
+
+    keras.utils.set_random_seed(7)
+    vocab = str(minilm_dir / "vocab.txt")
+    config = BertConfig.from_dict({**TINY, "initializer_range": initializer_range})
+    export.save(module_of(BertEncoder(config), vocab), str(path),
+                {"vocab.txt": vocab}, litert=litert)
+    return path
+
+
 def make_pair_export(folder, shared_data, checkpoint) -> None:
     """MRPC pairs: a tiny BERT trained 6 steps, exported with its float32 and int8 LiteRT files
     to `folder/out/serving`; the data (64 train, 80 dev rows) in `folder/data`."""

@@ -289,7 +289,7 @@ def test_a_second_run_on_a_held_output_dir_is_refused_and_writes_nothing(mrpc_sm
                                                                           tiny_checkpoint,
                                                                           tmp_path):
     out = tmp_path / "out"
-    first = frozen(classifier(mrpc_small, tiny_checkpoint, out), "train_loop@1")
+    first = frozen(classifier(mrpc_small, tiny_checkpoint, out), "features@1")
     try:
         before = sizes(out)
         second = run(classifier(mrpc_small, tiny_checkpoint, out) + ["--learning_rate=2e-5"])

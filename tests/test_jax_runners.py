@@ -116,12 +116,16 @@ def classifier(data, checkpoint, out, *extra):
 @pytest.fixture(scope="module")
 def classifier_runs(mrpc, tiny_checkpoint, no_tensorflow, classifier_reference,
                     tmp_path_factory):
-    """The same classifier command on TensorFlow (the run made once for every file; its export
-    is beside its folder) and on JAX (from the TF1 checkpoint, read without TensorFlow)."""
+    """The same classifier command on TensorFlow (a copy of the run made once for every file,
+    whose export is beside its folder: a refused run here locks the copy) and on JAX (from the
+    TF1 checkpoint, read without TensorFlow)."""
+    import shutil
+
     root = tmp_path_factory.mktemp("classifier")
     command = classifier(mrpc, tiny_checkpoint, root / "jax")
     jax_run = run_jax(no_tensorflow, *command)
-    return {"root": root, "jax": root / "jax", "tf": classifier_reference["out"],
+    shutil.copytree(classifier_reference["out"], root / "tf")
+    return {"root": root, "jax": root / "jax", "tf": root / "tf",
             "log": jax_run.stderr, "tf_log": classifier_reference["log"], "command": command}
 
 

@@ -65,6 +65,7 @@ def test_casing_follows_the_flag(learned):
     assert share_cased > 0.05
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("do_lower_case", [True, False], ids=["lower", "cased"])
 def test_its_own_text_has_no_unk(learned, poems, do_lower_case):
     tokenizer = FullTokenizer(learned[do_lower_case], do_lower_case=do_lower_case)

@@ -10,8 +10,8 @@ import sys
 
 import numpy as np
 import pytest
+import reference_runs
 from conftest import REPO, run_script
-from test_run_classifier import glue_slice
 
 DOCSTRINGS = REPO / "examples" / "docstring_topics"
 
@@ -33,18 +33,6 @@ def single_export(tmp_path_factory, tiny_checkpoint):
                "--max_seq_length=64", f"--export_dir={out / 'serving'}")
     run_script("export_litert.py", f"--saved_model={out / 'serving'}", "--quantization=float32")
     return out / "serving"
-
-
-@pytest.fixture(scope="module")
-def pair_export(tmp_path_factory, shared_data, tiny_checkpoint):
-    root = tmp_path_factory.mktemp("mrpc_litert")
-    data = glue_slice(shared_data, "MRPC", root / "data", {"train": 64, "dev": 80})
-    out = root / "out"
-    run_script("run_classifier.py", "--task_name=MRPC", f"--data_dir={data}",
-               f"--output_dir={out}", f"--init_checkpoint={tiny_checkpoint / 'bert_model.ckpt'}",
-               "--do_train", "--num_train_steps=6", "--max_seq_length=48",
-               f"--export_dir={out / 'serving'}", "--export_litert=float32")
-    return out / "serving", data
 
 
 def served(export, **texts):
@@ -96,6 +84,7 @@ def test_float32_file_answers_raw_text_as_the_savedmodel(single_export):
         assert row[:len(ids)].tolist() == ids and not row[len(ids):].any()
 
 
+@pytest.mark.integration
 def test_int8_file_agrees_with_float32_on_held_out_sentences(single_export):
     from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
 
@@ -217,6 +206,7 @@ def test_group_cost_is_timed_from_three_shapes(monkeypatch):
     assert (short.overhead, short.attention_length) == (12.0, 640.0) and lengths == []
 
 
+@pytest.mark.integration
 def test_a_row_that_finds_the_process_idle_runs_on_one_thread(pair_export):
     import time
 
@@ -441,21 +431,7 @@ def test_an_export_that_cannot_be_converted_is_one_line(minilm_dir, tmp_path):
     assert not (tmp_path / "serving" / "litert" / "int8.tflite").exists()
 
 
-def random_export(module_of, minilm_dir, path, litert="float32", initializer_range=0.02):
-    """A tiny random BERT (seeded) in a task's serving module, exported with a LiteRT file."""
-    import keras
-    from conftest import TINY
-
-    from bert_tf2.engine import export
-    from bert_tf2.modeling.config import BertConfig
-    from bert_tf2.modeling.encoder import BertEncoder
-
-    keras.utils.set_random_seed(7)
-    vocab = str(minilm_dir / "vocab.txt")
-    config = BertConfig.from_dict({**TINY, "initializer_range": initializer_range})
-    export.save(module_of(BertEncoder(config), vocab), str(path),
-                {"vocab.txt": vocab}, litert=litert)
-    return path
+random_export = reference_runs.make_random_export
 
 
 @pytest.mark.slow  # repeats the pairs and embedding cases on another task (make test-all)
@@ -522,7 +498,7 @@ def test_multiple_choice_fast_path_as_the_savedmodel(shared_data, minilm_dir, tm
                                    atol=2e-5)
 
 
-def test_embedding_fast_path_as_the_savedmodel(minilm_dir, tmp_path):
+def test_embedding_fast_path_as_the_savedmodel(minilm_dir, embedding_export, tmp_path):
     """Mean-pooled normalised and [CLS] vectors, short, empty and over-long texts: float32 gives
     serve_text's vectors; int8 vectors point the same way (cosine > 0.99)."""
     from bert_tf2.engine import litert
@@ -532,9 +508,12 @@ def test_embedding_fast_path_as_the_savedmodel(minilm_dir, tmp_path):
     texts = [row[2] for row in read_tsv(DOCSTRINGS / "dev.tsv")[1:]]
     texts += ["", "Ünïcödé àccents, CJK 中文 and an emoji 🙂 too", "x " * 200]
     for pooling, normalize in (("mean", True), ("cls", False)):
-        export = random_export(lambda encoder, vocab: EmbeddingServing(
-            encoder, vocab, True, 32, pooling, normalize), minilm_dir, tmp_path / pooling)
-        litert.write(str(export), "int8")
+        if pooling == "mean":  # made once for this test and test_model_server's
+            export = embedding_export
+        else:
+            export = random_export(lambda encoder, vocab: EmbeddingServing(
+                encoder, vocab, True, 32, pooling, normalize), minilm_dir, tmp_path / pooling)
+            litert.write(str(export), "int8")
         expected = served(export, text_a=texts)["embedding"]
         got = LiteRTEmbedder.load(str(export), "float32")(texts)["embedding"]
         np.testing.assert_allclose(got, expected, atol=2e-5)

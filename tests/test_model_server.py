@@ -15,7 +15,7 @@ import pytest
 import warm_python
 from conftest import REPO
 from http_server import call, free_port, server
-from test_litert import pair_export, served  # noqa: F401  (the module's fixture)
+from test_litert import served
 
 pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed: pip install "
                     "'bert-tf2[serve]'")
@@ -29,14 +29,32 @@ def pairs(data, count):
     return [row[3] for row in rows], [row[4] for row in rows]
 
 
+@pytest.fixture(scope="module")
+def float32_server(pair_export):
+    """serve.py on the pair export's float32 LiteRT file, with its defaults: the tests that only
+    send it requests share it."""
+    with server(pair_export[0], "--runtime=float32") as (base, proc):
+        yield base, proc
+
+
+@contextlib.contextmanager
+def server_of(runtime, export, float32_server):
+    if runtime == "float32":
+        yield float32_server
+    else:
+        with server(export, f"--runtime={runtime}") as started:
+            yield started
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("runtime, atol", [("float32", 2e-5), ("savedmodel", 1e-6)])
-def test_predict_answers_as_serve_text_in_rows_columns_and_v2(pair_export, runtime, atol):
+def test_predict_answers_as_serve_text_in_rows_columns_and_v2(pair_export, runtime, atol,
+                                                                float32_server):
     export, data = pair_export
     text_a, text_b = pairs(data, 24)
     text_b[3] = ""  # a pair with an empty second text is a single-text example
     expected = served(export, text_a=text_a, text_b=text_b)
-    with server(export, f"--runtime={runtime}") as (base, _):
+    with server_of(runtime, export, float32_server) as (base, _):
         status, _, rows = call(base + "/v1/models/m:predict", {"instances": [
             {"text_a": a, "text_b": b} for a, b in zip(text_a, text_b)]})
         assert status == 200 and len(rows["predictions"]) == 24
@@ -228,11 +246,12 @@ def test_sigterm_answers_everything_in_flight_refuses_new_connections_and_exits_
 
 
 @pytest.mark.integration
-def test_a_second_server_on_the_port_and_a_cut_litert_file_are_one_line(pair_export, tmp_path):
+def test_a_second_server_on_the_port_and_a_cut_litert_file_are_one_line(pair_export, tmp_path,
+                                                                         float32_server):
     import shutil
 
     export, _ = pair_export
-    with server(export, "--runtime=float32") as (base, _):
+    with contextlib.nullcontext(float32_server) as (base, _):
         port = base.rsplit(":", 1)[1]
         second = warm_python.run([sys.executable, str(REPO / "serve.py"),
                                   f"--export_dir={export}", "--host=127.0.0.1",
@@ -258,7 +277,7 @@ def test_a_second_server_on_the_port_and_a_cut_litert_file_are_one_line(pair_exp
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "float32.tflite: not a readable LiteRT file" in last and "export_litert.py" in last
     # b64 texts, as TF Serving's clients send binary strings
-    with server(export, "--runtime=float32") as (base, _):
+    with contextlib.nullcontext(float32_server) as (base, _):
         encoded = {k: {"b64": base64.b64encode(v.encode()).decode()}
                    for k, v in (("text_a", "Ünïcode text."), ("text_b", "Plain."))}
         plain = {"text_a": "Ünïcode text.", "text_b": "Plain."}
@@ -268,13 +287,12 @@ def test_a_second_server_on_the_port_and_a_cut_litert_file_are_one_line(pair_exp
 
 @pytest.mark.integration
 def test_multiple_choice_and_embedding_exports_answer_as_serve_text(shared_data, minilm_dir,
-                                                                    tmp_path):
+                                                                    embedding_export, tmp_path):
     """Any export is served: multiple choice (a list of choices per row, ragged) and an
     embedder (one input: bare texts in rows and columns), float32 against serve_text."""
     from test_litert import random_export
 
     from bert_tf2.modeling.models import BertMultipleChoice
-    from bert_tf2.tasks.feature_extraction.serving import EmbeddingServing
     from bert_tf2.tasks.multiple_choice.reader import read_examples
     from bert_tf2.tasks.multiple_choice.serving import MultipleChoiceServing
 
@@ -294,8 +312,7 @@ def test_multiple_choice_and_embedding_exports_answer_as_serve_text(shared_data,
                                expected["probabilities"], atol=2e-5)
     assert [p["choice"] for p in answer["predictions"]] == expected["choice"].tolist()
 
-    embedding = random_export(lambda encoder, vocab: EmbeddingServing(
-        encoder, vocab, True, 32, "mean", True), minilm_dir, tmp_path / "embed")
+    embedding = embedding_export
     texts = ["Return the square root of x.", "", "Ünïcödé 中文 🙂", "x " * 100]
     expected = served(embedding, text_a=texts)["embedding"]
     with server(embedding, "--runtime=float32") as (base, _):

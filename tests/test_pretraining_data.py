@@ -73,6 +73,7 @@ def test_next_sentence_labels_are_about_half_random(corpus_run):
     assert nsp["random_document_same_as_current"] == 0
 
 
+@pytest.mark.integration
 def test_masked_positions_are_15_percent_split_80_10_10(corpus_run):
     mlm = corpus_run[2]["masked_lm"]
     assert mlm["masked_positions"] > 100_000

@@ -297,6 +297,7 @@ def test_v1_answers_and_scores_are_the_originals(oracle, served):
     assert len(differing) <= 2
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("threshold", ["zero", "median"])
 def test_v2_null_decisions_and_odds_are_the_originals(oracle, served, span_model, vocab_file,
                                                       threshold):

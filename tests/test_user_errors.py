@@ -16,9 +16,9 @@ import shutil
 import sys
 
 import pytest
+import reference_runs
 import warm_python
 from conftest import REPO, run_script
-from test_run_classifier import glue_slice
 
 pytestmark = pytest.mark.integration
 
@@ -36,24 +36,20 @@ def around(folder):
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, shared_data, tiny_checkpoint):
+def finished(shared_data, tiny_checkpoint, mrpc_small, classifier_reference, pretraining_records,
+             pretraining_reference, tmp_path_factory):
+    """The finished runs the mistakes are made beside: copies of the small MRPC classifier run
+    with its export and of the short pretraining run, made once for every test file (conftest);
+    copies, so that a refused run here and a test of another file never meet on one folder."""
     root = tmp_path_factory.mktemp("finished")
-    glue = glue_slice(shared_data, "MRPC", root / "MRPC", {"train": 32, "dev": 8, "test": 8})
-    out = root / "out"
-    run_script("run_classifier.py", "--task_name=MRPC", f"--data_dir={glue}",
-               f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=64",
-               "--train_batch_size=16", "--num_train_epochs=1", f"--output_dir={out}",
-               "--do_train", "--do_eval", "--do_predict", f"--export_dir={root / 'export'}")
-    records = root / "records-64.tfrecord"
-    run_script("-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
-               f"--input_file={shared_data}/corpus/wikitext-2/valid.txt",
-               f"--output_file={records}", f"--vocab_file={tiny_checkpoint}/vocab.txt",
-               "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=1")
-    pretrained = root / "pretrained"
-    run_script(*pretraining(tiny_checkpoint, records, pretrained, "--do_train", "--do_eval"))
-    return {"glue": glue, "out": out, "checkpoint": tiny_checkpoint,
+    for source, name in ((classifier_reference["out"], "out"),
+                         (classifier_reference["export"], "export"),
+                         (pretraining_reference, "pretrained")):
+        shutil.copytree(source, root / name)
+    return {"glue": mrpc_small, "out": root / "out", "checkpoint": tiny_checkpoint,
             "squad": shared_data / "squad" / "dev-v1.1.json", "shared": shared_data,
-            "records": records, "pretrained": pretrained, "export": root / "export"}
+            "records": pretraining_records, "pretrained": root / "pretrained",
+            "export": root / "export"}
 
 
 def pretraining(checkpoint, records, out, *flags):
@@ -77,10 +73,12 @@ def edit_line(path, number, edit):
 
 
 def classifier(case, data, *flags, checkpoint=None):
+    """The finished classifier run's settings (reference_runs.classifier), into its folder."""
     checkpoint = checkpoint or f"{case['checkpoint']}/bert_model.ckpt"
     return ["run_classifier.py", "--task_name=MRPC", f"--data_dir={data}",
-            f"--init_checkpoint={checkpoint}", "--max_seq_length=64", "--train_batch_size=16",
-            "--num_train_epochs=1", f"--output_dir={case['out']}", *flags]
+            f"--init_checkpoint={checkpoint}", "--max_seq_length=64", "--train_batch_size=8",
+            "--num_train_epochs=2", "--eval_every_steps=3", "--best_metric=eval_loss",
+            "--learning_rate=1e-3", f"--output_dir={case['out']}", *flags]
 
 
 # Each case: (name, builder(case, tmp_path) -> command line, exit status, pattern of the message).
@@ -165,7 +163,7 @@ def pretraining_sequence_too_long(case, tmp_path):
 
 
 def reused_output_dir(case, tmp_path):
-    return classifier(case, case["glue"], "--do_train", "--learning_rate=1e-3")
+    return classifier(case, case["glue"], "--do_train", "--learning_rate=5e-5")
 
 
 def bad_flag_value(case, tmp_path):
@@ -228,7 +226,7 @@ CASES = [
     ("pretraining sequence above the positions", pretraining_sequence_too_long, 2,
      r"--max_seq_length=256 exceeds the model's max_position_embeddings=128"),
     ("output_dir of another run", reused_output_dir, 2,
-     r"holds a run with other settings \(learning_rate was 5e-05, now 0\.001\)"),
+     r"holds a run with other settings \(learning_rate was 0\.001, now 5e-05\)"),
     ("bad flag value", bad_flag_value, 2, r"flag --max_seq_length=abc: invalid literal"),
     ("unknown flag", unknown_flag, 2, r"Unknown command line flag 'num_train_epoch'"),
     ("missing vocabulary", missing_vocabulary, 2, r"--vocab_file \S+vocab\.txt: no such file"),
@@ -345,8 +343,9 @@ def pretraining_into_classifier_folder(case, tmp_path):
 
 
 def pretraining_resumed_with_another_rate(case, tmp_path):
-    return pretraining(case["checkpoint"], case["records"], case["pretrained"], "--do_train",
-                       "--learning_rate=1e-3")
+    """The finished pretraining run's command (reference_runs.pretraining), another rate."""
+    return reference_runs.pretraining(case["records"], case["checkpoint"], case["pretrained"],
+                                      "--learning_rate=5e-5")
 
 
 def damaged_saved_model(case, tmp_path):
@@ -470,7 +469,7 @@ CASES += [
     ("pretraining into a classifier folder", pretraining_into_classifier_folder, 2,
      r"out holds a fine-tuning run \(run_config\.json\), not a pretraining one"),
     ("pretraining resumed with another learning rate", pretraining_resumed_with_another_rate, 2,
-     r"pretrained holds a run with other settings \(learning_rate was 5e-05, now 0\.001\)"),
+     r"pretrained holds a run with other settings \(learning_rate was 0\.001, now 5e-05\)"),
     ("batch_predict: damaged SavedModel", damaged_saved_model, 1,
      r"export: not a readable SavedModel \(.*\); export it again"),
     ("batch_predict: a number for text", number_for_text, 1,
