@@ -126,7 +126,8 @@ def classifier_runs(mrpc, tiny_checkpoint, no_tensorflow, classifier_reference,
     jax_run = run_jax(no_tensorflow, *command)
     shutil.copytree(classifier_reference["out"], root / "tf")
     return {"root": root, "jax": root / "jax", "tf": root / "tf",
-            "log": jax_run.stderr, "tf_log": classifier_reference["log"], "command": command}
+            "log": jax_run.stderr, "tf_log": classifier_reference["log"], "command": command,
+            "results": read_results(root / "jax" / "eval_results.txt")}
 
 
 def test_classifier_on_jax_writes_the_files_tensorflow_writes(classifier_runs):
@@ -175,24 +176,24 @@ def test_a_killed_jax_run_resumes_to_the_uninterrupted_runs_files(classifier_run
                     ["test_results.tsv", "test_predictions.tsv", "eval_predictions.tsv"])
 
 
-def test_two_host_devices_give_one_devices_losses(mrpc, tiny_checkpoint, no_tensorflow,
-                                                  tmp_path):
+def test_two_host_devices_give_one_devices_losses(classifier_runs, mrpc, tiny_checkpoint,
+                                                  no_tensorflow, tmp_path):
     """`--distribution_strategy=mirrored` over two CPU devices (XLA's host platform split in
-    two): each batch is split across them, and the losses, dropout included, are one device's."""
+    two): each batch is split across them, and the losses, dropout included, are those of the
+    same command on one device (classifier_runs' JAX run)."""
     two = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    one = run_jax(no_tensorflow, *classifier(mrpc, tiny_checkpoint, tmp_path / "one"), env=two)
     mirrored = run_jax(no_tensorflow, *classifier(mrpc, tiny_checkpoint, tmp_path / "two",
                                                   "--distribution_strategy=mirrored"), env=two)
-    assert "on 2 replica(s)" in mirrored.stderr and "on 1 replica(s)" in one.stderr
+    one = classifier_runs["log"]
+    assert "on 2 replica(s)" in mirrored.stderr and "on 1 replica(s)" in one
 
     def losses(log):
         return [float(line.split("| loss ")[1].split()[0]) for line in log.splitlines()
                 if "| loss " in line]
 
-    assert len(losses(one.stderr)) == 4
-    np.testing.assert_allclose(losses(mirrored.stderr), losses(one.stderr), rtol=1e-5)
-    a, b = read_results(tmp_path / "one" / "eval_results.txt"), read_results(
-        tmp_path / "two" / "eval_results.txt")
+    assert len(losses(one)) == 4
+    np.testing.assert_allclose(losses(mirrored.stderr), losses(one), rtol=1e-5)
+    a, b = classifier_runs["results"], read_results(tmp_path / "two" / "eval_results.txt")
     assert a.keys() == b.keys()
     for key in a:
         assert abs(a[key] - b[key]) < 1e-5, key
