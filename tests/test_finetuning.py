@@ -165,61 +165,73 @@ import test_finetuning as t
 from bert_tf2.engine import finetuning
 from bert_tf2.data_gen.datasets import in_memory_dataset
 
-out = sys.argv[2]
+out, part = sys.argv[2], sys.argv[3]
 mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 trainer, options, dataset_fn = t.build(out + "/straight", strategy=mirrored)
 assert trainer.strategy.num_replicas_in_sync == 2
-# 21 examples at 4 per replica: the last global batch is padded; nothing is lost or repeated.
-data = t.features(n=21)
-outputs = trainer.predict(lambda context: in_memory_dataset(data, 4, False,
-                                                            input_context=context))
-real = outputs["example_index"] >= 0
-assert sorted(outputs["example_index"][real].tolist()) == list(range(21)), outputs["example_index"]
-single = trainer.model({"input_word_ids": data["input_ids"], "input_mask": data["input_mask"],
-                        "input_type_ids": data["segment_ids"]})["logits"].numpy()
-order = np.argsort(outputs["example_index"][real])
-np.testing.assert_allclose(outputs["logits"][real][order], single, atol=1e-5)
-# The driver's prediction pass gives every row back once, in row order.
-from bert_tf2.engine.task import Split
-from bert_tf2.tasks.classification.task import ClassificationTask
-from bert_tf2.data_gen.datasets import Batching
-rows = finetuning.predict(trainer, ClassificationTask(), Split("dev", [], features=data), 4, 0,
-                          Batching())
-np.testing.assert_array_equal(rows["example_index"], np.arange(21))
-np.testing.assert_allclose(rows["logits"], single, atol=1e-5)
-
-finetuning.train_and_evaluate(trainer, dataset_fn, None, **options)
-straight = [v.numpy() for v in trainer.model.weights]
-trainer, options, dataset_fn = t.build(out + "/resumed", strategy=mirrored)
-class Stop(Exception):
-    pass
-def stop(step, metrics):
-    if step > 4:
-        raise Stop
-try:
-    trainer.train(dataset_fn, stop)
-except Stop:
-    pass
-trainer, options, dataset_fn = t.build(out + "/resumed", strategy=mirrored)
-finetuning.train_and_evaluate(trainer, dataset_fn, None, **options)
-for a, b in zip(straight, [v.numpy() for v in trainer.model.weights]):
-    np.testing.assert_allclose(a, b, atol=1e-5)
+if part == "predict":
+    # 21 examples at 4 per replica: the last global batch is padded; nothing is lost or repeated.
+    data = t.features(n=21)
+    outputs = trainer.predict(lambda context: in_memory_dataset(data, 4, False,
+                                                                input_context=context))
+    real = outputs["example_index"] >= 0
+    assert sorted(outputs["example_index"][real].tolist()) == list(range(21)), outputs["example_index"]
+    single = trainer.model({"input_word_ids": data["input_ids"], "input_mask": data["input_mask"],
+                            "input_type_ids": data["segment_ids"]})["logits"].numpy()
+    order = np.argsort(outputs["example_index"][real])
+    np.testing.assert_allclose(outputs["logits"][real][order], single, atol=1e-5)
+    # The driver's prediction pass gives every row back once, in row order.
+    from bert_tf2.engine.task import Split
+    from bert_tf2.tasks.classification.task import ClassificationTask
+    from bert_tf2.data_gen.datasets import Batching
+    rows = finetuning.predict(trainer, ClassificationTask(), Split("dev", [], features=data), 4, 0,
+                              Batching())
+    np.testing.assert_array_equal(rows["example_index"], np.arange(21))
+    np.testing.assert_allclose(rows["logits"], single, atol=1e-5)
+else:
+    finetuning.train_and_evaluate(trainer, dataset_fn, None, **options)
+    straight = [v.numpy() for v in trainer.model.weights]
+    trainer, options, dataset_fn = t.build(out + "/resumed", strategy=mirrored)
+    class Stop(Exception):
+        pass
+    def stop(step, metrics):
+        if step > 4:
+            raise Stop
+    try:
+        trainer.train(dataset_fn, stop)
+    except Stop:
+        pass
+    trainer, options, dataset_fn = t.build(out + "/resumed", strategy=mirrored)
+    finetuning.train_and_evaluate(trainer, dataset_fn, None, **options)
+    for a, b in zip(straight, [v.numpy() for v in trainer.model.weights]):
+        np.testing.assert_allclose(a, b, atol=1e-5)
 print("MIRRORED OK")
 """
 
 
-@pytest.mark.integration
-def test_two_replicas_predict_every_example_and_resume_in_step(tmp_path):
-    """MirroredStrategy on two logical CPUs: padded evaluation batches, and a resumed run that
-    skips two dataset elements per update (one per replica) ends at the uninterrupted weights."""
+def mirrored(tmp_path, part):
     import sys
 
     import warm_python
     from conftest import REPO
 
-    result = warm_python.run([sys.executable, "-c", MIRRORED, str(REPO), str(tmp_path)],
+    result = warm_python.run([sys.executable, "-c", MIRRORED, str(REPO), str(tmp_path), part],
                              cwd=REPO, warm=True)
     assert "MIRRORED OK" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.integration
+def test_two_replicas_predict_every_example(tmp_path):
+    """MirroredStrategy on two logical CPUs: padded evaluation batches give every example once,
+    in order, with one replica's logits."""
+    mirrored(tmp_path, "predict")
+
+
+@pytest.mark.integration
+def test_two_replicas_resume_in_step(tmp_path):
+    """A resumed run on two replicas skips two dataset elements per update (one per replica)
+    and ends at the uninterrupted weights."""
+    mirrored(tmp_path, "resume")
 
 
 def test_fine_tuning_starts_from_a_pretraining_runs_checkpoint(tmp_path):
