@@ -326,12 +326,43 @@ def mrpc_small(shared_builds, shared_data):
 
 
 @pytest.fixture(scope="session")
+def mrpc_search(shared_builds, shared_data):
+    """The MRPC slice of the search's trials: 64 train, 48 dev, 16 test rows."""
+    return shared_builds("MRPC_search", lambda folder: reference_runs.glue_slice(
+        shared_data, "MRPC", folder, {"train": 64, "dev": 48, "test": 16}) and None)[0]
+
+
+@pytest.fixture(scope="session")
 def classifier_reference(shared_builds, mrpc_small, tiny_checkpoint):
     """`reference_runs.classifier` run uninterrupted: {"out", "export", "log"}. The kill chain, the
     signals, the JAX runs and the refusals compare their own runs of it with this one."""
     folder, made = shared_builds("classifier_reference", lambda folder: (
         reference_runs.make_classifier_reference(folder, mrpc_small, tiny_checkpoint)))
     return {"out": folder / "out", "export": folder / "export", "log": made["log"]}
+
+
+@pytest.fixture(scope="session")
+def no_tensorflow(shared_builds):
+    """A folder whose `tensorflow` and `tensorflow_text` fail to import, for PYTHONPATH: the JAX
+    runs of the tests run where TensorFlow cannot be imported (as in `make venv-jax`)."""
+    return shared_builds("no_tensorflow", reference_runs.make_no_tensorflow)[0]
+
+
+@pytest.fixture(scope="session")
+def jax_classifier_reference(shared_builds, mrpc_small, tiny_checkpoint, no_tensorflow):
+    """`reference_runs.classifier` on JAX without TensorFlow, uninterrupted (from the TF1
+    checkpoint, read without TensorFlow): {"out", "log", "command"}."""
+    command = reference_runs.classifier(mrpc_small, tiny_checkpoint, "OUT")
+
+    def make(folder):
+        out = [f"--output_dir={folder / 'out'}" if flag == "--output_dir=OUT" else flag
+               for flag in command]
+        return {"log": reference_runs.run_jax(no_tensorflow, *out).stderr}
+
+    folder, made = shared_builds("jax_classifier_reference", make)
+    return {"out": folder / "out", "log": made["log"], "command": [
+        f"--output_dir={folder / 'out'}" if flag == "--output_dir=OUT" else flag
+        for flag in command]}
 
 
 @pytest.fixture(scope="session")
@@ -425,6 +456,36 @@ def assert_same_run(reference, resumed, compared) -> None:
     assert not (resumed.parent / f".{resumed.name}.lock").exists()
 
 
+def assert_same_jax_run(reference, resumed, weights, results, tables) -> None:
+    """The same run on JAX: the same files; the `weights` (checkpoints, best/) byte for byte; the
+    `results` (eval_results.txt) with the same keys and steps and values to 1e-7 relative, and
+    the `tables` (TSV predictions) with the same labels and numbers to 1e-6. Evaluations are not
+    compared byte for byte: XLA:CPU once gave, in another process evaluating the same weights,
+    a dev loss 3e-9 away (docs/backends.md)."""
+    import math
+
+    assert listing(resumed) == listing(reference)
+    for name in weights:
+        assert (resumed / name).read_bytes() == (reference / name).read_bytes(), name
+    for name in results:
+        ours, theirs = read_results(resumed / name), read_results(reference / name)
+        assert ours.keys() == theirs.keys() and ours["global_step"] == theirs["global_step"]
+        for key in ours:
+            assert math.isclose(ours[key], theirs[key], rel_tol=1e-7, abs_tol=1e-9), (name, key)
+    for name in tables:
+        ours, theirs = read_tsv(resumed / name), read_tsv(reference / name)
+        assert len(ours) == len(theirs), name
+        for a, b in zip(ours, theirs):
+            assert len(a) == len(b), name
+            for x, y in zip(a, b):
+                try:
+                    assert math.isclose(float(x), float(y), rel_tol=1e-6, abs_tol=1e-6), name
+                except ValueError:
+                    assert x == y, name
+    # The lock file beside the output is gone: the last run removed it, the killed ones left it.
+    assert not (resumed.parent / f".{resumed.name}.lock").exists()
+
+
 def sizes(folder) -> dict:
     """Every path under `folder`: a file's size, or "folder"."""
     return {str(p.relative_to(folder)): p.stat().st_size if p.is_file() else "folder"
@@ -443,6 +504,18 @@ def wait_until_stopped(process, deadline=600) -> None:
                 return
         time.sleep(0.2)
     raise AssertionError("the run never reached its stop point")
+
+
+def frozen(command, point, env=None):
+    """`command` (a program of this checkout and its flags) started and frozen (SIGSTOP) at fault
+    point `point`, holding its outputs; the process (its stderr a pipe)."""
+    from bert_tf2.process.fault_points import STOP_VARIABLE
+
+    process = warm_python.start([sys.executable, *map(str, command)], cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env={**os.environ, **(env or {}), STOP_VARIABLE: point})
+    wait_until_stopped(process)
+    return process
 
 
 class KillChain:

@@ -28,6 +28,31 @@ def run_ok(command, env_extra=None) -> subprocess.CompletedProcess:
     return result
 
 
+def make_no_tensorflow(folder) -> None:
+    """`tensorflow` and `tensorflow_text` packages in `folder` that fail to import, as they do
+    where they are not installed; first on PYTHONPATH, the folder reaches every child process."""
+    for name in ("tensorflow", "tensorflow_text"):
+        (folder / name).mkdir()
+        (folder / name / "__init__.py").write_text(
+            f"raise ModuleNotFoundError(\"No module named '{name}'\", name={name!r})\n")
+
+
+def without_tensorflow(no_tensorflow) -> str:
+    """PYTHONPATH with the folder that hides TensorFlow first (the rest kept)."""
+    return os.pathsep.join(filter(None, [str(no_tensorflow), os.environ.get("PYTHONPATH")]))
+
+
+def run_jax(no_tensorflow, script, *flags, env=None, check=True):
+    """`script` (a runner of this checkout, or `-m module`) on JAX without TensorFlow."""
+    command = [sys.executable, *(flags if script == "-m" else [str(REPO / script), *flags])]
+    environment = {**os.environ, "KERAS_BACKEND": "jax",
+                   "PYTHONPATH": without_tensorflow(no_tensorflow), **(env or {})}
+    result = warm_python.run(list(map(str, command)), cwd=REPO, env=environment, timeout=900)
+    if check and result.returncode:
+        raise AssertionError(f"{script} failed on JAX:\n{result.stderr[-4000:]}")
+    return result
+
+
 def glue_slice(shared_data, task, destination, rows):
     """The first `rows[split]` data rows of each split, header (and BOM) kept as GLUE ships them."""
     destination.mkdir(parents=True, exist_ok=True)

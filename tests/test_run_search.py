@@ -1,72 +1,33 @@
 """run_search.py end to end: a small BERT fine-tuned on a slice of MRPC by the search's trials.
 
 A grid with a restart, its tables, the chosen weights, a rerun that runs nothing again, an export
-of the chosen trial; a search killed (SIGKILL) mid-trial and run again; two workers sharing one
-study; and every bad search or flag refused in one line before anything is written.
+of the chosen trial; a hopeless trial pruned; and every bad search or flag refused in one line
+before anything is written. (A search killed or stopped: test_search_interrupted.py; several
+workers: test_search_workers.py and test_search_postgres.py.)
 """
-import csv
 import json
-import os
-import pathlib
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
-import warm_python
-from conftest import REPO
-from test_run_classifier import glue_slice
+from search_runs import REPO, best_score, logged_runs, run, runner_flags, search_command, table
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def mrpc(shared_data, tmp_path_factory):
-    return glue_slice(shared_data, "MRPC", tmp_path_factory.mktemp("search_data") / "MRPC",
-                      {"train": 64, "dev": 48, "test": 16})
-
-
-def runner_flags(mrpc, tiny_checkpoint, *more):
-    return ["--task_name=MRPC", f"--data_dir={mrpc}",
-            f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=48",
-            "--train_batch_size=16", "--eval_batch_size=48", *more]
-
-
-def search_command(search_dir, *flags, runner=()):
-    return [sys.executable, str(REPO / "run_search.py"), "--runner=run_classifier",
-            f"--search_dir={search_dir}", "--heartbeat_seconds=2", *flags, "--", *runner]
-
-
-def run(command, check=True):
-    result = warm_python.run(command, cwd=REPO)
-    if check and result.returncode:
-        raise AssertionError(result.stderr[-4000:])
-    return result
-
-
-def table(path):
-    with open(path, encoding="utf-8") as f:
-        return list(csv.DictReader(f, delimiter="\t"))
-
-
-def best_score(trial_dir):
-    lines = (pathlib.Path(trial_dir) / "best" / "eval_results.txt").read_text().splitlines()
-    return dict(line.split(" = ") for line in lines)["eval_main"]
-
-
-def logged_runs(log):
-    """How many times the search started the runner in a trial's folder."""
-    return sum(line.startswith("$ ") for line in pathlib.Path(log).read_text().splitlines())
-
-
-def test_a_grid_with_a_restart_reports_chooses_promotes_and_resumes_to_nothing(
-        tmp_path, mrpc, tiny_checkpoint):
-    search = tmp_path / "search"
+def grid(tmp_path_factory, mrpc_search, tiny_checkpoint):
+    """A grid of two learning rates with one restart of the better, run to its end."""
+    search = tmp_path_factory.mktemp("grid") / "search"
     command = search_command(search, "--grid=learning_rate=1e-3,2e-4", "--grid=num_train_epochs=2",
-                             "--restarts=1", runner=runner_flags(mrpc, tiny_checkpoint))
+                             "--restarts=1", runner=runner_flags(mrpc_search, tiny_checkpoint))
     result = run(command)
     rows = table(search / "trials.tsv")
+    return {"search": search, "command": command, "log": result.stderr, "rows": rows,
+            "chosen": max(rows, key=lambda r: float(r["dev_score"]))}
+
+
+def test_a_grid_with_a_restart_reports_chooses_and_promotes(grid):
+    search, rows, chosen = grid["search"], grid["rows"], grid["chosen"]
     assert [(r["phase"], r["state"], r["attempts"]) for r in rows] == [
         ("search", "finished", "1"), ("search", "finished", "1"), ("restart", "finished", "1")]
     first = rows[:2]
@@ -80,7 +41,6 @@ def test_a_grid_with_a_restart_reports_chooses_promotes_and_resumes_to_nothing(
     assert rows[2]["trial"] == f"lr{better['learning_rate']}_ep2_seed12346"
     assert rows[2]["seed"] == "12346" and first[0]["seed"] == "12345"
     # The chosen trial is the best finished one, and best/ is a copy of its best/.
-    chosen = max(rows, key=lambda r: float(r["dev_score"]))
     trial = json.loads((search / "best" / "trial.json").read_text())
     assert trial["slot"] == chosen["trial"] and trial["metric"] == "eval_main"
     for name in ("model.index", "model.data-00000-of-00001", "eval_results.txt"):
@@ -96,25 +56,33 @@ def test_a_grid_with_a_restart_reports_chooses_promotes_and_resumes_to_nothing(
     assert float(spread["std"]) == pytest.approx(abs(pair[0] - pair[1]) / 2 ** 0.5, abs=5e-5)
     assert (search / "expected_validation_performance.png").read_bytes()[:4] == b"\x89PNG"
     assert "Chosen: trial `" + chosen["trial"] in (search / "report.md").read_text()
-    assert "chosen: trial " + chosen["trial"] in result.stderr
+    assert "chosen: trial " + chosen["trial"] in grid["log"]
 
+
+def test_the_same_grid_again_runs_nothing_and_another_search_is_refused(grid, mrpc_search,
+                                                                         tiny_checkpoint):
+    search, rows = grid["search"], grid["rows"]
     # The same command again runs no trial again, and the tables stay.
-    run(command)
+    run(grid["command"])
     assert all(logged_runs(search / "trials" / f"{r['trial']}.log") == 1 for r in rows)
     assert [r["dev_score"] for r in table(search / "trials.tsv")] == [r["dev_score"] for r in rows]
 
     # Another search in the same folder is refused in one line, before anything runs.
     other = run(search_command(search, "--grid=learning_rate=1e-3", "--grid=num_train_epochs=2",
-                               runner=runner_flags(mrpc, tiny_checkpoint)), check=False)
+                               runner=runner_flags(mrpc_search, tiny_checkpoint)), check=False)
     assert other.returncode == 2
     assert other.stderr.strip().count("\n") == 0
     assert "holds a search with other settings (space was" in other.stderr
 
-    # --export_dir and --do_predict use the chosen trial: the export serves its predictions.
+
+def test_the_chosen_trial_predicts_and_exports_once(grid, mrpc_search, tiny_checkpoint,
+                                                    tmp_path):
+    """--export_dir and --do_predict use the chosen trial: the export serves its predictions."""
+    search, chosen, command = grid["search"], grid["chosen"], grid["command"]
     export = tmp_path / "export"
-    with_outputs = (command[:-len(runner_flags(mrpc, tiny_checkpoint)) - 1]
+    with_outputs = (command[:-len(runner_flags(mrpc_search, tiny_checkpoint)) - 1]
                     + ["--do_predict", f"--export_dir={export}", "--"]
-                    + runner_flags(mrpc, tiny_checkpoint))
+                    + runner_flags(mrpc_search, tiny_checkpoint))
     run(with_outputs)
     assert (export / "saved_model.pb").is_file()
     assert (search / "trials" / chosen["trial"] / "test_results.tsv").is_file()
@@ -124,62 +92,6 @@ def test_a_grid_with_a_restart_reports_chooses_promotes_and_resumes_to_nothing(
     assert logged_runs(search / "trials" / f"{chosen['trial']}.log") == 2
     assert json.loads((search / "best" / "trial.json").read_text())["outputs"] == {
         "do_predict": True, "export_dirs": [str(export)]}
-
-
-def kill_tree(pid):
-    children = pathlib.Path(f"/proc/{pid}/task/{pid}/children")
-    for child in (children.read_text().split() if children.exists() else []):
-        kill_tree(int(child))
-    os.kill(pid, signal.SIGKILL)
-
-
-def test_a_search_killed_mid_trial_resumes_it_and_ends_as_an_unbroken_one(
-        tmp_path, mrpc, tiny_checkpoint):
-    flags = ["--grid=learning_rate=1e-3", "--grid=num_train_epochs=3"]
-    runner = runner_flags(mrpc, tiny_checkpoint)
-    whole = tmp_path / "whole"
-    run(search_command(whole, *flags, runner=runner))
-
-    broken = tmp_path / "broken"
-    command = search_command(broken, *flags, runner=runner)
-    trial_dir = broken / "trials" / "lr1e-3_ep3_seed12345"
-    process = warm_python.start(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while not (trial_dir / "eval_results.txt").exists():  # the first epoch is evaluated
-        assert process.poll() is None and time.time() < deadline
-        time.sleep(0.2)
-    kill_tree(process.pid)  # the search and its trial, SIGKILL, mid-trial
-    process.wait()
-    assert not (broken / "trials.tsv").exists()
-
-    result = run(command)
-    assert "its worker (pid" in result.stderr and "is gone; it will resume" in result.stderr
-    rows = table(broken / "trials.tsv")
-    assert [(r["state"], r["attempts"]) for r in rows] == [("finished", "2")]
-    log = (trial_dir.parent / (trial_dir.name + ".log")).read_text()
-    assert logged_runs(trial_dir.parent / (trial_dir.name + ".log")) == 2
-    assert "resum" in log.split("\n$ ")[-1]  # the second run resumed from the checkpoint
-    # The interrupted search ends with the weights and score of the unbroken one.
-    assert best_score(trial_dir) == best_score(whole / "trials" / trial_dir.name)
-    assert (trial_dir / "best" / "model.data-00000-of-00001").read_bytes() == (
-        whole / "trials" / trial_dir.name / "best" / "model.data-00000-of-00001").read_bytes()
-
-
-def test_two_workers_share_one_study_and_run_each_trial_once(tmp_path, mrpc, tiny_checkpoint):
-    search = tmp_path / "search"
-    command = search_command(search, "--space=learning_rate=loguniform(1e-4,1e-3)",
-                             "--num_trials=4", "--sampler=random",
-                             runner=runner_flags(mrpc, tiny_checkpoint, "--num_train_epochs=1"))
-    workers = [warm_python.start(command, stdout=subprocess.DEVNULL) for _ in range(2)]
-    errors = [w.communicate(timeout=600)[1] for w in workers]
-    assert [w.returncode for w in workers] == [0, 0], errors
-    rows = table(search / "trials.tsv")
-    assert sorted(r["trial"] for r in rows) == [f"t00{i}_seed12345" for i in range(4)]
-    assert all(r["state"] == "finished" and r["attempts"] == "1" for r in rows)
-    assert all(logged_runs(search / "trials" / f"{r['trial']}.log") == 1 for r in rows)
-    assert len({r["worker"] for r in rows}) == 2  # both workers ran trials
-    rates = [float(r["learning_rate"]) for r in rows]
-    assert len(set(rates)) == 4 and all(1e-4 <= r <= 1e-3 for r in rates)
 
 
 @pytest.mark.parametrize("flags, runner, message", [
@@ -229,10 +141,10 @@ def test_a_bad_search_or_flag_is_one_line_and_writes_nothing(tmp_path, flags, ru
      "stands for a name the data gives))"),
 ])
 def test_a_metric_the_runner_never_writes_is_refused_before_anything_is_written(
-        tmp_path, mrpc, shared_data, runner, flags, runner_flags, message):
+        tmp_path, mrpc_search, shared_data, runner, flags, runner_flags, message):
     search = tmp_path / "search"
     command = search_command(search, "--seeds=2", *flags,
-                             runner=[f.format(mrpc=mrpc, swag=shared_data / "swag_sample",
+                             runner=[f.format(mrpc=mrpc_search, swag=shared_data / "swag_sample",
                                               conll=shared_data / "conll2003")
                                      for f in runner_flags])
     command[command.index("--runner=run_classifier")] = f"--runner={runner}"
@@ -242,57 +154,7 @@ def test_a_metric_the_runner_never_writes_is_refused_before_anything_is_written(
     assert not search.exists()
 
 
-def test_sigterm_stops_the_search_and_its_trial_in_one_line_and_the_rerun_resumes(
-        tmp_path, mrpc, tiny_checkpoint):
-    search = tmp_path / "search"
-    command = search_command(search, "--grid=learning_rate=1e-3", "--grid=num_train_epochs=2",
-                             runner=runner_flags(mrpc, tiny_checkpoint))
-    trial_dir = search / "trials" / "lr1e-3_ep2_seed12345"
-    process = warm_python.start(command, stdout=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while not (trial_dir / "eval_results.txt").exists():
-        assert process.poll() is None and time.time() < deadline
-        time.sleep(0.2)
-    # The trial's runner, from the lock it holds on its folder (pid, program, since).
-    runner = int((trial_dir.parent / f".{trial_dir.name}.lock").read_text().split()[0])
-    assert pathlib.Path(f"/proc/{runner}").exists()
-    process.send_signal(signal.SIGTERM)
-    stderr = process.communicate(timeout=180)[1]
-    assert process.returncode == 143
-    last = stderr.strip().splitlines()[-1]
-    assert last == ("run_search.py: interrupted by SIGTERM in trial lr1e-3_ep2_seed12345; nothing "
-                    "half-written is left; the same command resumes the search: finished trials "
-                    "are kept and lr1e-3_ep2_seed12345 resumes from its last checkpoint")
-    assert not pathlib.Path(f"/proc/{runner}").exists()  # it stopped with the search
-    run(command)
-    rows = table(search / "trials.tsv")
-    assert [(r["state"], r["attempts"]) for r in rows] == [("finished", "2")]
-
-
-def test_a_worker_killed_mid_trial_leaves_its_trial_to_the_other_worker(
-        tmp_path, mrpc, tiny_checkpoint):
-    search = tmp_path / "search"
-    command = search_command(search, "--grid=learning_rate=1e-3,5e-4,2e-4",
-                             runner=runner_flags(mrpc, tiny_checkpoint, "--num_train_epochs=2"))
-    doomed = warm_python.start(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while not list((search / "trials").glob("*/eval_results.txt")):  # mid-trial: epoch 1 done
-        assert doomed.poll() is None and time.time() < deadline
-        time.sleep(0.2)
-    survivor = warm_python.start(command, stdout=subprocess.DEVNULL)
-    kill_tree(doomed.pid)
-    doomed.wait()
-    stderr = survivor.communicate(timeout=600)[1]
-    assert survivor.returncode == 0, stderr
-    assert f"its worker (pid {doomed.pid}) is gone; it will resume" in stderr
-    rows = table(search / "trials.tsv")
-    assert [r["state"] for r in rows] == ["finished"] * 3
-    assert sorted(r["attempts"] for r in rows) == ["1", "1", "2"]
-    for row in rows:  # every start of a runner is an attempt: none lost, none duplicated
-        assert logged_runs(search / "trials" / f"{row['trial']}.log") == int(row["attempts"])
-
-
-def test_a_hopeless_trial_is_pruned_by_the_median_rule_of_a_loss(tmp_path, mrpc,
+def test_a_hopeless_trial_is_pruned_by_the_median_rule_of_a_loss(tmp_path, mrpc_search,
                                                                   tiny_checkpoint):
     """--metric=eval_loss: lower is better. A learning rate of 1e-9 leaves the loss where it
     starts; after its first epoch it is worse than the finished trial's at that epoch, so the
@@ -301,7 +163,7 @@ def test_a_hopeless_trial_is_pruned_by_the_median_rule_of_a_loss(tmp_path, mrpc,
     result = run(search_command(search, "--grid=learning_rate=1e-3,1e-9",
                                 "--grid=num_train_epochs=3", "--prune_startup_trials=1",
                                 "--metric=eval_loss", runner=runner_flags(
-                                    mrpc, tiny_checkpoint,
+                                    mrpc_search, tiny_checkpoint,
                                     "--train_batch_size=2", "--eval_batch_size=2")))
     rows = table(search / "trials.tsv")
     assert [(r["learning_rate"], r["state"]) for r in rows] == [("1e-3", "finished"),

@@ -12,7 +12,7 @@ import postgres_cluster
 import pytest
 import warm_python
 from conftest import REPO
-from test_run_search import best_score, logged_runs, mrpc, run, runner_flags, search_command, table  # noqa: F401 (fixture)
+from search_runs import logged_runs, run, runner_flags, search_command, table
 
 GRID = ["--grid=learning_rate=1e-3,2e-4", "--grid=num_train_epochs=2", "--seeds=2"]
 SLOTS = sorted(f"lr{lr}_ep2_seed{seed}" for lr in ("1e-3", "2e-4") for seed in (12345, 12346))
@@ -48,18 +48,25 @@ def ran_in(folder):
 
 
 @pytest.fixture(scope="module")
-def searches(postgres, mrpc, tiny_checkpoint, tmp_path_factory):  # noqa: F811
+def searches(postgres, mrpc_search, tiny_checkpoint, tmp_path_factory):
     """The same grid (2 configurations x 2 seeds) by two workers in two folders on one database,
-    started together, and by one worker alone (SQLite, its own folder)."""
+    started together (and by one worker alone: `alone`)."""
     root = tmp_path_factory.mktemp("postgres_search")
     url = fresh_url(postgres, "two_workers")
-    flags = runner_flags(mrpc, tiny_checkpoint)
+    flags = runner_flags(mrpc_search, tiny_checkpoint)
     workers = [start(search_command(root / f"machine{i}", *GRID, f"--storage={url}",
                                     runner=flags)) for i in range(2)]
     errors = [w.communicate(timeout=900)[1] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], errors
-    run(search_command(root / "alone", *GRID, runner=flags))
     return {"root": root, "url": url, "logs": errors}
+
+
+@pytest.fixture(scope="module")
+def alone(searches, mrpc_search, tiny_checkpoint):
+    """The same grid by one worker alone (SQLite, its own folder)."""
+    folder = searches["root"] / "alone"
+    run(search_command(folder, *GRID, runner=runner_flags(mrpc_search, tiny_checkpoint)))
+    return folder
 
 
 @pytest.mark.integration
@@ -86,9 +93,9 @@ def test_two_workers_sharing_only_the_database_run_every_trial_once(searches):
 
 
 @pytest.mark.integration
-def test_the_tables_and_best_are_a_one_worker_searchs(searches):
+def test_the_tables_and_best_are_a_one_worker_searchs(searches, alone):
     root = searches["root"]
-    alone = finished_rows(root / "alone")
+    alone = finished_rows(alone)
     for folder in ("machine0", "machine1"):
         assert finished_rows(root / folder) == alone
         assert table(root / folder / "configurations.tsv") == table(root / "alone" /
@@ -107,10 +114,10 @@ def test_the_tables_and_best_are_a_one_worker_searchs(searches):
 
 
 @pytest.mark.slow  # repeats test_run_search's killed worker on PostgreSQL (make test-all)
-def test_a_worker_killed_mid_trial_leaves_its_trial_to_the_other(postgres, mrpc, tiny_checkpoint,
-                                                                  tmp_path):  # noqa: F811
+def test_a_worker_killed_mid_trial_leaves_its_trial_to_the_other(postgres, mrpc_search, tiny_checkpoint,
+                                                                  tmp_path):
     url = fresh_url(postgres, "killed_worker")
-    flags = runner_flags(mrpc, tiny_checkpoint)
+    flags = runner_flags(mrpc_search, tiny_checkpoint)
     command = search_command(tmp_path / "first", "--grid=learning_rate=1e-3,2e-4",
                              "--grid=num_train_epochs=2", f"--storage={url}", runner=flags)
     first = start(command)
