@@ -550,3 +550,48 @@ class KillChain:
         final = self.run(self.command, self.env)
         assert final.returncode == 0, final.stderr[-3000:]
         return final
+
+
+# ----------------------------------------------------------------------------- other backends
+def need_backend(name: str) -> None:
+    """Skip, naming what is missing, where Keras's `name` backend (jax, torch) is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec(name) is None:
+        pytest.skip(f"{name} is not installed (make test installs it: setup.py's {name} extra)")
+
+
+def on_backend(backend: str, *args, env=None, timeout=900) -> None:
+    """tests/backend_step.py ARGS under KERAS_BACKEND=`backend` (forked where it can be)."""
+    result = warm_python.run([sys.executable, str(REPO / "tests" / "backend_step.py"),
+                              *map(str, args)], cwd=REPO, timeout=timeout,
+                             env={**os.environ, "KERAS_BACKEND": backend, **(env or {})},
+                             warm=True)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+@pytest.fixture(scope="session")
+def mrpc_batch(shared_data, tokenizer, tmp_path_factory):
+    """Eight real MRPC pairs packed at width 64 ([CLS], [SEP], "the" and padding repeat within
+    the batch, as in any real batch), their labels, and a fixed fresh head."""
+    import numpy as np
+
+    from bert_tf2.data_gen.packing import pack, truncate_seq_pair
+
+    rows = (shared_data / "glue" / "MRPC" / "dev.tsv").read_text(encoding="utf-8").split("\n")[1:9]
+    ids, masks, segments, labels = [], [], [], []
+    for row in rows:
+        label, _, _, a, b = row.split("\t")
+        tokens_a, tokens_b = tokenizer.tokenize(a), tokenizer.tokenize(b)
+        truncate_seq_pair(tokens_a, tokens_b, 61)
+        packed = pack(tokens_a, tokens_b, 64, tokenizer)
+        ids.append(packed["input_ids"]), masks.append(packed["input_mask"])
+        segments.append(packed["segment_ids"]), labels.append(int(label))
+    rng = np.random.default_rng(0)
+    path = tmp_path_factory.mktemp("batch") / "batch.npz"
+    np.savez(path, input_ids=np.array(ids, np.int32), input_mask=np.array(masks, np.int32),
+             segment_ids=np.array(segments, np.int32), label_ids=np.array(labels, np.int32),
+             # A large fresh head, so that the gradients' norm is above 1 and the clip acts.
+             head_weights=(rng.standard_normal((2, 384)) * 0.5).astype(np.float32),
+             head_bias=np.zeros(2, np.float32))
+    return path

@@ -69,3 +69,12 @@ def server(export, *flags, harness=False, wait=True):
             except subprocess.TimeoutExpired:
                 proc.kill()
         log.close()
+
+
+def pairs(data, count):
+    """The first `count` MRPC pairs of `data/dev.tsv`: (texts a, texts b)."""
+    import csv
+
+    with open(data / "dev.tsv", encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:count + 1]
+    return [row[3] for row in rows], [row[4] for row in rows]
