@@ -82,12 +82,14 @@ def test_masked_positions_are_15_percent_split_80_10_10(corpus_run):
         assert abs(mlm["fractions"][kind] - share) < 0.01, (kind, mlm["fractions"])
 
 
+@pytest.mark.integration
 def test_short_target_length_rate_is_short_seq_prob(corpus_run):
     target = corpus_run[2]["target_length"]
     assert target["draws"] == 10 * corpus_run[2]["documents"] >= 1_000
     assert abs(target["short_fraction"] - 0.1) < 0.03  # 3 standard errors at 1,220 draws
 
 
+@pytest.mark.integration
 def test_every_record_parses_and_agrees_with_the_statistics(corpus_run, ids):
     _, shards, stats, records, _ = corpus_run
     n = len(records["input_ids"])
@@ -121,6 +123,7 @@ def test_every_record_parses_and_agrees_with_the_statistics(corpus_run, ids):
         shards[0])  # round-robin
 
 
+@pytest.mark.integration
 def test_length_histogram_matches_the_records(corpus_run):
     _, _, stats, records, _ = corpus_run
     histogram = stats["length_histogram"]
@@ -132,6 +135,7 @@ def test_length_histogram_matches_the_records(corpus_run):
     assert recounted["128-135"] > 0.7 * len(lengths)  # most instances fill max_seq_length
 
 
+@pytest.mark.integration
 def test_only_the_shards_and_statistics_are_left(corpus_run):
     out = corpus_run[0]
     assert sorted(os.listdir(out)) == ["train-0.tfrecord", "train-0.tfrecord.stats.json",

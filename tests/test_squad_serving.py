@@ -332,6 +332,7 @@ def test_v2_null_decisions_and_odds_are_the_originals(oracle, served, span_model
         assert nulls == len(examples) // 2
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("version_2", [False, True], ids=["v1", "v2"])
 def test_ties_are_broken_as_the_original_breaks_them(oracle_runs, exports, version_2):
     """With integer logits in [-3, 3], n-best boundaries, span scores and null scores tie all the
@@ -368,6 +369,7 @@ def test_ties_are_broken_as_the_original_breaks_them(oracle_runs, exports, versi
     assert len(fallbacks) <= 3
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("version_2", [False, True], ids=["v1", "v2"])
 def test_answers_are_slices_of_the_context(oracle, served, version_2):
     for (_, _, context), out in zip(oracle[version_2]["examples"], served[version_2]):
