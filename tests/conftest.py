@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -86,14 +87,16 @@ def pytest_collection_modifyitems(session, config, items):
 
 class _UnitGuard:
     """Fails a test of the unit tier that starts a process (subprocess, os.fork, multiprocessing,
-    a program forked from the warm Python) or runs a training loop (`TrainingLoop.train`, `keras.Model.fit`): it belongs in `make test`,
-    marked `integration`."""
+    a program forked from the warm Python), runs a training loop (`TrainingLoop.train`,
+    `keras.Model.fit`) or builds an export (`engine.export.save`, `engine.litert.convert`: seconds
+    each): it belongs in `make test`, marked `integration`."""
 
     def __init__(self):
         import multiprocessing.process
 
         import keras
 
+        from bert_tf2.engine import export, litert
         from bert_tf2.engine.training_loop import TrainingLoop
 
         self.seen = []
@@ -104,6 +107,8 @@ class _UnitGuard:
                    "started a process (multiprocessing)")
         self._wrap(TrainingLoop, "train", "ran a training loop (TrainingLoop.train)")
         self._wrap(keras.Model, "fit", "ran a training loop (keras.Model.fit)")
+        self._wrap(export, "save", "built an export (engine.export.save)")
+        self._wrap(litert, "convert", "built a LiteRT model (engine.litert.convert)")
 
     def _wrap(self, owner, name, what):
         original = getattr(owner, name)
@@ -125,7 +130,7 @@ class _UnitGuard:
             report.outcome = "failed"
             report.longrepr = (f"{item.nodeid} {what}: mark it `integration` "
                                f"(pytest.mark.integration); make test-unit runs only the tests "
-                               f"that start no process and train nothing")
+                               f"that start no process, train nothing and build no export")
 
 
 # ----------------------------------------------------------------------------- built once
@@ -171,6 +176,31 @@ def digest(folder: pathlib.Path) -> str:
         if path.is_file() and not path.is_symlink():
             total.update(hashlib.sha256(path.read_bytes()).digest())
     return total.hexdigest()
+
+
+def snapshot(folder: pathlib.Path) -> dict:
+    """Every path under `folder` (hidden ones included) with each file's digest and modification
+    time: what a refused run must leave as it was."""
+    return {str(path.relative_to(folder)):
+            (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
+            if path.is_file() else "folder"
+            for path in sorted(folder.rglob("*"))}
+
+
+def free_ports(count: int = 1) -> list:
+    """`count` distinct TCP ports on 127.0.0.1 that were free a moment ago."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
 
 
 def shared_root(tmp_path_factory) -> pathlib.Path:
@@ -600,3 +630,49 @@ def mrpc_batch(shared_data, tokenizer, tmp_path_factory):
              head_weights=(rng.standard_normal((2, 384)) * 0.5).astype(np.float32),
              head_bias=np.zeros(2, np.float32))
     return path
+
+
+@pytest.fixture(scope="module")
+def minilm_classifier(minilm_dir):
+    """The real MiniLM weights under a new two-label classifier head (seed 3)."""
+    import keras
+
+    from bert_tf2.modeling import checkpoints
+    from bert_tf2.modeling.encoder import BertEncoder
+    from bert_tf2.modeling.models import BertClassifier
+
+    keras.utils.set_random_seed(3)
+    model = BertClassifier(BertEncoder(checkpoints.read_config(minilm_dir)), num_labels=2)
+    checkpoints.load_checkpoint(model, minilm_dir, allow_new_heads=True)
+    return model
+
+
+def glue_features(shared_data, tokenizer, task, count):
+    """The first `count` dev examples of a GLUE task as classifier features at length 128."""
+    import tempfile
+
+    import tensorflow as tf
+
+    from bert_tf2.tasks.classification.features import example_records, load_features
+    from bert_tf2.tasks.classification.processors import get_processor
+
+    processor = get_processor(task.lower())
+    data_dir = str(shared_data / "glue" / task)
+    examples = processor.get_examples(data_dir, "dev")[:count]
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/dev.tf_record"
+        with tf.io.TFRecordWriter(path) as writer:
+            for record in example_records(examples, processor.get_labels(data_dir), 128,
+                                          tokenizer):
+                writer.write(record)
+        return load_features(path, 128, regression=False)
+
+
+def served(export, **texts):
+    """The SavedModel's serve_text, in this process."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    model = tf.saved_model.load(str(export))
+    out = model.signatures["serve_text"](**{k: tf.constant(v) for k, v in texts.items()})
+    return {k: v.numpy() for k, v in out.items()}

@@ -3,7 +3,6 @@ calls to it: the tests of the model server and of each task's export behind it."
 import contextlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -12,13 +11,7 @@ import urllib.error
 import urllib.request
 
 import warm_python
-from conftest import REPO
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import REPO, free_port
 
 
 def call(url, body=None, method=None, headers=None, timeout=60):

@@ -13,9 +13,10 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
+
+from conftest import free_port
 
 USER, PASSWORD, DATABASE = "search", "secret-pw", "search"
 
@@ -41,12 +42,6 @@ def missing() -> str | None:
         if shutil.which("runuser") is None:
             return "running as root, and runuser (util-linux) is not installed"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Cluster:

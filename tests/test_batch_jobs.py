@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_script
-from test_run_classifier import glue_slice, read_tsv
+from conftest import read_tsv, run_script
+from reference_runs import glue_slice
 
 pytestmark = pytest.mark.integration
 

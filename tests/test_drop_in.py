@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 from conftest import run_script
-from test_run_classifier import glue_slice
+from reference_runs import glue_slice
 
 from bert_tf2.tasks.squad import metrics as squad_metrics
 from bert_tf2.tasks.squad.files import load_squad, make_v2, write_json

@@ -5,6 +5,7 @@ examples as the unpacked ones."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import glue_features
 from test_datasets import synthetic_features
 
 from bert_tf2.data_gen import datasets
@@ -81,36 +82,6 @@ def test_packed_positions_and_attention_bias():
     np.testing.assert_array_equal(bias[1, :5], np.repeat(((mask[1] == 0) * -10000.0)[None], 5, 0))
 
 
-@pytest.fixture(scope="module")
-def minilm_classifier(minilm_dir):
-    import keras
-
-    from bert_tf2.modeling import checkpoints
-    from bert_tf2.modeling.encoder import BertEncoder
-    from bert_tf2.modeling.models import BertClassifier
-
-    keras.utils.set_random_seed(3)
-    model = BertClassifier(BertEncoder(checkpoints.read_config(minilm_dir)), num_labels=2)
-    checkpoints.load_checkpoint(model, minilm_dir, allow_new_heads=True)
-    return model
-
-
-def glue_features(shared_data, tokenizer, task, count):
-    from bert_tf2.tasks.classification.features import example_records, load_features
-    from bert_tf2.tasks.classification.processors import get_processor
-
-    processor = get_processor(task.lower())
-    data_dir = str(shared_data / "glue" / task)
-    examples = processor.get_examples(data_dir, "dev")[:count]
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as folder:
-        path = f"{folder}/dev.tf_record"
-        with tf.io.TFRecordWriter(path) as writer:
-            for record in example_records(examples, processor.get_labels(data_dir), 128,
-                                          tokenizer):
-                writer.write(record)
-        return load_features(path, 128, regression=False)
 
 
 @pytest.mark.parametrize("task", ["MRPC", "CoLA"])

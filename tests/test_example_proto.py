@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import REPO
-from test_run_classifier import glue_slice
+from reference_runs import glue_slice
 from test_run_ner import conll_slice
 from test_run_squad import paragraphs
 from test_tasks import settings

@@ -4,7 +4,7 @@ those of the full graph (the encoder's pooled output, then the head), and multip
 the work skipped is the other tokens' last-layer states, which nothing reads."""
 import numpy as np
 import tensorflow as tf
-from test_example_packing import glue_features, minilm_classifier  # noqa: F401
+from conftest import glue_features
 
 
 def reference_logits(model, inputs, training=False):

@@ -22,6 +22,7 @@ from conftest import (
     read_results,
     read_tsv,
     run_script,
+    snapshot,
     wait_until_stopped,
 )
 
@@ -141,12 +142,6 @@ def test_tensorflow_exports_what_jax_trained(classifier_runs, mrpc, tmp_path):
     np.testing.assert_allclose(served["probabilities"].numpy(),
                                [[float(row[2]), float(row[3])] for row in jax_rows], atol=2e-5)
     assert [x.decode() for x in served["label"].numpy()] == [row[1] for row in jax_rows]
-
-
-def snapshot(folder):
-    """Every file's size and modification time: what a refused run must leave as it was."""
-    return {path: (path.stat().st_size, path.stat().st_mtime_ns)
-            for path in folder.rglob("*") if path.is_file()}
 
 
 def test_a_run_folder_remembers_its_backend(classifier_runs, no_tensorflow):

@@ -196,7 +196,7 @@ def test_two_processes_train_as_one_process(mrpc_small, tiny_checkpoint, no_tens
     batch, train, evaluate and predict as one process at the same global batch; the chief alone
     writes the outputs, the other its scratch folder; each writes its share of every checkpoint,
     which then holds what one process's does."""
-    from test_multi_worker import free_ports
+    from conftest import free_ports
 
     flags = ["--bucket_by_length=false"]  # several processes read untrimmed, unbucketed rows
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 from conftest import read_results, read_tsv, run_script
-from test_run_classifier import glue_slice
+from reference_runs import glue_slice
 
 keras_hub = pytest.importorskip(
     "keras_hub", reason="keras-hub is not installed (make test installs it: the keras-hub extra)")

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 import reference_runs
-from conftest import REPO, run_script
+from conftest import REPO, run_script, served
 
 DOCSTRINGS = REPO / "examples" / "docstring_topics"
 
@@ -33,16 +33,6 @@ def single_export(tmp_path_factory, tiny_checkpoint):
                "--max_seq_length=64", f"--export_dir={out / 'serving'}")
     run_script("export_litert.py", f"--saved_model={out / 'serving'}", "--quantization=float32")
     return out / "serving"
-
-
-def served(export, **texts):
-    """The SavedModel's serve_text, in this process."""
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401
-
-    model = tf.saved_model.load(str(export))
-    out = model.signatures["serve_text"](**{k: tf.constant(v) for k, v in texts.items()})
-    return {k: v.numpy() for k, v in out.items()}
 
 
 @pytest.mark.integration
@@ -351,6 +341,7 @@ def test_batch_predict_on_the_litert_file_writes_the_savedmodels_lines(pair_expo
         result.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", [pytest.param("regression", marks=pytest.mark.slow),
                                   "multi_label"])  # regression in make test-all
 def test_regression_and_multi_label_outputs_as_the_savedmodel(kind, minilm_dir, tmp_path):
@@ -498,6 +489,7 @@ def test_multiple_choice_fast_path_as_the_savedmodel(shared_data, minilm_dir, tm
                                    atol=2e-5)
 
 
+@pytest.mark.integration
 def test_embedding_fast_path_as_the_savedmodel(minilm_dir, embedding_export, tmp_path):
     """Mean-pooled normalised and [CLS] vectors, short, empty and over-long texts: float32 gives
     serve_text's vectors; int8 vectors point the same way (cosine > 0.99)."""

@@ -10,9 +10,8 @@ import sys
 import numpy as np
 import pytest
 import warm_python
-from conftest import REPO
+from conftest import REPO, served
 from http_server import call, free_port, pairs, server
-from test_litert import served
 
 pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed: pip install "
                     "'bert-tf2[serve]'")

@@ -1,27 +1,17 @@
 """MultiWorkerMirroredStrategy: two worker processes on 127.0.0.1 train like one process."""
 import json
 import os
-import socket
 import sys
 
 import numpy as np
 import pytest
 import warm_python
+from conftest import free_ports
 
 pytestmark = pytest.mark.integration
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "tests", "multi_worker_script.py")
-
-
-def free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def test_two_workers_match_one_process_on_the_same_global_batch(tmp_path):

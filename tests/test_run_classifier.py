@@ -15,17 +15,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import read_results, read_tsv, run_script
-
-
-def glue_slice(shared_data, task, destination, rows):
-    """The first `rows[split]` data rows of each split, header (and BOM) kept as GLUE ships them."""
-    destination.mkdir(parents=True, exist_ok=True)
-    for split, count in rows.items():
-        source = shared_data / "glue" / task / f"{split}.tsv"
-        lines = source.read_bytes().split(b"\n")
-        header = 0 if task == "CoLA" and split != "test" else 1
-        (destination / f"{split}.tsv").write_bytes(b"\n".join(lines[:header + count]) + b"\n")
-    return destination
+from reference_runs import glue_slice
 
 
 def run_classifier(*flags, check=True):

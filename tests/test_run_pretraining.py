@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import conftest
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,8 +20,7 @@ from bert_tf2.modeling.models import BertPretrainer
 pytestmark = pytest.mark.integration
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "intermediate_size": 64, "max_position_embeddings": 512, "type_vocab_size": 2}
+TINY = {**conftest.TINY, "max_position_embeddings": 512}
 
 
 def python(*args):

@@ -11,7 +11,7 @@ import time
 import postgres_cluster
 import pytest
 import warm_python
-from conftest import REPO
+from conftest import REPO, free_port
 from search_runs import logged_runs, run, runner_flags, search_command, table
 
 GRID = ["--grid=learning_rate=1e-3,2e-4", "--grid=num_train_epochs=2", "--seeds=2"]
@@ -152,7 +152,7 @@ def test_a_worker_killed_mid_trial_leaves_its_trial_to_the_other(postgres, mrpc_
     ("mysql://search:secret-pw@127.0.0.1:3306/search", "a mysql database is not supported"),
 ])
 def test_a_bad_database_is_one_line_and_writes_nothing(postgres, tmp_path, url, message):
-    closed = postgres_cluster.free_port()
+    closed = free_port()
     url = url.format(port=postgres.port, closed=closed)
     result = run(search_command(tmp_path / "search", "--grid=learning_rate=1e-3",
                                 f"--storage={url}", runner=["--task_name=MRPC"]), check=False)

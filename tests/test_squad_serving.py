@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import warm_python
+from conftest import TINY
 from test_tokenization import HOSTILE, random_texts
 
 from bert_tf2.data_gen import vocab_sanity
@@ -27,10 +28,6 @@ from bert_tf2.data_gen.graph_tokenizer import GraphTokenizer
 from bert_tf2.data_gen.tokenization import BasicTokenizer, FullTokenizer
 
 SEQ, STRIDE, QUERY = 128, 32, 64
-TINY = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "intermediate_size": 64, "max_position_embeddings": SEQ, "type_vocab_size": 2,
-        "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
-        "initializer_range": 0.02}
 ORIGINAL_WHITESPACE = " \t\r\n\u202f"  # read_squad_examples' is_whitespace
 
 
@@ -422,6 +419,7 @@ def test_export_answers_the_same_in_a_fresh_process(oracle, served, exports, tmp
 
 
 # ------------------------------------------------------------------ edge cases
+@pytest.mark.integration  # builds the exports
 @pytest.mark.parametrize("version_2", [False, True], ids=["v1", "v2"])
 def test_contexts_without_tokens_answer_null(exports, version_2):
     module = exports[version_2][0]
@@ -437,6 +435,7 @@ def test_contexts_without_tokens_answer_null(exports, version_2):
     assert empty["answer"].shape == [0]
 
 
+@pytest.mark.integration  # builds the exports
 def test_long_question_is_cut_to_max_query_length(exports, vocab_file):
     module = exports[False][0]
     question = " ".join(f"word{i}" for i in range(200))
@@ -460,6 +459,7 @@ def test_long_question_is_cut_to_max_query_length(exports, vocab_file):
     assert context[start:end] == answer.decode("utf-8")
 
 
+@pytest.mark.integration  # builds the exports
 def test_unicode_spaces_and_marks_in_the_context(exports, tokenizers):
     """U+202F splits the original's words, U+00A0 and U+2009 only the tokenizer's; token spans
     are the Python tokenizer's, in code points, and never include a space."""

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 from conftest import read_results, read_tsv
-from test_run_classifier import glue_slice
+from reference_runs import glue_slice
 from test_run_ner import conll_slice
 from test_run_squad import paragraphs
 

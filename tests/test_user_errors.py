@@ -8,7 +8,6 @@ Each case builds its bad input from real data (GLUE MRPC, SQuAD, CoNLL-2003, Wik
 small random checkpoint in Google's format; the finished runs are a short MRPC fine-tuning with
 prediction and a short pretraining on records made from WikiText-2.
 """
-import hashlib
 import json
 import os
 import re
@@ -18,16 +17,9 @@ import sys
 import pytest
 import reference_runs
 import warm_python
-from conftest import REPO, run_script
+from conftest import REPO, run_script, snapshot
 
 pytestmark = pytest.mark.integration
-
-
-def snapshot(folder):
-    """Every file (its digest) and folder under `folder`, hidden ones included."""
-    return {str(path.relative_to(folder)): (hashlib.sha256(path.read_bytes()).hexdigest()
-                                            if path.is_file() else "folder")
-            for path in sorted(folder.rglob("*"))}
 
 
 def around(folder):

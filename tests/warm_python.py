@@ -200,6 +200,17 @@ def _program(request, configured, stdin, stdout, stderr) -> None:
     _exit(code)
 
 
+def _log_program(code: int) -> None:
+    """With BERT_TEST_PROGRAM_LOG set, one line per forked program: its CPU seconds, status,
+    the test that started it and its command (to see where a test run's time goes)."""
+    log = os.environ.get("BERT_TEST_PROGRAM_LOG")
+    if log:
+        times = os.times()
+        with open(log, "a") as out:
+            out.write(f"{sum(times[:4]):.2f}\t{code}\t"
+                      f"{os.environ.get('PYTEST_CURRENT_TEST', '?')}\t{' '.join(sys.argv)[:300]}\n")
+
+
 def _run(main) -> int:
     """What the interpreter does with a program's end: its exit status."""
     try:
@@ -230,6 +241,7 @@ def _exit(code: int) -> None:
         sys.stderr.flush()
     except BaseException:  # noqa: BLE001
         code = code or 1
+    _log_program(code)
     if code == -signal.SIGINT:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
