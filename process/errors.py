@@ -198,12 +198,29 @@ def configure_process() -> None:
         report(str(error), USAGE_STATUS)
 
 
+def list_program_flags(flag_values, program: str, main_module) -> None:
+    """File the program's flags under `program` (`sys.argv[0]`), where absl's `--helpshort`
+    looks for them: absl files a flag under the module that defined it, and under the script's
+    path only when that module is `__main__`. An installed console script (`bin/run_classifier`)
+    is neither `bert_tf2.run_classifier` nor `bert_tf2.runner_flags`, so its `--helpshort`
+    would list no flag. The program's flags are those of this package's modules and the
+    script's own. A console script's usage text is then the runner module's docstring."""
+    for module, defined in flag_values.flags_by_module_dict().items():
+        if module == program or module.split(".")[0] == __name__.split(".")[0]:
+            for flag in defined:
+                flag_values.register_key_flag_for_module(program, flag)
+    script = sys.modules.get("__main__")
+    if script is not None and not script.__doc__ and main_module is not None:
+        script.__doc__ = main_module.__doc__
+
+
 def run_main(main: Callable, flags_parser: Callable | None = None) -> None:
     """absl's `app.run(main)` with one-line user errors and flag errors, and Ctrl-C and SIGTERM
     reported in one line (`interrupts`); the process's settings (`environment.configure`) are
     made here, the one place every program starts through."""
-    from absl import app
+    from absl import app, flags
 
     configure_process()
     interrupts.install()
+    list_program_flags(flags.FLAGS, sys.argv[0], sys.modules.get(main.__module__))
     app.run(guarded(main), flags_parser=parse_flags_or_exit(flags_parser))

@@ -48,3 +48,47 @@ def test_serve_refuses_an_export_folder_name_that_is_no_model_name(tmp_path):
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "its folder's name 'my export' cannot be a model name" in result.stderr
     assert "--model_name" in result.stderr
+
+
+# Each installed console script (setup.py's entry points) and the module it runs.
+CONSOLE_SCRIPTS = {
+    **{name: f"bert_tf2.{name}" for name in (
+        "run_pretraining", "run_classifier", "run_squad", "run_ner", "run_multiple_choice",
+        "extract_features", "batch_predict", "run_search", "export_litert")},
+    "bert-convert": "bert_tf2.modeling.convert",
+    "bert-create-pretraining-data": "bert_tf2.data_gen.pretraining.create_pretraining_data",
+    "bert-pretraining-data-beam": "bert_tf2.data_gen.pretraining.beam_pipeline",
+    "bert-extract-features-beam": "bert_tf2.tasks.feature_extraction.beam_pipeline",
+    "bert-learn-vocab": "bert_tf2.data_gen.learn_vocab",
+    "bert-extend-vocab": "bert_tf2.data_gen.extend_vocab",
+    "bert-serve": "bert_tf2.serve"}
+
+
+def listed_flags(output: str) -> set:
+    return {line.split(":")[0].strip().lstrip("-").removeprefix("[no]")
+            for line in output.splitlines() if line.startswith("  --")}
+
+
+# One runner and one tool in make test (one code path: process.errors.run_main); every other
+# console script in make test-all.
+@pytest.mark.parametrize("script", [
+    script if script in ("run_classifier", "bert-serve") else pytest.param(
+        script, marks=pytest.mark.slow) for script in sorted(CONSOLE_SCRIPTS)])
+def test_helpshort_of_a_console_script_lists_its_flags(script):
+    """`bin/run_classifier --helpshort` (the script pip installs, run as the shell runs it) lists
+    the flags that `python -m bert_tf2.run_classifier --helpshort` lists, the runner's own and
+    the shared ones (absl lists those of `sys.argv[0]`'s module: none, for a console script)."""
+    installed = os.path.join(os.path.dirname(sys.executable), script)
+    if not os.path.exists(installed):
+        pytest.skip(f"{installed} is not installed (make test installs the package with pip -e)")
+    as_installed = warm_python.run(
+        [sys.executable, "-c", "import runpy, sys; sys.argv[0] = sys.argv[1]; del sys.argv[1]; "
+         "runpy.run_path(sys.argv[0], run_name='__main__')", installed, "--helpshort"],
+        cwd=REPO, env=dict(os.environ), timeout=120, warm=True)
+    as_module = run(["-m", CONSOLE_SCRIPTS[script], "--helpshort"])
+    # absl's --helpshort ends with status 1
+    assert as_installed.returncode == as_module.returncode == 1, as_installed.stderr[-2000:]
+    flags = listed_flags(as_installed.stdout)
+    assert flags and flags == listed_flags(as_module.stdout), as_installed.stdout[-3000:]
+    if script.startswith("run_") and script != "run_search":
+        assert {"output_dir", "init_checkpoint"} <= flags  # runner_flags' shared ones
