@@ -358,6 +358,7 @@ def detect_format(path: str | os.PathLike) -> str:
     from bert_tf2.modeling import keras_hub_preset
 
     path = os.fspath(path)
+    keras_hub_preset.check_preset(path)
     if keras_hub_preset.is_preset(path):  # before hf: both hold a config.json
         return "keras_hub"
     if path.endswith(".keras") or (os.path.isdir(path)

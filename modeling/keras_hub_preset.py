@@ -93,16 +93,39 @@ def require():
 
 def is_preset(path: str | os.PathLike) -> bool:
     """Whether `path` is a folder KerasHub wrote for a BERT backbone (or a task on one)."""
+    return _written_by_keras_hub(os.fspath(path)) == BACKBONE \
+        and os.path.isfile(os.path.join(os.fspath(path), WEIGHTS))
+
+
+def check_preset(path: str | os.PathLike) -> None:
+    """A folder KerasHub wrote that cannot load here, refused in one line: a preset of another
+    model (only BERT presets load), or one without its weights file. Anything else passes (a
+    folder KerasHub did not write is another format's business)."""
     path = os.fspath(path)
+    name = _written_by_keras_hub(path)
+    if name is None:
+        return
     config = os.path.join(path, CONFIG)
-    if not (os.path.isdir(path) and os.path.isfile(config)
-            and os.path.isfile(os.path.join(path, WEIGHTS))):
-        return False
+    if name != BACKBONE:
+        raise KerasHubError(f"{config}: a KerasHub preset of {name.partition('>')[2]}, not "
+                            f"BertBackbone: only BERT presets load here")
+    if not os.path.isfile(os.path.join(path, WEIGHTS)):
+        raise KerasHubError(f"{path}: a KerasHub BERT preset without its weights, {WEIGHTS}: "
+                            f"copy the whole preset folder again")
+
+
+def _written_by_keras_hub(path: str) -> str | None:
+    """The class a folder's config.json names (`keras_hub>...`), or None when KerasHub did not
+    write the folder (no config.json, or one of Hugging Face's)."""
+    config = os.path.join(path, CONFIG)
+    if not (os.path.isdir(path) and os.path.isfile(config)):
+        return None
     try:
         with open(config, encoding="utf-8") as f:
-            return json.load(f).get("registered_name") == BACKBONE
-    except (OSError, ValueError):
-        return False
+            name = json.load(f).get("registered_name")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name.startswith("keras_hub>") else None
 
 
 def _hub_value(tf1: str, value: np.ndarray, config: BertConfig) -> np.ndarray:

@@ -230,3 +230,32 @@ def test_missing_checkpoint_and_bad_files_are_clear(tmp_path, tiny_config):
     bad.write_bytes(b"not a safetensors file")
     with pytest.raises(checkpoints.CheckpointError, match="not a readable safetensors file"):
         checkpoints.load_checkpoint(BertEncoder(tiny_config), tmp_path)
+
+
+def test_a_keras_hub_preset_that_cannot_load_is_named_as_one(tmp_path):
+    """A folder KerasHub wrote is refused as a preset, not read as a TF1 checkpoint without its
+    bert_config.json: a preset of another model, and a BERT preset without its weights file."""
+    from bert_tf2.modeling.keras_hub_preset import KerasHubError
+
+    roberta, no_weights, hf = tmp_path / "roberta", tmp_path / "bert", tmp_path / "hf"
+    for folder, name in ((roberta, "keras_hub>RobertaBackbone"),
+                         (no_weights, "keras_hub>BertBackbone")):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(
+            {"module": "keras_hub.src.models", "registered_name": name, "config": {}}))
+    (roberta / "model.weights.h5").write_bytes(b"")
+    with pytest.raises(KerasHubError) as refused:
+        checkpoints.read_config(roberta)
+    assert str(refused.value) == (f"{roberta / 'config.json'}: a KerasHub preset of "
+                                  f"RobertaBackbone, not BertBackbone: only BERT presets load here")
+    for read in (checkpoints.read_config, checkpoints.source_for):
+        with pytest.raises(KerasHubError) as refused:
+            read(no_weights)
+        assert str(refused.value) == (f"{no_weights}: a KerasHub BERT preset without its "
+                                      f"weights, model.weights.h5: copy the whole preset folder "
+                                      f"again")
+    # A Hugging Face folder also holds a config.json: still read as one.
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 32}))
+    (hf / "model.safetensors").write_bytes(b"")
+    assert checkpoints.detect_format(hf) == "hf"
