@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 
 from bert_tf2.data_gen.errors import DataError
 from bert_tf2.engine.build import (
@@ -49,9 +50,14 @@ class PretrainSettings(RunSettings):
     max_eval_steps: int = 100
 
 
+# What tf.io.parse_example says of a record whose features are not the spec's.
+_PARSE_ERROR = re.compile(r"Key: \w+|serialized Example")
+
+
 @contextlib.contextmanager
 def unreadable_input_reported(task):
-    """TensorFlow's DataLossError on a damaged record file, as a DataError naming the file."""
+    """TensorFlow's DataLossError on a damaged record file, and its InvalidArgumentError on a
+    record of other lengths, as a DataError naming the file (and byte or record)."""
     from bert_tf2.process import environment
 
     if not environment.uses_tensorflow():  # the NumPy reader names the file itself
@@ -62,6 +68,10 @@ def unreadable_input_reported(task):
     try:
         yield
     except tf.errors.DataLossError as error:
+        raise task.input_error(error) from None
+    except tf.errors.InvalidArgumentError as error:  # a record tf.io.parse_example refused
+        if not _PARSE_ERROR.search(getattr(error, "message", "")):
+            raise
         raise task.input_error(error) from None
 
 

@@ -229,3 +229,33 @@ def test_the_device_feed_keeps_order_counts_waiting_and_raises_where_it_broke():
     with DeviceFeed(iter(range(3)), lambda b: b) as feed:
         time.sleep(0.1)
         assert list(feed) == [0, 1, 2] and feed.waited < 0.05
+
+
+def test_a_file_of_two_lengths_names_the_first_record_of_the_other_on_both_readers(tmp_path):
+    """Records of two runs concatenated (`cat` of files made at two --max_seq_length): the first
+    record of the other length is named in one DataError, by the NumPy reader (JAX) and by
+    TensorFlow's (its InvalidArgumentError turned into the same line)."""
+    import dataclasses
+
+    from bert_tf2.engine.pretraining import unreadable_input_reported
+    from bert_tf2.tasks.pretraining.task import PretrainingTask
+
+    rng = np.random.default_rng(5)
+    path = tmp_path / "two.tfrecord"
+    longer = example_proto.encode(schema.padded_features(
+        [101, 1000, 102], [0] * 3, [1], [1000], 0, 2 * LENGTH, PREDICTIONS),
+        float_features=("masked_lm_weights",))
+    with open(path, "wb") as f:  # record 6, in the second batch of 4, is twice as long
+        for i in range(12):
+            f.write(tfrecord_frames.framed(longer if i == 6 else _record(i, rng)))
+    expected = (f"{path}: record 6: feature 'input_ids' has {2 * LENGTH} values, {LENGTH} "
+                f"expected; make the file again with create_pretraining_data and rerun")
+    with pytest.raises(DataError) as jax_reader:
+        list(numpy_dataset.pretraining_batches([str(path)], 4, LENGTH, PREDICTIONS, False))
+    assert str(jax_reader.value).startswith(expected)
+    task = dataclasses.replace(PretrainingTask(str(path), LENGTH, PREDICTIONS))
+    task.files = [str(path)]
+    with pytest.raises(DataError) as tf_reader, unreadable_input_reported(task):
+        for _ in task.dataset(4, False, 0, None):
+            pass
+    assert str(tf_reader.value) == str(jax_reader.value)

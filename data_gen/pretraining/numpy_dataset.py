@@ -275,7 +275,11 @@ def pretraining_batches(input_files, batch_size: int, max_seq_length: int,
 
     def make(item):
         number, pieces = item
-        batch = spec.parse_pieces(pieces, batch_size, int_dtype=np.int32)
+        try:
+            batch = spec.parse_pieces(pieces, batch_size, int_dtype=np.int32)
+        except ValueError as error:  # a record of other lengths (files of two runs concatenated)
+            raise DataError(f"{error}; make the file again with create_pretraining_data and "
+                            f"rerun (training resumes from the last checkpoint)") from None
         if masking:
             batch = mask_batch(batch, np.random.default_rng([seed, 4, number]), **masking)
         return batch

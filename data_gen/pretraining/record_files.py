@@ -9,7 +9,9 @@ lengths differ from the flags, is a `DataError` naming the file and what to do. 
 framing is then walked to its end (record lengths only, compiled, at the speed of reading the
 file), so that a truncated copy is refused too, not met hours into training. Damage the walk
 cannot see (a flipped byte inside a record) shows when training reaches it; `find_damaged_frame`
-then names the file and the byte where a frame breaks, or TensorFlow's message stands.
+then names the file and the byte where a frame breaks, `find_unparsable_record` the record that
+whole frames hold but that is no record of the flags' shape (files of two lengths concatenated),
+or TensorFlow's message stands.
 """
 from __future__ import annotations
 
@@ -145,4 +147,27 @@ def find_damaged_frame(files: list) -> str | None:
             broken = walk_frames(path)
             if broken:
                 return broken
+    return None
+
+
+def find_unparsable_record(files: list, max_seq_length: int, max_predictions_per_seq: int,
+                           chunk: int = 4096) -> str | None:
+    """The first record that is no pretraining record of these lengths ('PATH: record 17:
+    feature 'input_ids' has 64 values, 128 expected'), or None when every record parses."""
+    from bert_tf2.data_gen.compiled_examples import FixedSpec
+
+    spec = FixedSpec(schema.fixed_spec(max_seq_length, max_predictions_per_seq))
+    for path in files:
+        if "://" in path:
+            continue
+        data = tfrecord_frames.mapped(path)
+        starts, ends = tfrecord_frames.frame_bounds(data, path)
+        for first in range(0, len(starts), chunk):
+            part = slice(first, first + chunk)
+            count = len(starts[part])
+            try:
+                spec.parse_pieces([(data, starts[part], ends[part], None, f"{path}: ",
+                                    np.arange(first, first + count))], count)
+            except ValueError as error:
+                return str(error)
     return None

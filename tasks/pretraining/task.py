@@ -81,13 +81,18 @@ class PretrainingTask:
                 "masked_lm_prob": self.masked_lm_prob if self.dynamic_masking else None}
 
     def input_error(self, error) -> Exception:
-        """A `DataError` naming the input file and byte where reading broke (`error`: the
-        DataLossError TensorFlow raised mid-training)."""
+        """A `DataError` naming the input file and the byte or record where reading broke
+        (`error`: what TensorFlow raised mid-training: a DataLossError, or the InvalidArgumentError
+        of a record of other lengths)."""
         from bert_tf2.data_gen.errors import DataError
-        from bert_tf2.data_gen.pretraining.record_files import find_damaged_frame
+        from bert_tf2.data_gen.pretraining.record_files import (
+            find_damaged_frame,
+            find_unparsable_record,
+        )
 
-        where = find_damaged_frame(self.files)
-        if where is None:  # the framing holds: TensorFlow's own words say what broke
+        where = find_damaged_frame(self.files) or find_unparsable_record(
+            self.files, self.max_seq_length, self.max_predictions_per_seq)
+        if where is None:  # the records hold: TensorFlow's own words say what broke
             detail = getattr(error, "message", str(error)).strip().splitlines()
             where = f"{', '.join(self.files)}: cannot read the records ({detail[0][:200]})"
         return DataError(f"{where}; make the file again with create_pretraining_data and rerun "
