@@ -132,6 +132,10 @@ class KerasTrainer(TrainingLoop):
         self._tap = _lookup_tap()
         self._steps = {}  # jitted functions, made on first use
         self._stop = False
+        # The step counted on the host while a loop runs: its steps donate the variables'
+        # buffers (`iterations` among them) until the loop assigns the new state back, and a
+        # Ctrl-C or SIGTERM in between must still be able to say which step the run was at.
+        self._host_step = None
 
     # ------------------------------------------------------------------------- state
     def _state(self) -> tuple:
@@ -249,6 +253,8 @@ class KerasTrainer(TrainingLoop):
     # ------------------------------------------------------------------------- bookkeeping
     @property
     def global_step(self) -> int:
+        if self._host_step is not None:  # inside `_run_steps`: the buffers are donated
+            return self._host_step
         return int(np.asarray(self.optimizer.iterations.value))
 
     def current_learning_rate(self) -> float:
@@ -302,14 +308,21 @@ class KerasTrainer(TrainingLoop):
 
     def _run_steps(self, batches: DeviceFeed, count: int) -> dict:
         train_step = self._jitted("train", self._train_step, donate_argnums=0)
+        # Read before the first step donates it; left set if an interrupt unwinds the loop, for
+        # its message. Under mixed_float16 a step skipped for overflowing gradients counts here,
+        # though `iterations` does not move: the message may then name a later step.
+        self._host_step = self.global_step
         state, totals = self._state(), None
         for i in range(count):
             if i and self._stop:
                 break
             state, sums = train_step(state, next(batches))
+            self._host_step += 1
+            fault_points.reached("train_step")
             totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
         totals = {k: np.asarray(v) for k, v in totals.items()}  # the loop's one wait on the device
         self._assign(state)
+        self._host_step = None
         return totals
 
     def _request_stop(self, stop: bool) -> None:

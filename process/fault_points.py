@@ -36,6 +36,7 @@ SIGNAL_WAIT_S = 60.0
 POINTS = {
     "features": "a split's features are half written (fine-tuning)",
     "train_loop": "a training loop ended, before its checkpoint is saved",
+    "train_step": "JAX: a step dispatched inside a loop, its variables donated, not yet assigned",
     "checkpoint_write": "inside TensorFlow's checkpoint write (its *_temp folder exists)",
     "evaluation": "an evaluation's predictions are made, before anything is recorded",
     "best_swap": "between the two renames that swap a new best/ in",
