@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numba
 import numpy as np
+
+from bert_tf2.process import compiled
 
 # Error codes of `_parse_batch` (per record): which rule the record broke.
 _OK, _MALFORMED, _MISSING, _COUNT, _KIND = 0, 1, 2, 3, 4
 _INT64, _FLOAT = 3, 2  # Feature's oneof field numbers: int64_list = 3, float_list = 2
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled.njit(nogil=True)
 def _varint(data, at, end):
     """The varint at `data[at:]` as int64 (two's complement) and where the next field starts; -1
     for where when it runs past `end`."""
@@ -43,7 +44,7 @@ def _varint(data, at, end):
     return value, -1
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled.njit(nogil=True)
 def _field(data, at, end):
     """The field at `data[at:end]`: (field number, wire type, where its value's bytes start and
     end); the end is also where the next field starts, -1 when the field is malformed or runs
@@ -66,7 +67,7 @@ def _field(data, at, end):
     return field, wire, 0, -1
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled.njit(nogil=True)
 def _match(data, start, end, names, name_starts):
     """The spec index of the feature named `data[start:end]`, or -1."""
     length = end - start
@@ -83,7 +84,7 @@ def _match(data, start, end, names, name_starts):
     return -1
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled.njit(nogil=True)
 def _values(data, at, end, kind, size, out_int, out_float, row, column):
     """Writes the values of the Int64List/FloatList at `data[at:end]` into the row's columns;
     returns how many there were (-1: malformed)."""
@@ -118,7 +119,7 @@ def _values(data, at, end, kind, size, out_int, out_float, row, column):
     return count
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled.njit(nogil=True)
 def _feature(data, at, end, kind, size, out_int, out_float, row, column):
     """The Feature at `data[at:end]` into the row: its value count, -1 malformed, -2 another
     kind of list than the spec's."""
@@ -137,7 +138,7 @@ def _feature(data, at, end, kind, size, out_int, out_float, row, column):
     return count  # no list at all: an empty one, as protobuf reads it
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled.njit(nogil=True)
 def _record(data, start, end, names, name_starts, kinds, sizes, columns, out_int, out_float,
             row, seen, counts):
     """One Example into row `row`; returns (code, spec index the code concerns, the values
@@ -187,7 +188,7 @@ def _record(data, start, end, names, name_starts, kinds, sizes, columns, out_int
     return _OK, -1, 0
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled.njit(nogil=True)
 def _parse_batch(data, starts, ends, rows, names, name_starts, kinds, sizes, columns, out_int,
                  out_float):
     """Every record `data[starts[i]:ends[i]]` into row `rows[i]`; (record, code, spec index,

@@ -15,10 +15,10 @@ left to the Python tokenizer, which handles every Unicode rule (accents, CJK, Un
 punctuation), and its ids are put back in place. The tests hold the ids equal to
 `FullTokenizer.tokenize_lines_to_ids` and to the original's `tokenize` on every shared line.
 """
-import numba
 import numpy as np
 
 from bert_tf2.data_gen.tokenization import LINE_END_ID, join_lines, split_at_line_ends
+from bert_tf2.process import compiled
 
 _EMPTY = -1
 _FNV_BASIS, _FNV_PRIME, _HASH_MASK = 2166136261, 16777619, 0xFFFFFFFF  # 32-bit FNV-1a
@@ -86,7 +86,7 @@ def _vocabulary_table(vocab) -> tuple:
     return table, hashes, blob, starts
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _fill_table(table, hashes, blob, starts, ids):
     mask = len(table) - 1
     for index in ids:
@@ -100,13 +100,13 @@ def _fill_table(table, hashes, blob, starts, ids):
         table[slot] = index
 
 
-@numba.njit(cache=True, inline="always")
+@compiled.njit(inline="always")
 def _is_punctuation(byte) -> bool:
     """ASCII 33-47, 58-64, 91-96, 123-126: the original's `_is_punctuation` on ASCII."""
     return (33 <= byte <= 47) or (58 <= byte <= 64) or (91 <= byte <= 96) or (123 <= byte <= 126)
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _lookup(table, hashes, blob, starts, h, word, start, end, continuation):
     """The id of `("##" if continuation else "") + word[start:end]`, or -1."""
     mask = len(table) - 1
@@ -131,7 +131,7 @@ def _lookup(table, hashes, blob, starts, h, word, start, end, continuation):
     return -1
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _wordpiece(word, length, out, n, scratch, table, hashes, blob, starts, unk_id, max_chars,
                longest):
     """Appends the WordPiece ids of `word[:length]` to `out` from `n`; returns the new `n`.
@@ -172,7 +172,7 @@ def _wordpiece(word, length, out, n, scratch, table, hashes, blob, starts, unk_i
     return n
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _ascii_ids(data, lower, table, hashes, blob, starts, unk_id, max_chars, longest):
     """`(ids, others)`: the ids of UTF-8 `data`, with `LINE_END_ID` at each NUL and, for the
     k-th chunk holding a byte above 0x7f, `-2 - k` in its place; `others[k]` is that chunk's
@@ -237,7 +237,7 @@ def _ascii_ids(data, lower, table, hashes, blob, starts, unk_id, max_chars, long
     return out[:n].copy(), others[:n_others].copy()
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _fill(ids, filled, offsets):
     """`ids` with each placeholder `-2 - k` replaced by `filled[offsets[k]:offsets[k + 1]]`."""
     size = 0

@@ -7,24 +7,24 @@ TensorFlow's `crc32c::Mask`. Framing here lets the pretraining-data workers hand
 shards' worth of finished bytes, and lets the writer run without importing TensorFlow for local
 files; `tests/test_tfrecord_frames.py` holds the bytes equal to TensorFlow's writer's.
 """
-import numba
 import numpy as np
 
 from bert_tf2.modeling.crc32c import crc32c, masked_crc32c  # noqa: F401
 from bert_tf2.modeling.crc32c import table as crc32c_table
+from bert_tf2.process import compiled
 
 HEADER_BYTES, FOOTER_BYTES = 12, 4
 _TABLE = crc32c_table()
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def put_uint(buffer, at, value, size) -> None:
     """`value` as `size` little-endian bytes at `buffer[at:]`."""
     for k in range(size):
         buffer[at + k] = (value >> (8 * k)) & 0xFF
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def frame(buffer, start, length, table) -> None:
     """Fill the header and footer around the record already at `buffer[start + 12:][:length]`."""
     put_uint(buffer, start, length, 8)
@@ -72,7 +72,7 @@ def read_frames(path: str):
             offset += HEADER_BYTES + length + FOOTER_BYTES
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled.njit(nogil=True)
 def get_uint(buffer, at, size) -> int:
     """The `size` little-endian bytes at `buffer[at:]` as an integer (`put_uint`'s inverse)."""
     value = 0
@@ -81,7 +81,7 @@ def get_uint(buffer, at, size) -> int:
     return value
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled.njit(nogil=True)
 def _frame_count(data) -> int:
     """How many frames the headers of `data` chain together (unchecked; a short tail ends it)."""
     at, count = 0, 0
@@ -94,7 +94,7 @@ def _frame_count(data) -> int:
     return count
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled.njit(nogil=True)
 def _frame_bounds(data, table, starts, ends):
     """Fills `starts`/`ends` with where each record's bytes lie, checking every length and CRC;
     returns (frames read, byte offset of the first broken frame or -1, its record length or -1

@@ -5,8 +5,9 @@ Masking is `((crc >> 15) | (crc << 17)) + 0xa282ead8` (mod 2**32), as in TensorF
 `crc32c::Mask`. Slicing-by-8 tables, so that a checkpoint's hundreds of MB are summed at memory
 speed.
 """
-import numba
 import numpy as np
+
+from bert_tf2.process import compiled
 
 _POLYNOMIAL = 0x82F63B78  # CRC-32C (Castagnoli), reflected
 _MASK_DELTA = 0xA282EAD8
@@ -30,7 +31,7 @@ def _table() -> np.ndarray:
 _TABLE = _table()
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def crc32c(data, start, end, table) -> int:
     """CRC-32C of `data[start:end]` (a uint8 array)."""
     crc = 0xFFFFFFFF
@@ -49,7 +50,7 @@ def crc32c(data, start, end, table) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def masked_crc32c(data, start, end, table) -> int:
     crc = crc32c(data, start, end, table)
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF

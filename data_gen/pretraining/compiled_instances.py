@@ -15,11 +15,11 @@ of sentences is one too, so segments A and B are `(start, end)` pairs, not lists
 import random
 from typing import NamedTuple
 
-import numba
 import numpy as np
 
 from bert_tf2.data_gen.pretraining import mersenne
 from bert_tf2.data_gen.pretraining.mersenne import randbelow, randint, random_float, shuffle
+from bert_tf2.process import compiled
 
 MAX_RANDOM_DOCUMENT_DRAWS = 10
 KIND_MASK, KIND_RANDOM, KIND_UNCHANGED = 0, 1, 2  # what a chosen token became
@@ -130,7 +130,7 @@ def create_pool_instances(pool: TokenizedPool, settings, vocabulary: VocabularyI
 
 
 # ------------------------------------------------------------------ compiled
-@numba.njit(cache=True)
+@compiled.njit()
 def python_round(value: float) -> int:
     """Python 3's `round(value)`: halves go to the even neighbour."""
     rounded = np.floor(value)
@@ -140,14 +140,14 @@ def python_round(value: float) -> int:
     return int(rounded)
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _grow(array, rows):
     bigger = np.zeros((rows,) + array.shape[1:], dtype=array.dtype)
     bigger[:array.shape[0]] = array
     return bigger
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _pool_instances(token_ids, sentence_starts, document_starts, state, draws, max_seq_length,
                     max_predictions, masked_lm_prob, short_seq_prob, dupe_factor, whole_word,
                     no_nsp, cls_id, sep_id, mask_id, random_word_ids, is_continuation,
@@ -282,7 +282,7 @@ def _pool_instances(token_ids, sentence_starts, document_starts, state, draws, m
             positions[final], labels[final], kinds[final], counts[final])
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _mask(row, length, first_sep, masked_lm_prob, max_predictions, whole_word, mask_id,
           random_word_ids, is_continuation, state, candidates, group_starts, group_order,
           chosen, chosen_kinds, out_positions, out_labels, out_kinds):

@@ -9,12 +9,12 @@ one buffer; the writer then copies slices of it to the shards. The tests hold th
 """
 from typing import Iterator, NamedTuple
 
-import numba
 import numpy as np
 
 from bert_tf2.data_gen import tfrecord_frames
 from bert_tf2.data_gen.pretraining import schema
 from bert_tf2.data_gen.tfrecord_frames import FOOTER_BYTES, HEADER_BYTES, frame
+from bert_tf2.process import compiled
 
 # Sorted key order; ids say which feature each is in the compiled code.
 _INPUT_IDS, _INPUT_MASK, _MASKED_IDS, _MASKED_POSITIONS, _WEIGHTS, _NSP, _SEGMENT_IDS = range(7)
@@ -64,7 +64,7 @@ def framed_records(instances) -> FramedRecords:
 
 
 # ------------------------------------------------------------------ compiled
-@numba.njit(cache=True)
+@compiled.njit()
 def _varint_size(value) -> int:
     size = 1
     while value > 0x7F:
@@ -73,7 +73,7 @@ def _varint_size(value) -> int:
     return size
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _put_varint(buffer, at, value) -> int:
     while value > 0x7F:
         buffer[at] = (value & 0x7F) | 0x80
@@ -83,7 +83,7 @@ def _put_varint(buffer, at, value) -> int:
     return at + 1
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _packed_size(feature, ids, lengths, first_lengths, random_next, positions, labels, counts,
                  n) -> int:
     seq, predictions = ids.shape[1], positions.shape[1]
@@ -104,7 +104,7 @@ def _packed_size(feature, ids, lengths, first_lengths, random_next, positions, l
     return size
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _entry_sizes(feature, packed, key_starts):
     """(value list, feature, map entry payload) sizes of one feature with `packed` bytes."""
     value_list = 1 + _varint_size(packed) + packed
@@ -114,7 +114,7 @@ def _entry_sizes(feature, packed, key_starts):
     return value_list, feature_size, entry
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _features_size(n, ids, lengths, first_lengths, random_next, positions, labels, counts,
                    key_starts) -> int:
     total = 0
@@ -126,7 +126,7 @@ def _features_size(n, ids, lengths, first_lengths, random_next, positions, label
     return total
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _record_sizes(ids, lengths, first_lengths, random_next, positions, labels, counts,
                   key_bytes, key_starts, float_feature):
     sizes = np.zeros(len(lengths), dtype=np.int64)
@@ -137,7 +137,7 @@ def _record_sizes(ids, lengths, first_lengths, random_next, positions, labels, c
     return sizes
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _write_records(buffer, offsets, sizes, table, ids, lengths, first_lengths, random_next,
                    positions, labels, counts, key_bytes, key_starts, float_feature):
     for n in range(len(lengths)):

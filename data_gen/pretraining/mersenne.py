@@ -17,8 +17,9 @@ The draws are CPython 3's (Modules/_randommodule.c and Lib/random.py):
 """
 import random
 
-import numba
 import numpy as np
+
+from bert_tf2.process import compiled
 
 N, M = 624, 397
 STATE_WORDS = N + 1  # the 624 words, then the position of the next one to temper
@@ -40,7 +41,7 @@ def restore(rng: random.Random, state: np.ndarray) -> None:
     rng.setstate((3, tuple(int(word) for word in state), None))
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _twist(state):
     for kk in range(N - M):
         y = (state[kk] & _UPPER) | (state[kk + 1] & _LOWER)
@@ -53,7 +54,7 @@ def _twist(state):
     state[N] = 0
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def next_word(state) -> int:
     """The next tempered 32-bit output (`genrand_uint32`)."""
     if state[N] >= N:
@@ -67,7 +68,7 @@ def next_word(state) -> int:
     return y & _MASK32
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def random_float(state) -> float:
     """`random.random()`."""
     a = next_word(state) >> 5
@@ -75,7 +76,7 @@ def random_float(state) -> float:
     return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0)
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def randbelow(state, n: int) -> int:
     """`random._randbelow(n)` for 1 <= n < 2**32 (one 32-bit output per try)."""
     k = 0  # n.bit_length(), by halving
@@ -89,13 +90,13 @@ def randbelow(state, n: int) -> int:
     return r
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def randint(state, a: int, b: int) -> int:
     """`random.randint(a, b)`."""
     return a + randbelow(state, b - a + 1)
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def shuffle(state, values) -> None:
     """`random.shuffle(values)` in place."""
     for i in range(len(values) - 1, 0, -1):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import numba
 import numpy as np
 
 from bert_tf2.data_gen import tfrecord_frames
@@ -35,6 +34,7 @@ from bert_tf2.data_gen.errors import DataError
 from bert_tf2.data_gen.numpy_datasets import Batches
 from bert_tf2.data_gen.pretraining import schema
 from bert_tf2.data_gen.pretraining.schema import SHUFFLE_BUFFER_RECORDS
+from bert_tf2.process import compiled
 
 _BLOCK = 8192  # records whose order is worked out at a time
 
@@ -118,7 +118,7 @@ def _interleaved(order: list, cycle: int, files: _Files, first_number: int) -> I
             yield np.array(numbers, np.int64), np.array(records, np.int64)
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled.njit(nogil=True)
 def _through_buffer(incoming, buffer, filled, slots, out):
     """The shuffle buffer: each incoming record fills the buffer until it is full, then takes the
     place of the record at `slots[k]` (drawn beforehand), which goes out. Returns how many went
@@ -176,7 +176,7 @@ def _batches_of_refs(blocks: Iterator[np.ndarray], batch_size: int) -> Iterator[
             yield batch
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled.njit(nogil=True)
 def _masked_rows(ids, input_mask, positions, lm_ids, weights, scores, roll, random_ids, mask_id,
                  cls_id, sep_id, masked_lm_prob, out_positions, out_lm_ids, out_weights):
     """`mask_batch`'s rule, row by row, in place on `ids` (a copy of the batch's input ids)."""

@@ -18,12 +18,12 @@ from __future__ import annotations
 import os
 import struct
 
-import numba
 import numpy as np
 
 from bert_tf2.data_gen import tfrecord_frames
 from bert_tf2.data_gen.errors import DataError
 from bert_tf2.data_gen.pretraining import schema
+from bert_tf2.process import compiled
 
 _REMAKE = "make it again with create_pretraining_data"
 
@@ -75,7 +75,7 @@ def record_lengths(path: str, record: bytes) -> dict:
     return {name: len(values) for name, values in example.items()}
 
 
-@numba.njit(cache=True)
+@compiled.njit()
 def _walk(data) -> tuple:
     """(offset where the framing stops, records before it, whether it ends at the file's end),
     from the records' lengths alone."""
