@@ -43,7 +43,7 @@ from bert_tf2.model_server import protocol
 from bert_tf2.model_server.batching import DynamicBatcher, NotServing, Overloaded
 from bert_tf2.model_server.drain import Drain
 from bert_tf2.model_server.settings import ServerSettings
-from bert_tf2.process.errors import SettingsError
+from bert_tf2.process.errors import SettingsError, UserError, message_of
 
 logger = logging.getLogger(__name__)
 
@@ -425,6 +425,10 @@ class _TooLarge(Exception):
     pass
 
 
+class WarmUpError(UserError):
+    """The model answered no warm-up request: a server that would never be ready exits."""
+
+
 def serve(settings: ServerSettings, runtime=None) -> None:
     """Listen, load, warm up, serve until SIGTERM or Ctrl-C, drain, return. `runtime`: what
     answers (default: the export's, as `tasks.runtimes.load_runtime` loads it), anything with
@@ -456,6 +460,8 @@ def serve(settings: ServerSettings, runtime=None) -> None:
 
         grpc_server = make_grpc_server(model, settings)
 
+    warm_up_failed = []
+
     def warm_up():
         start = time.perf_counter()
         try:
@@ -464,8 +470,9 @@ def serve(settings: ServerSettings, runtime=None) -> None:
                    for name in model.inputs}
             model.example_outputs = {name: value[0] for name, value in
                                      predict_rows(runtime, [row]).items()}
-        except Exception:  # noqa: BLE001 - logged; the server stays unready
-            logger.exception("warm-up failed; the model stays unready")
+        except Exception as error:  # noqa: BLE001 - the server stops and says why, in one line
+            warm_up_failed.append(error)
+            server.should_exit = True
             return
         batcher.start_accepting()
         model.ready = True
@@ -507,6 +514,10 @@ def serve(settings: ServerSettings, runtime=None) -> None:
             signal.signal(sig, handler)
     drained = batcher.stop(settings.drain_seconds)
     logger.info("stopped%s", "" if drained else " (rows still running at the drain timeout)")
+    if warm_up_failed:
+        raise WarmUpError(f"{settings.export_dir}: the model failed its warm-up, so the server "
+                          f"never got ready ({message_of(warm_up_failed[0])}); BERT_TRACEBACK=1 "
+                          f"shows where it failed") from warm_up_failed[0]
 
 
 def export_description(export_dir: str) -> dict:

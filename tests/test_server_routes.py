@@ -174,3 +174,41 @@ def test_the_open_inference_protocol_over_rest(classifier):
     assert call(classifier, "POST", "/v2/models/m/infer", {"inputs": [
         {"name": "text_a", "shape": [1], "datatype": "FP32", "data": [1.0]}]}) == (400, {
             "error": "input text_a: datatype \"FP32\"; texts are BYTES"})
+
+
+class _FailsItsWarmUp(Classifier):
+    name = "float32"
+
+    def warm_up(self, batches):
+        raise RuntimeError("cannot cache function '_fill_table': no locator available for file "
+                           "'.../compiled_wordpiece.py'")
+
+
+def test_a_model_that_fails_its_warm_up_stops_the_server_in_one_line(tmp_path):
+    """A server that could never get ready exits (it stayed up, unready, forever), with one line
+    naming the export and the error (and the error behind it for BERT_TRACEBACK)."""
+    from bert_tf2.model_server.app import WarmUpError, serve
+    from bert_tf2.model_server.settings import ServerSettings
+    from bert_tf2.process.errors import user_error_status
+
+    settings = ServerSettings(export_dir=str(tmp_path), model_name="m", host="127.0.0.1", port=0,
+                              drain_grace_s=0.0, drain_seconds=1.0)
+    import signal
+
+    def hung(*_):
+        raise AssertionError("the server is still up 30 s after its warm-up failed")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    try:
+        with pytest.raises(WarmUpError) as refused:
+            serve(settings, runtime=_FailsItsWarmUp())
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert str(refused.value) == (
+        f"{tmp_path}: the model failed its warm-up, so the server never got ready (cannot cache "
+        f"function '_fill_table': no locator available for file '.../compiled_wordpiece.py'); "
+        f"BERT_TRACEBACK=1 shows where it failed")
+    assert user_error_status(refused.value) == 1
+    assert isinstance(refused.value.__cause__, RuntimeError)
