@@ -72,7 +72,7 @@ def read_records(path, spec: dict) -> dict:
                 raise DataError(f"{name}: remote files are read through TensorFlow; copy it to "
                                 f"a local folder to read it without TensorFlow")
             try:
-                data = tfrecord_frames.mapped(name)
+                data = tfrecord_frames.read_whole(name)
                 starts, ends = tfrecord_frames.frame_bounds(data, name)
                 batches.append(FixedSpec(spec).parse(data, starts, ends, where=f"{name}: ")
                                if len(starts) else None)

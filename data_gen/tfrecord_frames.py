@@ -7,6 +7,8 @@ TensorFlow's `crc32c::Mask`. Framing here lets the pretraining-data workers hand
 shards' worth of finished bytes, and lets the writer run without importing TensorFlow for local
 files; `tests/test_tfrecord_frames.py` holds the bytes equal to TensorFlow's writer's.
 """
+import os
+
 import numpy as np
 
 from bert_tf2.modeling.crc32c import crc32c, masked_crc32c  # noqa: F401
@@ -130,11 +132,124 @@ def frame_bounds(data: np.ndarray, where: str = "") -> tuple:
     return starts, ends
 
 
-def mapped(path: str) -> np.ndarray:
-    """The bytes of a local file as a read-only uint8 array, mapped rather than read (an empty
-    file: an empty array)."""
+def read_whole(path: str) -> np.ndarray:
+    """The bytes of a local file as a uint8 array. Read, never memory-mapped: a mapped file that
+    shrinks under its reader (rewritten in place, as `cp` does) kills the reader with SIGBUS."""
+    return np.fromfile(path, dtype=np.uint8)
+
+
+CHUNK_BYTES = 16 << 20  # what `file_frame_bounds` reads at a time
+RUN_GAP_BYTES = 64 << 10  # `RecordFile.read` reads the bytes between two records this close
+
+
+def file_frame_bounds(file, where: str, size: int, chunk_bytes: int = CHUNK_BYTES) -> tuple:
+    """`frame_bounds` of the open local file `file` (`size` bytes), read a chunk at a time: the
+    same starts and ends, the same ValueError for a damaged or truncated frame, without the whole
+    file in memory."""
     import os
 
-    if os.path.getsize(path) == 0:
-        return np.zeros(0, np.uint8)
-    return np.asarray(np.memmap(path, dtype=np.uint8, mode="r"))
+    fd, offset = file.fileno(), 0  # the file offset of buffer[0]
+    buffer = np.empty(max(1, min(chunk_bytes, size)), np.uint8)
+    all_starts, all_ends = [], []
+    while offset < size:
+        want = min(len(buffer), size - offset)
+        got = os.preadv(fd, [memoryview(buffer)[:want]], offset)
+        data = buffer[:got]
+        starts, ends = np.empty(_frame_count(data), np.int64), np.empty(_frame_count(data),
+                                                                       np.int64)
+        done, broken, length = _frame_bounds(data, _TABLE, starts, ends)
+        all_starts.append(starts[:done] + offset)
+        all_ends.append(ends[:done] + offset)
+        if broken < 0:
+            offset += got
+            continue
+        needed = HEADER_BYTES + (length + FOOTER_BYTES if length >= 0 else 0)
+        cut_by_the_chunk = (got == want and offset + got < size and broken + needed > got
+                            and offset + broken + needed <= size)
+        if not cut_by_the_chunk:
+            what = "a record header" if length < 0 else f"a record of {length} bytes"
+            raise ValueError(f"{where}: truncated or damaged at byte {offset + broken} ({what})")
+        if broken == 0:  # one frame longer than the buffer
+            buffer = np.empty(max(2 * len(buffer), needed), np.uint8)
+        offset += broken
+    if not all_starts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(all_starts), np.concatenate(all_ends)
+
+
+@compiled.njit(nogil=True)
+def _runs(starts, ends, chosen, gap):
+    """The chosen records' bytes as runs of the file to read (records at most `gap` bytes apart
+    share one), and where each record lands in the runs read one after another: (run starts,
+    run ends, bytes in all, each chosen record's start and end there)."""
+    n = len(chosen)
+    order = np.argsort(starts[chosen])
+    run_lo, run_hi = np.empty(n, np.int64), np.empty(n, np.int64)
+    new_starts, new_ends = np.empty(n, np.int64), np.empty(n, np.int64)
+    runs, placed, i = 0, 0, 0
+    while i < n:
+        lo, hi = starts[chosen[order[i]]], ends[chosen[order[i]]]
+        j = i + 1
+        while j < n and starts[chosen[order[j]]] - hi <= gap:
+            hi = max(hi, ends[chosen[order[j]]])
+            j += 1
+        for k in range(i, j):
+            row = order[k]
+            new_starts[row] = starts[chosen[row]] - lo + placed
+            new_ends[row] = ends[chosen[row]] - lo + placed
+        run_lo[runs], run_hi[runs] = lo, hi
+        placed += hi - lo
+        runs += 1
+        i = j
+    return run_lo[:runs], run_hi[:runs], placed, new_starts, new_ends
+
+
+class FileChanged(ValueError):
+    """A record file changed (was rewritten, grew or shrank) while it was being read."""
+
+
+class RecordFile:
+    """A local TFRecord file held open while its records are read: its frames found and checked
+    once (`file_frame_bounds`), then the records asked for read from the file (`read`), never
+    mapped. A file rewritten in place meanwhile (its size or modification time no longer what it
+    was when opened) is a `FileChanged` naming it, where a mapping would have faulted the reader;
+    a file replaced by a rename is read as it was, from the handle held."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.file = open(path, "rb", buffering=0)  # noqa: SIM115 - held while records are read
+        try:
+            self._identity = self._stat()
+            self.starts, self.ends = file_frame_bounds(self.file, path, self._identity[0])
+        except BaseException:
+            self.file.close()
+            raise
+
+    def _stat(self) -> tuple:
+        stat = os.fstat(self.file.fileno())
+        return stat.st_size, stat.st_mtime_ns
+
+    def read(self, chosen: np.ndarray) -> tuple:
+        """`(data, starts, ends)`: the records `chosen` (record numbers) in `data`, the i-th at
+        `data[starts[i]:ends[i]]`."""
+        run_lo, run_hi, total, starts, ends = _runs(self.starts, self.ends,
+                                                    np.asarray(chosen, np.int64), RUN_GAP_BYTES)
+        data = np.empty(total, np.uint8)
+        view, at = memoryview(data), 0
+        for lo, hi in zip(run_lo.tolist(), run_hi.tolist()):
+            got = os.preadv(self.file.fileno(), [view[at:at + hi - lo]], lo)
+            if got != hi - lo:
+                self._changed()
+            at += hi - lo
+        if self._stat() != self._identity:
+            self._changed()
+        return data, starts, ends
+
+    def _changed(self):
+        size, _ = self._identity
+        now, _ = self._stat()
+        raise FileChanged(f"{self.path}: the file changed while it was being read (it had "
+                          f"{size} bytes, now {now}): records were rewritten in place")
+
+    def close(self) -> None:
+        self.file.close()

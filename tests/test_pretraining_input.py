@@ -186,11 +186,11 @@ def test_dynamic_masking_follows_the_rule_row_for_row(files):
 
 def test_frame_bounds_find_what_tensorflow_reads_and_name_damage(files, tmp_path):
     for path in files:
-        data = tfrecord_frames.mapped(path)
+        data = tfrecord_frames.read_whole(path)
         starts, ends = tfrecord_frames.frame_bounds(data, path)
         theirs = [r.numpy() for r in tf.data.TFRecordDataset(path)]
         assert [bytes(data[a:b]) for a, b in zip(starts, ends)] == theirs
-    whole = tfrecord_frames.mapped(files[0])
+    whole = tfrecord_frames.read_whole(files[0])
     for cut, words in ((whole[:-3], r"truncated or damaged at byte \d+ \(a record of \d+ bytes\)"),
                        (whole[:-len(whole) // 3 * 2 + 5], r"truncated or damaged at byte \d+"),
                        (np.concatenate([whole[:100], whole[100:101] ^ 1, whole[101:]]),
@@ -200,7 +200,7 @@ def test_frame_bounds_find_what_tensorflow_reads_and_name_damage(files, tmp_path
         with pytest.raises(ValueError, match=words):
             list(tfrecord_frames.read_frames(str(path)))
         with pytest.raises(ValueError, match="damaged.tfrecord: " + words):
-            tfrecord_frames.frame_bounds(tfrecord_frames.mapped(str(path)), str(path))
+            tfrecord_frames.frame_bounds(tfrecord_frames.read_whole(str(path)), str(path))
         with pytest.raises(DataError, match="damaged.tfrecord: truncated or damaged"):
             next(iter(numpy_dataset.pretraining_batches([str(path)], 4, LENGTH, PREDICTIONS,
                                                         True)))
@@ -259,3 +259,68 @@ def test_a_file_of_two_lengths_names_the_first_record_of_the_other_on_both_reade
         for _ in task.dataset(4, False, 0, None):
             pass
     assert str(tf_reader.value) == str(jax_reader.value)
+
+
+@pytest.mark.parametrize("chunk_bytes", [64, 1000, 1 << 20])
+def test_files_read_a_chunk_at_a_time_give_the_frames_of_the_whole_file(files, tmp_path,
+                                                                        chunk_bytes):
+    """The frames of a file read in chunks (frames cut by a chunk's end, and frames longer than a
+    chunk) are those of the whole file; a truncated or damaged file is named alike."""
+    from bert_tf2.data_gen.pretraining.record_files import walk_frames
+
+    for path in files:
+        whole = tfrecord_frames.read_whole(path)
+        expected = tfrecord_frames.frame_bounds(whole, path)
+        with open(path, "rb") as f:
+            found = tfrecord_frames.file_frame_bounds(f, path, len(whole), chunk_bytes)
+        np.testing.assert_array_equal(found[0], expected[0])
+        np.testing.assert_array_equal(found[1], expected[1])
+        assert walk_frames(path, chunk_bytes) is None
+    whole = tfrecord_frames.read_whole(files[1])
+    for cut in (whole[:-3], whole[:len(whole) // 2 + 7], whole[:5],
+                np.concatenate([whole[:100], whole[100:101] ^ 1, whole[101:]])):
+        path = tmp_path / "damaged.tfrecord"
+        path.write_bytes(cut.tobytes())
+        with pytest.raises(ValueError) as in_memory:
+            tfrecord_frames.frame_bounds(cut, str(path))
+        with pytest.raises(ValueError) as in_chunks, open(path, "rb") as f:
+            tfrecord_frames.file_frame_bounds(f, str(path), len(cut), chunk_bytes)
+        assert str(in_chunks.value) == str(in_memory.value)
+        assert walk_frames(str(path), chunk_bytes) == walk_frames(str(path), 1 << 30)
+
+
+def test_a_record_file_reads_any_records_asked_for(files):
+    rng = np.random.default_rng(3)
+    records = tfrecord_frames.RecordFile(files[1])
+    theirs = [r.numpy() for r in tf.data.TFRecordDataset(files[1])]
+    for chosen in (np.arange(130), rng.integers(0, 130, 40), np.array([129, 0, 0, 64])):
+        data, starts, ends = records.read(chosen)
+        assert [data[a:b].tobytes() for a, b in zip(starts, ends)] == [theirs[i] for i in chosen]
+    records.close()
+
+
+@pytest.mark.parametrize("how", ["truncated", "rewritten"])
+def test_a_file_rewritten_under_a_run_is_one_line_not_a_crash(files, tmp_path, how):
+    """`cp other.tfrecord rec.tfrecord` while a JAX run reads rec.tfrecord: the run stops with a
+    DataError naming the file (a memory-mapped file that shrank killed it with SIGBUS)."""
+    import os
+    import shutil
+
+    path = tmp_path / "rec.tfrecord"
+    shutil.copy(files[1], path)
+    batches = iter(numpy_dataset.pretraining_batches([str(path)], 4, LENGTH, PREDICTIONS, False)
+                   .with_workers(0))
+    next(batches)
+    if how == "truncated":  # cp's first step: the file cut to nothing, in place
+        open(path, "wb").close()
+    else:  # the same size, other bytes
+        with open(path, "r+b") as f:
+            f.write(b"\0" * 16)
+        os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10**9))
+    with pytest.raises(DataError) as changed:
+        for _ in batches:
+            pass
+    assert str(changed.value).startswith(
+        f"{path}: the file changed while it was being read (it had "
+        f"{os.path.getsize(files[1])} bytes, now {os.path.getsize(path)}): records were "
+        f"rewritten in place; do not rewrite the records of a running training")

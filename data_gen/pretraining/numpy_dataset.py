@@ -13,14 +13,16 @@ The twin of `dataset.pretraining_dataset` and `dynamic_masking`, rule for rule:
   run sees the same masks.
 The draws are NumPy's, not tf.data's: the same rules, another order (docs/backends.md).
 
-At tf.data's pace: a file is memory-mapped and its frames found and checked once
-(`tfrecord_frames.frame_bounds`) when the stream reaches it; the order above is worked out on
+At tf.data's pace: a file is opened and its frames found and checked once
+(`tfrecord_frames.RecordFile`) when the stream reaches it; the order above is worked out on
 record references (file and record numbers, whole rounds of the interleave at once, the shuffle
 buffer compiled), so no bytes are touched to decide it and a resumed run skips the batches it had
-used by references alone; each batch's records are then parsed straight from the mapped files
-into the batch's arrays (`compiled_examples`) and masked (compiled), by the worker threads of
-`numpy_datasets.Batches`, ahead of the step. A damaged file is a `DataError` naming it and the
-byte where its framing breaks.
+used by references alone; each batch's records are then read from their files (a read per run of
+nearby records) and parsed into the batch's arrays (`compiled_examples`) and masked (compiled),
+by the worker threads of `numpy_datasets.Batches`, ahead of the step. Files are read, never
+memory-mapped: a mapped file rewritten in place under a run kills it with SIGBUS, where a read
+file is a `DataError` naming it. A damaged file is a `DataError` naming it and the byte where its
+framing breaks; a record of other lengths, naming the record.
 """
 from __future__ import annotations
 
@@ -40,36 +42,35 @@ _BLOCK = 8192  # records whose order is worked out at a time
 
 
 class _Files:
-    """The record files of a stream, mapped and indexed when the stream reaches them and let go
+    """The record files of a stream, opened and indexed when the stream reaches them and let go
     when every record of theirs has been taken: a file is known by its number in the stream."""
 
     def __init__(self):
-        self.opened = {}  # stream number -> [path, data, starts, ends, records not yet taken]
+        self.opened = {}  # stream number -> [RecordFile, records not yet taken]
 
     def open(self, number: int, path: str) -> int:
-        """Maps `path` as file `number`; returns its record count."""
+        """Opens `path` as file `number`; returns its record count."""
         try:
-            data = tfrecord_frames.mapped(path)
-            starts, ends = tfrecord_frames.frame_bounds(data, path)
+            records = tfrecord_frames.RecordFile(path)
         except ValueError as e:
             raise DataError(f"{e}; make the file again with create_pretraining_data and rerun "
                             f"(training resumes from the last checkpoint)") from None
         except OSError as e:
             raise DataError(f"{path}: cannot read it ({e.strerror or e})") from None
-        if len(starts):
-            self.opened[number] = [path, data, starts, ends, len(starts)]
-        return len(starts)
+        if len(records.starts):
+            self.opened[number] = [records, len(records.starts)]
+        else:
+            records.close()
+        return len(records.starts)
 
     def take(self, refs: np.ndarray) -> list:
-        """The records `refs` (`file number << 32 | record number`) as `FixedSpec.parse_pieces`
-        pieces, one per file they come from (the pieces hold the files' bytes)."""
+        """The records `refs` (`file number << 32 | record number`), one piece per file they
+        come from, for `_read`: (file, record numbers, rows of the batch)."""
         numbers, records = refs >> 32, refs & 0xFFFFFFFF
         pieces = []
         for number in np.unique(numbers).tolist():
             rows = np.flatnonzero(numbers == number)
-            path, data, starts, ends, _ = self.opened[number]
-            chosen = records[rows]
-            pieces.append((data, starts[chosen], ends[chosen], rows, f"{path}: ", chosen))
+            pieces.append((self.opened[number][0], records[rows], rows))
         self.drop(refs)
         return pieces
 
@@ -78,8 +79,8 @@ class _Files:
         numbers, counts = np.unique(refs >> 32, return_counts=True)
         for number, count in zip(numbers.tolist(), counts.tolist()):
             entry = self.opened[number]
-            entry[4] -= count
-            if entry[4] <= 0:
+            entry[1] -= count
+            if entry[1] <= 0:  # closed when the last batch reading it lets it go
                 del self.opened[number]
 
 
@@ -276,7 +277,7 @@ def pretraining_batches(input_files, batch_size: int, max_seq_length: int,
     def make(item):
         number, pieces = item
         try:
-            batch = spec.parse_pieces(pieces, batch_size, int_dtype=np.int32)
+            batch = spec.parse_pieces(_read(pieces), batch_size, int_dtype=np.int32)
         except ValueError as error:  # a record of other lengths (files of two runs concatenated)
             raise DataError(f"{error}; make the file again with create_pretraining_data and "
                             f"rerun (training resumes from the last checkpoint)") from None
@@ -285,6 +286,20 @@ def pretraining_batches(input_files, batch_size: int, max_seq_length: int,
         return batch
 
     return Batches(stream, make)
+
+
+def _read(pieces: list) -> list:
+    """`_Files.take`'s pieces read from their files, as `FixedSpec.parse_pieces` takes them."""
+    read = []
+    for records, chosen, rows in pieces:
+        try:
+            data, starts, ends = records.read(chosen)
+        except tfrecord_frames.FileChanged as e:
+            raise DataError(f"{e}; do not rewrite the records of a running training (make new "
+                            f"ones under another name); the same command resumes from the "
+                            f"last checkpoint") from None
+        read.append((data, starts, ends, rows, f"{records.path}: ", chosen))
+    return read
 
 
 def _dealt(blocks: Iterator[np.ndarray], pipelines: int, pipeline: int,

@@ -91,16 +91,40 @@ def _walk(data) -> tuple:
     return offset, count, offset == size
 
 
-def walk_frames(path: str) -> str | None:
-    """None when `path` is whole TFRecord frames to its last byte, else where it breaks."""
+def walk_frames(path: str, chunk_bytes: int = tfrecord_frames.CHUNK_BYTES) -> str | None:
+    """None when `path` is whole TFRecord frames to its last byte, else where it breaks. Read a
+    chunk at a time, never mapped (a mapped file that shrinks faults its reader)."""
     size = os.path.getsize(path)
     if size == 0:
         return None
-    offset, count, whole = _walk(np.memmap(path, dtype=np.uint8, mode="r"))
-    if whole:
-        return None
-    return (f"{path}: truncated or damaged at byte {offset} (after {count} whole records, in a "
-            f"file of {size} bytes)")
+    offset, count = 0, 0  # the file offset of buffer[0]; whole records before it
+    buffer = np.empty(min(chunk_bytes, size), np.uint8)
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            got = os.preadv(f.fileno(), [memoryview(buffer)[:min(len(buffer), size - offset)]],
+                            offset)
+            at, walked, whole = _walk(buffer[:got])
+            count += walked
+            if whole and offset + got == size:
+                return None
+            if whole:  # the chunk ended between two frames
+                offset += got
+                continue
+            # The frame at `at` does not fit in the chunk: the next chunk starts there, unless
+            # it does not fit in the file either.
+            if at + 12 > got:  # its header is cut by the chunk's end, or by the file's
+                if offset + got == size:
+                    break
+                length = 0
+            else:
+                length = int.from_bytes(buffer[at:at + 8].tobytes(), "little", signed=True)
+                if length < 0 or offset + at + 16 + length > size:
+                    break
+            if at == 0:  # one frame longer than the buffer
+                buffer = np.empty(max(2 * len(buffer), 16 + length), np.uint8)
+            offset += at
+    return (f"{path}: truncated or damaged at byte {offset + at} (after {count} whole records, "
+            f"in a file of {size} bytes)")
 
 
 def check_record_files(files: list, max_seq_length: int, max_predictions_per_seq: int) -> None:
@@ -160,14 +184,16 @@ def find_unparsable_record(files: list, max_seq_length: int, max_predictions_per
     for path in files:
         if "://" in path:
             continue
-        data = tfrecord_frames.mapped(path)
-        starts, ends = tfrecord_frames.frame_bounds(data, path)
-        for first in range(0, len(starts), chunk):
-            part = slice(first, first + chunk)
-            count = len(starts[part])
-            try:
-                spec.parse_pieces([(data, starts[part], ends[part], None, f"{path}: ",
-                                    np.arange(first, first + count))], count)
-            except ValueError as error:
-                return str(error)
+        records = tfrecord_frames.RecordFile(path)
+        try:
+            for first in range(0, len(records.starts), chunk):
+                numbers = np.arange(first, min(first + chunk, len(records.starts)))
+                data, starts, ends = records.read(numbers)
+                try:
+                    spec.parse_pieces([(data, starts, ends, None, f"{path}: ", numbers)],
+                                      len(numbers))
+                except ValueError as error:
+                    return str(error)
+        finally:
+            records.close()
     return None
