@@ -236,8 +236,8 @@ class FixedSpec:
         """One batch of `rows` records gathered from several byte arrays without copying them:
         each piece `(data, starts, ends, rows_of_them, where, numbers)` puts the records
         `data[starts[i]:ends[i]]` into rows `rows_of_them[i]` (None: 0, 1, ...); a record that
-        breaks a rule is named by `where` (its file) and `numbers[i]` (its place in the file;
-        None: i)."""
+        breaks a rule is named by `where` (its file, or a function of i giving it) and
+        `numbers[i]` (its place in the file; None: i)."""
         out_int = np.empty((rows, self.int_width), np.int64)
         out_float = np.empty((rows, self.float_width), np.float32)
         for data, starts, ends, at, where, numbers in pieces:
@@ -248,7 +248,8 @@ class FixedSpec:
                 self._kinds, self._sizes, self._columns, out_int, out_float.view(np.uint32))
             if record >= 0:
                 number = record if numbers is None else int(numbers[record])
-                raise ValueError(self._message(number, code, j, count, where))
+                raise ValueError(self._message(number, code, j, count,
+                                               where(record) if callable(where) else where))
         if int_dtype != np.int64:
             out_int = out_int.astype(int_dtype)
         out = {}

@@ -139,7 +139,7 @@ def read_whole(path: str) -> np.ndarray:
 
 
 CHUNK_BYTES = 16 << 20  # what `file_frame_bounds` reads at a time
-RUN_GAP_BYTES = 64 << 10  # `RecordFile.read` reads the bytes between two records this close
+RUN_GAP_BYTES = 64 << 10  # `read_records` reads the bytes between two records this close
 
 
 def file_frame_bounds(file, where: str, size: int, chunk_bytes: int = CHUNK_BYTES) -> tuple:
@@ -177,31 +177,103 @@ def file_frame_bounds(file, where: str, size: int, chunk_bytes: int = CHUNK_BYTE
     return np.concatenate(all_starts), np.concatenate(all_ends)
 
 
+def _libc_pread():
+    """libc's `pread`, for compiled code (which reads without holding the GIL), or None."""
+    import ctypes
+
+    try:
+        function = ctypes.CDLL(None, use_errno=True).pread
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64]
+    function.restype = ctypes.c_ssize_t
+    return function
+
+
+_PREAD = _libc_pread()
+
+
 @compiled.njit(nogil=True)
-def _runs(starts, ends, chosen, gap):
-    """The chosen records' bytes as runs of the file to read (records at most `gap` bytes apart
-    share one), and where each record lands in the runs read one after another: (run starts,
-    run ends, bytes in all, each chosen record's start and end there)."""
-    n = len(chosen)
-    order = np.argsort(starts[chosen])
-    run_lo, run_hi = np.empty(n, np.int64), np.empty(n, np.int64)
+def _read_runs(pread, fds, starts, ends, first, gap, buffer):
+    """The records of every piece read from its file (`fds[p]`; its records are
+    `first[p]:first[p + 1]`, their bytes `starts`/`ends` in it) by `pread` (libc's, handed in),
+    as runs (records at most `gap` bytes apart share one), into `buffer` if it is large enough:
+    (data, each record's start and end there, the piece whose file ended early or -1)."""
+    n = len(starts)
+    run_piece, run_lo = np.empty(n, np.int64), np.empty(n, np.int64)
+    run_hi, run_at = np.empty(n, np.int64), np.empty(n, np.int64)
     new_starts, new_ends = np.empty(n, np.int64), np.empty(n, np.int64)
-    runs, placed, i = 0, 0, 0
-    while i < n:
-        lo, hi = starts[chosen[order[i]]], ends[chosen[order[i]]]
-        j = i + 1
-        while j < n and starts[chosen[order[j]]] - hi <= gap:
-            hi = max(hi, ends[chosen[order[j]]])
-            j += 1
-        for k in range(i, j):
-            row = order[k]
-            new_starts[row] = starts[chosen[row]] - lo + placed
-            new_ends[row] = ends[chosen[row]] - lo + placed
-        run_lo[runs], run_hi[runs] = lo, hi
-        placed += hi - lo
-        runs += 1
-        i = j
-    return run_lo[:runs], run_hi[:runs], placed, new_starts, new_ends
+    runs, placed = 0, 0
+    for p in range(len(first) - 1):
+        order = first[p] + np.argsort(starts[first[p]:first[p + 1]])
+        i = 0
+        while i < len(order):
+            lo, hi = starts[order[i]], ends[order[i]]
+            j = i + 1
+            while j < len(order) and starts[order[j]] - hi <= gap:
+                hi = max(hi, ends[order[j]])
+                j += 1
+            for k in range(i, j):
+                new_starts[order[k]] = starts[order[k]] - lo + placed
+                new_ends[order[k]] = ends[order[k]] - lo + placed
+            run_piece[runs], run_lo[runs], run_hi[runs], run_at[runs] = p, lo, hi, placed
+            placed += hi - lo
+            runs += 1
+            i = j
+    data = buffer[:placed] if len(buffer) >= placed else np.empty(placed, np.uint8)
+    for r in range(runs):
+        want = run_hi[r] - run_lo[r]
+        if pread(fds[run_piece[r]], data[run_at[r]:].ctypes.data, want, run_lo[r]) != want:
+            return data, new_starts, new_ends, run_piece[r]
+    return data, new_starts, new_ends, -1
+
+
+def read_records(pieces: list, buffer: np.ndarray | None = None) -> tuple:
+    """`(data, starts, ends)`: the records of each piece `(RecordFile, record numbers)` read from
+    their files into one array, the i-th record (of all pieces in turn) at
+    `data[starts[i]:ends[i]]`."""
+    first = np.zeros(len(pieces) + 1, np.int64)
+    np.cumsum([len(chosen) for _, chosen in pieces], out=first[1:])
+    return read_runs([records for records, _ in pieces], first,
+                     np.concatenate([records.starts[chosen] for records, chosen in pieces]),
+                     np.concatenate([records.ends[chosen] for records, chosen in pieces]), buffer)
+
+
+def read_runs(files: list, first: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+              buffer: np.ndarray | None = None) -> tuple:
+    """`read_records` of records already located: those of `files[p]` are `first[p]:first[p +
+    1]`, their bytes `starts`/`ends` in it. One compiled call that holds no GIL (the input's
+    worker threads read side by side) reads them, by runs of nearby records. A file that ended
+    early is a `FileChanged`. `buffer`: where to put them when it is large enough (a fresh array
+    of a batch's size each time is mapped and unmapped by malloc, and every unmap interrupts the
+    process's other threads)."""
+    fds = np.array([records.file.fileno() for records in files], np.int64)
+    if buffer is None:
+        buffer = np.empty(0, np.uint8)
+    if _PREAD is not None:
+        data, new_starts, new_ends, short = _read_runs(_PREAD, fds, starts, ends, first,
+                                                       RUN_GAP_BYTES, buffer)
+    else:
+        data, new_starts, new_ends, short = _read_runs_in_python(fds, starts, ends, first)
+    if short >= 0:
+        files[short].changed()
+    return data, new_starts, new_ends
+
+
+def _read_runs_in_python(fds, starts, ends, first) -> tuple:
+    """`_read_runs` without libc's pread: each record read on its own."""
+    new_ends = np.cumsum(ends - starts)
+    new_starts = new_ends - (ends - starts)
+    data = np.empty(int(new_ends[-1]) if len(new_ends) else 0, np.uint8)
+    view = memoryview(data)
+    for p in range(len(first) - 1):
+        for i in range(first[p], first[p + 1]):
+            want = int(ends[i] - starts[i])
+            got = os.preadv(int(fds[p]), [view[int(new_starts[i]):int(new_ends[i])]],
+                            int(starts[i]))
+            if got != want:
+                return data, new_starts, new_ends, p
+    return data, new_starts, new_ends, -1
 
 
 class FileChanged(ValueError):
@@ -231,21 +303,17 @@ class RecordFile:
 
     def read(self, chosen: np.ndarray) -> tuple:
         """`(data, starts, ends)`: the records `chosen` (record numbers) in `data`, the i-th at
-        `data[starts[i]:ends[i]]`."""
-        run_lo, run_hi, total, starts, ends = _runs(self.starts, self.ends,
-                                                    np.asarray(chosen, np.int64), RUN_GAP_BYTES)
-        data = np.empty(total, np.uint8)
-        view, at = memoryview(data), 0
-        for lo, hi in zip(run_lo.tolist(), run_hi.tolist()):
-            got = os.preadv(self.file.fileno(), [view[at:at + hi - lo]], lo)
-            if got != hi - lo:
-                self._changed()
-            at += hi - lo
-        if self._stat() != self._identity:
-            self._changed()
-        return data, starts, ends
+        `data[starts[i]:ends[i]]`; then `check`."""
+        read = read_records([(self, np.asarray(chosen, np.int64))])
+        self.check()
+        return read
 
-    def _changed(self):
+    def check(self) -> None:
+        """A `FileChanged` if the file's size or modification time is not what it was."""
+        if self._stat() != self._identity:
+            self.changed()
+
+    def changed(self):
         size, _ = self._identity
         now, _ = self._stat()
         raise FileChanged(f"{self.path}: the file changed while it was being read (it had "

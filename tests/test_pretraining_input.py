@@ -289,7 +289,14 @@ def test_files_read_a_chunk_at_a_time_give_the_frames_of_the_whole_file(files, t
         assert walk_frames(str(path), chunk_bytes) == walk_frames(str(path), 1 << 30)
 
 
-def test_a_record_file_reads_any_records_asked_for(files):
+@pytest.mark.parametrize("pread", ["libc", "python"])
+def test_a_record_file_reads_any_records_asked_for(files, pread, monkeypatch):
+    """Records read by runs with libc's pread in compiled code, or one by one in Python where
+    there is no libc: the bytes TensorFlow reads."""
+    if pread == "python":
+        monkeypatch.setattr(tfrecord_frames, "_PREAD", None)
+    else:
+        assert tfrecord_frames._PREAD is not None
     rng = np.random.default_rng(3)
     records = tfrecord_frames.RecordFile(files[1])
     theirs = [r.numpy() for r in tf.data.TFRecordDataset(files[1])]

@@ -26,6 +26,7 @@ framing breaks; a record of other lengths, naming the record.
 """
 from __future__ import annotations
 
+import threading
 from typing import Iterator
 
 import numpy as np
@@ -39,6 +40,7 @@ from bert_tf2.data_gen.pretraining.schema import SHUFFLE_BUFFER_RECORDS
 from bert_tf2.process import compiled
 
 _BLOCK = 8192  # records whose order is worked out at a time
+CHECK_EVERY = 16  # batches between two checks that the files are as they were opened
 
 
 class _Files:
@@ -47,6 +49,7 @@ class _Files:
 
     def __init__(self):
         self.opened = {}  # stream number -> [RecordFile, records not yet taken]
+        self.takes = 0
 
     def open(self, number: int, path: str) -> int:
         """Opens `path` as file `number`; returns its record count."""
@@ -63,16 +66,30 @@ class _Files:
             records.close()
         return len(records.starts)
 
-    def take(self, refs: np.ndarray) -> list:
-        """The records `refs` (`file number << 32 | record number`), one piece per file they
-        come from, for `_read`: (file, record numbers, rows of the batch)."""
+    def take(self, refs: np.ndarray) -> tuple:
+        """The records `refs` (`file number << 32 | record number`) as what `_read` reads: the
+        files they come from, where each file's records begin, their bytes in their files, their
+        rows of the batch and their numbers in their files. Every `CHECK_EVERY` batches the
+        files are checked to be as they were opened (`RecordFile.check`; a file that shrank is
+        caught by every read): a system call gives the GIL up, and taking it back can wait on
+        the other threads."""
         numbers, records = refs >> 32, refs & 0xFFFFFFFF
-        pieces = []
-        for number in np.unique(numbers).tolist():
-            rows = np.flatnonzero(numbers == number)
-            pieces.append((self.opened[number][0], records[rows], rows))
+        rows = np.argsort(numbers, kind="stable")
+        files, first = np.unique(numbers[rows], return_index=True)
+        opened = [self.opened[number][0] for number in files.tolist()]
+        chosen = records[rows]
+        first = np.append(first, len(rows))
+        starts, ends = np.empty(len(rows), np.int64), np.empty(len(rows), np.int64)
+        for p, record_file in enumerate(opened):
+            part = slice(first[p], first[p + 1])
+            starts[part] = record_file.starts[chosen[part]]
+            ends[part] = record_file.ends[chosen[part]]
+        self.takes += 1
+        if self.takes % CHECK_EVERY == 0:
+            for record_file in opened:
+                _checked(record_file.check)
         self.drop(refs)
-        return pieces
+        return opened, first, starts, ends, rows, chosen
 
     def drop(self, refs: np.ndarray) -> None:
         """Counts the records `refs` as taken (or passed over)."""
@@ -288,18 +305,31 @@ def pretraining_batches(input_files, batch_size: int, max_seq_length: int,
     return Batches(stream, make)
 
 
-def _read(pieces: list) -> list:
-    """`_Files.take`'s pieces read from their files, as `FixedSpec.parse_pieces` takes them."""
-    read = []
-    for records, chosen, rows in pieces:
-        try:
-            data, starts, ends = records.read(chosen)
-        except tfrecord_frames.FileChanged as e:
-            raise DataError(f"{e}; do not rewrite the records of a running training (make new "
-                            f"ones under another name); the same command resumes from the "
-                            f"last checkpoint") from None
-        read.append((data, starts, ends, rows, f"{records.path}: ", chosen))
-    return read
+def _checked(action):
+    """`action()`, a changed file as the DataError the run stops with."""
+    try:
+        return action()
+    except tfrecord_frames.FileChanged as e:
+        raise DataError(f"{e}; do not rewrite the records of a running training (make new "
+                        f"ones under another name); the same command resumes from the "
+                        f"last checkpoint") from None
+
+
+_buffers = threading.local()  # each input thread's read buffer, reused batch after batch
+
+
+def _read(taken: tuple) -> list:
+    """What `_Files.take` took, read from the files (`tfrecord_frames.read_runs`) into the
+    thread's buffer, as one piece for `FixedSpec.parse_pieces` (which copies what it parses: the
+    buffer is free again once the batch is made)."""
+    opened, first, starts, ends, rows, chosen = taken
+    buffer = getattr(_buffers, "array", None)
+    data, starts, ends = _checked(lambda: tfrecord_frames.read_runs(
+        opened, first, starts, ends, buffer))
+    if buffer is None or data.base is not buffer and data is not buffer:
+        _buffers.array = np.empty(int(len(data) * 1.25) + 4096, np.uint8)
+    return [(data, starts, ends, rows,
+             lambda i: f"{opened[int(np.searchsorted(first, i, 'right')) - 1].path}: ", chosen)]
 
 
 def _dealt(blocks: Iterator[np.ndarray], pipelines: int, pipeline: int,
