@@ -32,9 +32,9 @@ CLASSIFIER_KILLS = ["features@1", "train_loop@1", "checkpoint_write@1", "evaluat
 
 def test_every_point_is_tried():
     """The classifier's chain tries every point but those of pretraining and the data tools
-    (test_faults_runners.py)."""
+    (test_faults_runners.py) and the JAX step's (the signal inside a JAX loop, test_jax_runners)."""
     assert {kill.partition("@")[0] for kill in CLASSIFIER_KILLS} | {
-        "tf1_export", "records", "parts"} == set(POINTS)
+        "tf1_export", "records", "parts", "train_step"} == set(POINTS)
 
 
 @pytest.fixture(scope="module")
