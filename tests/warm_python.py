@@ -441,6 +441,20 @@ def _server(env: dict):
         return server
 
 
+@atexit.register
+def _stop_servers() -> None:
+    """Each server ends when its control socket closes: close them and wait, so that no server
+    outlives the test process (nor is left to the garbage collector, still running)."""
+    for server in filter(None, _servers.values()):
+        server.control.close()
+        try:
+            server.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+    _servers.clear()
+
+
 def start(args, *, cwd=REPO, env=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
           text=True, warm=None):
     """`subprocess.Popen(args, ...)`, forked from a warm Python where the command allows
