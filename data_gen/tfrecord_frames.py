@@ -154,6 +154,9 @@ def file_frame_bounds(file, where: str, size: int, chunk_bytes: int = CHUNK_BYTE
     while offset < size:
         want = min(len(buffer), size - offset)
         got = os.preadv(fd, [memoryview(buffer)[:want]], offset)
+        if got < want:  # cut while it is read (as `cp` over it does first)
+            raise FileChanged(f"{where}: the file changed while it was being read (it had {size} "
+                              f"bytes, now {os.fstat(fd).st_size})")
         data = buffer[:got]
         starts, ends = np.empty(_frame_count(data), np.int64), np.empty(_frame_count(data),
                                                                        np.int64)

@@ -331,3 +331,36 @@ def test_a_file_rewritten_under_a_run_is_one_line_not_a_crash(files, tmp_path, h
         f"{path}: the file changed while it was being read (it had "
         f"{os.path.getsize(files[1])} bytes, now {os.path.getsize(path)}): records were "
         f"rewritten in place; do not rewrite the records of a running training")
+    assert str(changed.value).endswith("the same command resumes from the last checkpoint")
+
+
+def test_a_file_cut_while_it_is_opened_is_named_not_waited_on(files, monkeypatch):
+    """The file ends before the size it had a moment ago (cut in place while the frames are
+    found): a FileChanged, and the start-up walk says so, where both read on forever."""
+    from bert_tf2.data_gen.pretraining import record_files
+
+    size = len(tfrecord_frames.read_whole(files[1]))
+    with open(files[1], "rb") as f, pytest.raises(tfrecord_frames.FileChanged,
+                                                  match="the file changed while it was being"):
+        tfrecord_frames.file_frame_bounds(f, files[1], size + 100)
+    monkeypatch.setattr(record_files.os.path, "getsize", lambda path: size + 100)
+    assert record_files.walk_frames(files[1], 1000) == (
+        f"{files[1]}: the file changed while it was being read (it had {size + 100} bytes, now "
+        f"{size})")
+
+
+def test_a_record_whose_checksum_breaks_is_named_by_the_search_for_what_broke(files, tmp_path):
+    """What training found unreadable (TensorFlow's DataLossError) is looked for after the fact:
+    a flipped byte inside a record passes the walk of the lengths, and is named by the byte."""
+    from bert_tf2.data_gen.pretraining.record_files import (
+        find_damaged_frame,
+        find_unparsable_record,
+    )
+
+    whole = tfrecord_frames.read_whole(files[0])
+    path = tmp_path / "flipped.tfrecord"
+    path.write_bytes(np.concatenate([whole[:100], whole[100:101] ^ 1, whole[101:]]).tobytes())
+    assert find_damaged_frame([str(path)]) is None
+    assert find_unparsable_record([str(path)], LENGTH, PREDICTIONS) == (
+        f"{path}: truncated or damaged at byte 0 (a record of "
+        f"{int.from_bytes(whole[:8].tobytes(), 'little')} bytes)")

@@ -292,9 +292,10 @@ def pretraining_batches(input_files, batch_size: int, max_seq_length: int,
             yield number, files.take(refs)
 
     def make(item):
-        number, pieces = item
+        number, taken = item
+        pieces = _read(taken)  # a DataError of its own when a file changed
         try:
-            batch = spec.parse_pieces(_read(pieces), batch_size, int_dtype=np.int32)
+            batch = spec.parse_pieces(pieces, batch_size, int_dtype=np.int32)
         except ValueError as error:  # a record of other lengths (files of two runs concatenated)
             raise DataError(f"{error}; make the file again with create_pretraining_data and "
                             f"rerun (training resumes from the last checkpoint)") from None
@@ -326,7 +327,7 @@ def _read(taken: tuple) -> list:
     buffer = getattr(_buffers, "array", None)
     data, starts, ends = _checked(lambda: tfrecord_frames.read_runs(
         opened, first, starts, ends, buffer))
-    if buffer is None or data.base is not buffer and data is not buffer:
+    if buffer is None or len(buffer) < len(data):  # the records went into a new array
         _buffers.array = np.empty(int(len(data) * 1.25) + 4096, np.uint8)
     return [(data, starts, ends, rows,
              lambda i: f"{opened[int(np.searchsorted(first, i, 'right')) - 1].path}: ", chosen)]

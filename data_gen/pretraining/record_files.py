@@ -101,8 +101,11 @@ def walk_frames(path: str, chunk_bytes: int = tfrecord_frames.CHUNK_BYTES) -> st
     buffer = np.empty(min(chunk_bytes, size), np.uint8)
     with open(path, "rb", buffering=0) as f:
         while True:
-            got = os.preadv(f.fileno(), [memoryview(buffer)[:min(len(buffer), size - offset)]],
-                            offset)
+            want = min(len(buffer), size - offset)
+            got = os.preadv(f.fileno(), [memoryview(buffer)[:want]], offset)
+            if got < want:  # cut while it is read (as `cp` over it does first)
+                return (f"{path}: the file changed while it was being read (it had {size} bytes, "
+                        f"now {os.fstat(f.fileno()).st_size})")
             at, walked, whole = _walk(buffer[:got])
             count += walked
             if whole and offset + got == size:
@@ -184,7 +187,10 @@ def find_unparsable_record(files: list, max_seq_length: int, max_predictions_per
     for path in files:
         if "://" in path:
             continue
-        records = tfrecord_frames.RecordFile(path)
+        try:
+            records = tfrecord_frames.RecordFile(path)
+        except (ValueError, OSError) as error:  # a record's own checksum (the walk reads lengths)
+            return str(error)
         try:
             for first in range(0, len(records.starts), chunk):
                 numbers = np.arange(first, min(first + chunk, len(records.starts)))
