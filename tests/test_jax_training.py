@@ -12,6 +12,7 @@ import pytest
 import reference_runs
 import warm_python
 from conftest import REPO, assert_same_jax_run, read_results, read_tsv, run_script
+from reference_runs import pretraining
 from test_run_ner import conll_slice
 
 pytestmark = pytest.mark.integration
@@ -62,15 +63,6 @@ def jax_records(shared_data, tiny_checkpoint, no_tensorflow, tmp_path_factory):
             f"--vocab_file={tiny_checkpoint}/vocab.txt", "--max_seq_length=64",
             "--max_predictions_per_seq=10", "--dupe_factor=1")
     return path
-
-
-def pretraining(records, checkpoint, out, *extra):
-    return ["run_pretraining.py", f"--input_file={records}", f"--output_dir={out}",
-            f"--bert_config_file={checkpoint}/bert_config.json", "--max_seq_length=64",
-            "--max_predictions_per_seq=10", "--train_batch_size=8", "--learning_rate=1e-3",
-            "--num_train_steps=20", "--num_warmup_steps=3", "--steps_per_loop=5",
-            "--save_checkpoints_steps=10", "--do_train", "--do_eval", "--max_eval_steps=5",
-            f"--vocab_file={checkpoint}/vocab.txt", *extra]
 
 
 @pytest.fixture(scope="module")
