@@ -139,15 +139,13 @@ def read_whole(path: str) -> np.ndarray:
 
 
 CHUNK_BYTES = 16 << 20  # what `file_frame_bounds` reads at a time
-RUN_GAP_BYTES = 64 << 10  # `read_records` reads the bytes between two records this close
+RUN_GAP_BYTES = 64 << 10  # `read_runs` reads the bytes between two records this close
 
 
 def file_frame_bounds(file, where: str, size: int, chunk_bytes: int = CHUNK_BYTES) -> tuple:
     """`frame_bounds` of the open local file `file` (`size` bytes), read a chunk at a time: the
     same starts and ends, the same ValueError for a damaged or truncated frame, without the whole
     file in memory."""
-    import os
-
     fd, offset = file.fileno(), 0  # the file offset of buffer[0]
     buffer = np.empty(max(1, min(chunk_bytes, size)), np.uint8)
     all_starts, all_ends = [], []
@@ -155,8 +153,7 @@ def file_frame_bounds(file, where: str, size: int, chunk_bytes: int = CHUNK_BYTE
         want = min(len(buffer), size - offset)
         got = os.preadv(fd, [memoryview(buffer)[:want]], offset)
         if got < want:  # cut while it is read (as `cp` over it does first)
-            raise FileChanged(f"{where}: the file changed while it was being read (it had {size} "
-                              f"bytes, now {os.fstat(fd).st_size})")
+            raise FileChanged(changed_while_read(where, size, os.fstat(fd).st_size))
         data = buffer[:got]
         starts, ends = np.empty(_frame_count(data), np.int64), np.empty(_frame_count(data),
                                                                        np.int64)
@@ -231,21 +228,11 @@ def _read_runs(pread, fds, starts, ends, first, gap, buffer):
     return data, new_starts, new_ends, -1
 
 
-def read_records(pieces: list, buffer: np.ndarray | None = None) -> tuple:
-    """`(data, starts, ends)`: the records of each piece `(RecordFile, record numbers)` read from
-    their files into one array, the i-th record (of all pieces in turn) at
-    `data[starts[i]:ends[i]]`."""
-    first = np.zeros(len(pieces) + 1, np.int64)
-    np.cumsum([len(chosen) for _, chosen in pieces], out=first[1:])
-    return read_runs([records for records, _ in pieces], first,
-                     np.concatenate([records.starts[chosen] for records, chosen in pieces]),
-                     np.concatenate([records.ends[chosen] for records, chosen in pieces]), buffer)
-
-
 def read_runs(files: list, first: np.ndarray, starts: np.ndarray, ends: np.ndarray,
               buffer: np.ndarray | None = None) -> tuple:
-    """`read_records` of records already located: those of `files[p]` are `first[p]:first[p +
-    1]`, their bytes `starts`/`ends` in it. One compiled call that holds no GIL (the input's
+    """`(data, starts, ends)`: records of `files` (`RecordFile`s) read into one array, the i-th
+    at `data[starts[i]:ends[i]]`; those of `files[p]` are `first[p]:first[p + 1]`, their bytes
+    `starts`/`ends` in it. One compiled call that holds no GIL (the input's
     worker threads read side by side) reads them, by runs of nearby records. A file that ended
     early is a `FileChanged`. `buffer`: where to put them when it is large enough (a fresh array
     of a batch's size each time is mapped and unmapped by malloc, and every unmap interrupts the
@@ -283,6 +270,11 @@ class FileChanged(ValueError):
     """A record file changed (was rewritten, grew or shrank) while it was being read."""
 
 
+def changed_while_read(where: str, size: int, now: int) -> str:
+    """What `FileChanged` says: the file, and its size before and now."""
+    return f"{where}: the file changed while it was being read (it had {size} bytes, now {now})"
+
+
 class RecordFile:
     """A local TFRecord file held open while its records are read: its frames found and checked
     once (`file_frame_bounds`), then the records asked for read from the file (`read`), never
@@ -307,7 +299,9 @@ class RecordFile:
     def read(self, chosen: np.ndarray) -> tuple:
         """`(data, starts, ends)`: the records `chosen` (record numbers) in `data`, the i-th at
         `data[starts[i]:ends[i]]`; then `check`."""
-        read = read_records([(self, np.asarray(chosen, np.int64))])
+        chosen = np.asarray(chosen, np.int64)
+        read = read_runs([self], np.array([0, len(chosen)], np.int64), self.starts[chosen],
+                         self.ends[chosen])
         self.check()
         return read
 
@@ -317,10 +311,8 @@ class RecordFile:
             self.changed()
 
     def changed(self):
-        size, _ = self._identity
-        now, _ = self._stat()
-        raise FileChanged(f"{self.path}: the file changed while it was being read (it had "
-                          f"{size} bytes, now {now}): records were rewritten in place")
+        raise FileChanged(f"{changed_while_read(self.path, self._identity[0], self._stat()[0])}: "
+                          f"records were rewritten in place")
 
     def close(self) -> None:
         self.file.close()

@@ -41,6 +41,8 @@ from bert_tf2.process import compiled
 
 _BLOCK = 8192  # records whose order is worked out at a time
 CHECK_EVERY = 16  # batches between two checks that the files are as they were opened
+_REMAKE = ("make the file again with create_pretraining_data and rerun (training resumes from "
+           "the last checkpoint)")
 
 
 class _Files:
@@ -56,8 +58,7 @@ class _Files:
         try:
             records = tfrecord_frames.RecordFile(path)
         except ValueError as e:
-            raise DataError(f"{e}; make the file again with create_pretraining_data and rerun "
-                            f"(training resumes from the last checkpoint)") from None
+            raise DataError(f"{e}; {_REMAKE}") from None
         except OSError as e:
             raise DataError(f"{path}: cannot read it ({e.strerror or e})") from None
         if len(records.starts):
@@ -297,8 +298,7 @@ def pretraining_batches(input_files, batch_size: int, max_seq_length: int,
         try:
             batch = spec.parse_pieces(pieces, batch_size, int_dtype=np.int32)
         except ValueError as error:  # a record of other lengths (files of two runs concatenated)
-            raise DataError(f"{error}; make the file again with create_pretraining_data and "
-                            f"rerun (training resumes from the last checkpoint)") from None
+            raise DataError(f"{error}; {_REMAKE}") from None
         if masking:
             batch = mask_batch(batch, np.random.default_rng([seed, 4, number]), **masking)
         return batch

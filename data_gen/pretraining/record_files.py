@@ -104,8 +104,8 @@ def walk_frames(path: str, chunk_bytes: int = tfrecord_frames.CHUNK_BYTES) -> st
             want = min(len(buffer), size - offset)
             got = os.preadv(f.fileno(), [memoryview(buffer)[:want]], offset)
             if got < want:  # cut while it is read (as `cp` over it does first)
-                return (f"{path}: the file changed while it was being read (it had {size} bytes, "
-                        f"now {os.fstat(f.fileno()).st_size})")
+                return tfrecord_frames.changed_while_read(path, size,
+                                                          os.fstat(f.fileno()).st_size)
             at, walked, whole = _walk(buffer[:got])
             count += walked
             if whole and offset + got == size:
