@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 from conftest import read_tsv, run_script
-from reference_runs import glue_slice
 
 pytestmark = pytest.mark.integration
 
@@ -44,30 +43,20 @@ def test_extraction_on_beam_equals_the_local_tool(shared_data, tiny_checkpoint, 
     assert [json.loads(line)["linex_index"] for line in local] == list(range(162))
 
 
-@pytest.fixture(scope="module")
-def mrpc_export(tmp_path_factory, shared_data, tiny_checkpoint):
-    root = tmp_path_factory.mktemp("mrpc_export")
-    data = glue_slice(shared_data, "MRPC", root / "MRPC", {"train": 32, "test": 40})
-    run_script("run_classifier.py", "--task_name=MRPC", f"--data_dir={data}",
-               f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=64",
-               "--train_batch_size=16", "--num_train_steps=2", "--learning_rate=1e-3",
-               f"--output_dir={root / 'out'}", f"--export_dir={root / 'export'}", "--do_train",
-               "--do_predict")
-    return {"root": root, "data": data}
-
-
-def test_classifier_predictions_on_beam_equal_the_runners(mrpc_export, tmp_path):
-    """GLUE's test.tsv through the exported classifier: the local tool gives the runner's own
-    test predictions, and the Beam pipeline the local tool's lines."""
-    root, test = mrpc_export["root"], mrpc_export["data"] / "test.tsv"
-    common = [f"--saved_model={root / 'export'}", f"--input_file={test}",
-              "--columns=,,,text_a,text_b", "--header", "--batch_size=16",
-              "--lines_per_shard=15"]
+def test_classifier_predictions_on_beam_equal_the_runners(classifier_reference, mrpc_small,
+                                                          tmp_path):
+    """GLUE's test.tsv (its first 8 rows) through the exported classifier (conftest's small MRPC
+    run): the local tool gives the runner's own test predictions, and the Beam pipeline, on
+    three shards of lines, the local tool's lines."""
+    test = mrpc_small / "test.tsv"
+    common = [f"--saved_model={classifier_reference['export']}", f"--input_file={test}",
+              "--columns=,,,text_a,text_b", "--header", "--batch_size=4",
+              "--lines_per_shard=3"]
     run_script("batch_predict.py", *common, f"--output_file={tmp_path / 'local.jsonl'}")
     local = (tmp_path / "local.jsonl").read_text(encoding="utf-8").splitlines()
     predicted = [json.loads(line) for line in local]
-    assert [p["index"] for p in predicted] == list(range(1, 41))  # line 0 is the header
-    runner = read_tsv(root / "out" / "test_predictions.tsv")[1:]
+    assert [p["index"] for p in predicted] == list(range(1, 9))  # line 0 is the header
+    runner = read_tsv(classifier_reference["out"] / "test_predictions.tsv")[1:]
     np.testing.assert_allclose([p["probabilities"] for p in predicted],
                                [[float(v) for v in row[2:]] for row in runner], atol=1e-5)
     assert [p["label"] for p in predicted] == [row[1] for row in runner]
@@ -94,9 +83,9 @@ def test_embeddings_from_json_lines(tiny_checkpoint, tmp_path):
                                atol=1e-5)
 
 
-def test_bad_lines_are_named(mrpc_export, tmp_path):
+def test_bad_lines_are_named(classifier_reference, tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"text_a": "x", "text_b": "y"}\n{"text_a": "x"}\n')
-    result = run_script("batch_predict.py", f"--saved_model={mrpc_export['root'] / 'export'}",
+    result = run_script("batch_predict.py", f"--saved_model={classifier_reference['export']}",
                         f"--input_file={tmp_path / 'bad.jsonl'}",
                         f"--output_file={tmp_path / 'out.jsonl'}", check=False)
     assert result.returncode == 1
