@@ -67,7 +67,7 @@ def test_classifier_predictions_on_beam_equal_the_runners(classifier_reference, 
 
 def test_embeddings_from_json_lines(tiny_checkpoint, tmp_path):
     run_script("extract_features.py", f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt",
-               "--pooling=mean", f"--export_dir={tmp_path / 'embedder'}")
+               "--pooling=mean", f"--export_dir={tmp_path / 'embedder'}", "--export_litert=none")
     texts = ["A first sentence.", "Another one, a little longer than the first.", ""]
     (tmp_path / "input.jsonl").write_text("".join(json.dumps({"text_a": t}) + "\n"
                                                   for t in texts), encoding="utf-8")

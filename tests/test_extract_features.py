@@ -180,7 +180,8 @@ def test_embedding_saved_model_serves_raw_strings(extracted, minilm_dir, tmp_pat
     (tmp_path / "input.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
     run_script("extract_features.py", f"--input_file={tmp_path / 'input.txt'}",
                f"--output_file={tmp_path / 'vectors.npy'}", f"--init_checkpoint={minilm_dir}",
-               "--pooling=mean", "--normalize", f"--export_dir={tmp_path / 'export'}")
+               "--pooling=mean", "--normalize", f"--export_dir={tmp_path / 'export'}",
+               "--export_litert=none")
     served = subprocess.run([sys.executable, "-c", EXPORT_CHECK, str(tmp_path / "export"),
                              json.dumps(sentences)], capture_output=True, text=True)
     assert served.returncode == 0, served.stderr[-3000:]

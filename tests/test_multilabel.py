@@ -219,7 +219,8 @@ def reuters_run(tmp_path_factory, shared_data, tiny_checkpoint):
              "--train_batch_size=16", "--num_train_epochs=2", "--learning_rate=1e-3",
              "--eval_batch_size=16"]
     run = run_script("run_classifier.py", *flags, "--do_train", "--do_eval", "--do_predict",
-                     "--tune_threshold=per_label", f"--export_dir={root / 'export'}")
+                     "--tune_threshold=per_label", f"--export_dir={root / 'export'}",
+                     "--export_litert=none")
     return {"root": root, "data": data, "out": out, "flags": flags, "log": run.stderr}
 
 

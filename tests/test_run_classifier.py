@@ -36,7 +36,7 @@ def mrpc_run(tmp_path_factory, shared_data, tiny_checkpoint):
              "--max_seq_length=64", "--train_batch_size=16", "--num_train_epochs=2",
              "--learning_rate=1e-3", "--eval_batch_size=16"]
     first = run_classifier(*flags, "--do_train", "--do_eval", "--do_predict",
-                           f"--export_dir={root / 'export'}")
+                           f"--export_dir={root / 'export'}", "--export_litert=none")
     return {"root": root, "data": data, "out": out, "flags": flags, "log": first.stderr}
 
 

@@ -180,7 +180,7 @@ def test_the_driver_fine_tunes_evaluates_predicts_and_exports_in_process(
     finetune(ClassificationTask("MRPC", str(data)), settings(
         out, init_checkpoint=str(tiny_checkpoint / "bert_model.ckpt"), train_batch_size=8,
         eval_batch_size=8, num_train_epochs=1.0, learning_rate=1e-3,
-        export_dir=str(tmp_path / "export")))
+        export_dir=str(tmp_path / "export"), export_litert="none"))
     results = read_results(out / "eval_results.txt")
     assert results["global_step"] == 4 and 0.0 <= results["eval_accuracy"] <= 1.0
     assert read_results(out / "best" / "eval_results.txt") == results
