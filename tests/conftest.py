@@ -301,17 +301,27 @@ def read_tsv(path) -> list:
         return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
+def tensorflow_only(args, cwd, timeout=600) -> subprocess.CompletedProcess:
+    """`args` (`[sys.executable, SCRIPT or -c CODE, ...]`), output captured, in a process of its
+    own that has imported TensorFlow and tensorflow_text and nothing else: what a user's script
+    that loads an export has, nothing of this project. The process is a fork of a Python that
+    imported just those (warm_python, `imports="tensorflow"`), so the import is paid once per
+    test process rather than once per script (a fresh interpreter with
+    BERT_TEST_WARM_PROCESSES=0)."""
+    return warm_python.run(list(map(str, args)), cwd=cwd, timeout=timeout, imports="tensorflow")
+
+
 def serve_texts(script: str, export_dir, texts: list, tmp_path) -> dict:
     """Runs `script` (Python that loads `sys.argv[1]`, a SavedModel, with only tensorflow and
     tensorflow_text, serves the JSON list of strings in `sys.argv[2]` and prints one JSON object
-    as its last line) in a fresh process; returns that object."""
+    as its last line) in a process with nothing else imported (`tensorflow_only`); returns that
+    object."""
     import json
 
     (tmp_path / "texts.json").write_text(json.dumps(texts))
     (tmp_path / "serve.py").write_text(script)
-    result = subprocess.run([sys.executable, str(tmp_path / "serve.py"), str(export_dir),
-                             str(tmp_path / "texts.json")], capture_output=True, text=True,
-                            cwd=tmp_path)
+    result = tensorflow_only([sys.executable, tmp_path / "serve.py", export_dir,
+                              tmp_path / "texts.json"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import warm_python
-from conftest import REPO, run_script
+from conftest import REPO, run_script, tensorflow_only
 from reference_bert import ReferenceBert
 
 pytestmark = pytest.mark.integration
@@ -182,8 +182,8 @@ def test_embedding_saved_model_serves_raw_strings(extracted, minilm_dir, tmp_pat
                f"--output_file={tmp_path / 'vectors.npy'}", f"--init_checkpoint={minilm_dir}",
                "--pooling=mean", "--normalize", f"--export_dir={tmp_path / 'export'}",
                "--export_litert=none")
-    served = subprocess.run([sys.executable, "-c", EXPORT_CHECK, str(tmp_path / "export"),
-                             json.dumps(sentences)], capture_output=True, text=True)
+    served = tensorflow_only([sys.executable, "-c", EXPORT_CHECK, tmp_path / "export",
+                              json.dumps(sentences)], cwd=tmp_path)
     assert served.returncode == 0, served.stderr[-3000:]
     vectors = np.array(json.loads(served.stdout.strip().splitlines()[-1]))
     np.testing.assert_allclose(vectors, np.load(tmp_path / "vectors.npy"), atol=1e-5)

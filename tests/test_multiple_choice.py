@@ -6,12 +6,11 @@ import collections
 import csv
 import dataclasses
 import json
-import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import run_script
+from conftest import run_script, tensorflow_only
 
 from bert_tf2.data_gen.errors import DataError
 from bert_tf2.engine.task import Split
@@ -217,8 +216,8 @@ def test_swag_runner_and_its_export_agree_from_raw_strings(tmp_path, shared_data
     requests = {"context": [e.context for e in examples], "question": [e.question for e in examples],
                 "choices": [list(e.choices) for e in examples]}
     (tmp_path / "requests.json").write_text(json.dumps(requests))
-    served = subprocess.run([sys.executable, "-c", EXPORT_CHECK, str(export),
-                             str(tmp_path / "requests.json")], capture_output=True, text=True)
+    served = tensorflow_only([sys.executable, "-c", EXPORT_CHECK, export,
+                              tmp_path / "requests.json"], cwd=tmp_path)
     assert served.returncode == 0, served.stderr[-3000:]
     served = json.loads(served.stdout.strip().splitlines()[-1])
     rows = list(csv.reader(open(out / "test_predictions.tsv", encoding="utf-8"),

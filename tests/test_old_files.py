@@ -7,7 +7,6 @@ The files are in tests/fixtures/old_format/, written by its make_fixtures.py wit
 import json
 import pathlib
 import shutil
-import subprocess
 import sys
 
 import keras
@@ -16,7 +15,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the export's tokenizer ops)
 import warm_python
-from conftest import REPO
+from conftest import REPO, tensorflow_only
 
 from bert_tf2.engine.best_checkpoint import BestCheckpoint
 from bert_tf2.modeling import (
@@ -123,9 +122,8 @@ def test_old_saved_model_serves_in_a_fresh_process():
         "out = model.signatures['serving_default'](**{k: tf.constant(v) "
         "for k, v in inputs.items()})\n"
         "print(json.dumps(out['probabilities'].numpy().tolist()))\n")
-    result = subprocess.run([sys.executable, "-c", script, str(OLD / "export"),
-                             json.dumps(EXPECTED["export"]["inputs"])],
-                            capture_output=True, text=True)
+    result = tensorflow_only([sys.executable, "-c", script, OLD / "export",
+                              json.dumps(EXPECTED["export"]["inputs"])], cwd=OLD)
     assert result.returncode == 0, result.stderr[-3000:]
     probabilities = json.loads(result.stdout.strip().splitlines()[-1])
     np.testing.assert_allclose(probabilities, EXPECTED["export"]["probabilities"], atol=1e-6)

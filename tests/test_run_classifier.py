@@ -9,12 +9,11 @@ import csv
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import read_results, read_tsv, run_script
+from conftest import read_results, read_tsv, run_script, tensorflow_only
 from reference_runs import glue_slice
 
 
@@ -144,8 +143,8 @@ def test_saved_model_in_a_fresh_process_predicts_as_the_runner(mrpc_run, tmp_pat
         "input_type_ids": features["segment_ids"].tolist() + [r["segment_ids"] for r in extra]}}))
     script = tmp_path / "serve.py"
     script.write_text(FRESH_PROCESS)
-    result = subprocess.run([sys.executable, str(script), str(mrpc_run["root"] / "export"),
-                             str(pairs)], capture_output=True, text=True, cwd=tmp_path)
+    result = tensorflow_only([sys.executable, script, mrpc_run["root"] / "export", pairs],
+                             cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     served = json.loads(result.stdout.strip().splitlines()[-1])
     assert served["modules"] == []

@@ -8,11 +8,10 @@ files must score as the runner did -> a SavedModel tagging raw sentences. Both m
 import json
 import pathlib
 import re
-import subprocess
 import sys
 
 import pytest
-from conftest import read_results, run_script
+from conftest import read_results, run_script, tensorflow_only
 
 from bert_tf2.tasks.ner import metrics as conlleval
 from bert_tf2.tasks.ner.reader import read_conll
@@ -200,8 +199,8 @@ def test_saved_model_in_a_fresh_process_tags_as_the_runner(ner_run, tmp_path, mi
     texts.write_text(json.dumps([" ".join(sentence) for sentence in words] + ["", "  "]))
     script = tmp_path / "serve.py"
     script.write_text(FRESH_PROCESS)
-    result = subprocess.run([sys.executable, str(script), str(ner_run["root"] / "export"),
-                             str(texts)], capture_output=True, text=True, cwd=tmp_path)
+    result = tensorflow_only([sys.executable, script, ner_run["root"] / "export", texts],
+                             cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     served = json.loads(result.stdout.strip().splitlines()[-1])
     assert served["modules"] == []

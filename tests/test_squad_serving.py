@@ -12,7 +12,6 @@ import pathlib
 import random
 import re
 import string
-import subprocess
 import sys
 import warnings
 
@@ -20,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import warm_python
-from conftest import TINY
+from conftest import TINY, tensorflow_only
 from test_tokenization import HOSTILE, random_texts
 
 from bert_tf2.data_gen import vocab_sanity
@@ -402,9 +401,8 @@ def test_export_answers_the_same_in_a_fresh_process(oracle, served, exports, tmp
     examples = oracle[True]["examples"] + [("empty", "Who?", "")]
     (tmp_path / "examples.json").write_text(json.dumps([[q, c] for _, q, c in examples]))
     (tmp_path / "serve.py").write_text(FRESH_PROCESS)
-    result = subprocess.run([sys.executable, str(tmp_path / "serve.py"), exports[True][1],
-                             str(tmp_path / "examples.json")], capture_output=True, text=True,
-                            cwd=tmp_path, timeout=600)
+    result = tensorflow_only([sys.executable, tmp_path / "serve.py", exports[True][1],
+                              tmp_path / "examples.json"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     fresh = json.loads(result.stdout.strip().splitlines()[-1])
     assert fresh["modules"] == [] and fresh["same_default"]

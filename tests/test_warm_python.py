@@ -89,3 +89,42 @@ def test_one_server_serves_every_test_of_a_process():
     assert warm_python._import_time({**os.environ, "PYTEST_CURRENT_TEST": "t.py::other (call)",
                                      "BERT_TEST_KILL_AT": "features@1"}) == base
     assert warm_python._import_time({**os.environ, "KERAS_BACKEND": "jax"}) != base
+
+
+MODULES = """
+import json, os, sys
+if sys.argv[1:] == ["fresh"]:
+    import tensorflow, tensorflow_text  # noqa: F401, E401
+print(json.dumps({"pid": os.getpid(), "parent": os.getppid(), "cwd": os.getcwd(),
+                  "argv": sys.argv[1:], "imported": sorted(
+                      {name.split(".")[0] for name in sys.modules if not name.startswith("_")}
+                      - set(sys.stdlib_module_names))}))
+"""
+
+
+@pytest.mark.integration
+def test_a_tensorflow_only_program_holds_what_a_fresh_tensorflow_import_does(tmp_path):
+    """`tensorflow_only` (the scripts that load an export as a user's script does): a process of
+    its own, forked from a Python that imported TensorFlow and tensorflow_text alone. It holds
+    the packages a fresh interpreter that imported those two holds, and none of this project's
+    or of what only this project imports (Keras Hub, numba); its arguments and folder are its
+    own."""
+    import json
+
+    from conftest import tensorflow_only
+
+    ours = {"bert_tf2", "keras_hub", "numba", "conftest"} | {
+        path.name for path in REPO.iterdir() if (path / "__init__.py").is_file()}
+    assert {"modeling", "engine", "tasks"} <= ours
+    fresh_import = set(json.loads(fresh(["-c", MODULES, "fresh"]).stdout)["imported"])
+    assert {"tensorflow", "tensorflow_text"} <= fresh_import and not ours & fresh_import
+    first, second = (tensorflow_only([sys.executable, "-c", MODULES, "a", tmp_path],
+                                     cwd=tmp_path) for _ in range(2))
+    assert first.returncode == second.returncode == 0, first.stderr[-2000:]
+    first, second = (json.loads(result.stdout) for result in (first, second))
+    assert fresh_import <= set(first["imported"]), first
+    assert not ours & set(first["imported"]), first  # (tests/warm_python.py, the server, is)
+    assert first["argv"] == ["a", str(tmp_path)] and first["cwd"] == str(tmp_path)
+    # Forks of one server, not children of this process: the import is paid once.
+    assert first["pid"] != second["pid"] and os.getpid() not in (first["parent"],
+                                                                  second["parent"])

@@ -17,7 +17,9 @@ programs (`python SCRIPT.py`, `python -m bert_tf2...`) are forked; a test's own 
 `python -c CODE` only when the caller asks (`warm=True`: the oracle runs, tests/backend_step.py);
 anything else runs as a fresh interpreter, as do the tests that prove a program starts from
 scratch (`warm=False`: test_package, test_demo, the fresh-interpreter imports), and everything when
-BERT_TEST_WARM_PROCESSES=0 (README, "Tests and benchmarks").
+BERT_TEST_WARM_PROCESSES=0 (README, "Tests and benchmarks"). A second kind of server imports
+TensorFlow and tensorflow_text and nothing of this project (`imports="tensorflow"`): the scripts
+that load an export as a user's script does (conftest's `tensorflow_only`) are forked from it.
 
 Protocol: a server reads requests (JSON: argv, environment, folder) with four descriptors (stdin,
 stdout, stderr, reply) from a SOCK_SEQPACKET socket. For each it forks a monitor, which forks the
@@ -58,26 +60,16 @@ CONFIGURED = ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL", 
 
 
 # ----------------------------------------------------------------------------- the server
-def serve(control_fd: int) -> None:
+def serve(control_fd: int, imports: str = "all") -> None:
+    """`imports`: "all" (what this checkout's programs import), or "tensorflow" (TensorFlow and
+    tensorflow_text alone: what a user's script that loads an export imports, nothing of ours)."""
     sys.path[:] = [p for p in sys.path if pathlib.Path(p or ".").resolve() != REPO / "tests"]
-    before = dict(os.environ)
-    from bert_tf2.process import environment
-
-    environment.configure()
-    configured = {k: os.environ[k] for k in CONFIGURED if k in os.environ and k not in before}
-    if environment.uses_tensorflow():
+    if imports == "tensorflow":
         import tensorflow  # noqa: F401
         import tensorflow_text  # noqa: F401
-    import keras  # noqa: F401
-    import numpy  # noqa: F401
-    from absl import app, flags  # noqa: F401
-
-    defined = set(flags.FLAGS)
-    import bert_tf2.engine.finetuning  # noqa: F401
-    import bert_tf2.engine.pretraining  # noqa: F401
-    if environment.uses_tensorflow():
-        import bert_tf2.engine.export  # noqa: F401
-    assert set(flags.FLAGS) == defined, "an imported module defined absl flags"
+        configured = {}
+    else:
+        configured = _import_ours()
     # What the server holds stays out of the programs' garbage collections: a collection that
     # visits an object writes to its page, and the kernel then copies that page into the program
     # (copy-on-write); without this every forked program copied most of the server's memory.
@@ -116,6 +108,29 @@ def serve(control_fd: int) -> None:
                 break
     shutil.rmtree(folder, ignore_errors=True)
     os._exit(0)
+
+
+def _import_ours() -> dict:
+    """Imports what this checkout's programs import; what `environment.configure()` set."""
+    before = dict(os.environ)
+    from bert_tf2.process import environment
+
+    environment.configure()
+    configured = {k: os.environ[k] for k in CONFIGURED if k in os.environ and k not in before}
+    if environment.uses_tensorflow():
+        import tensorflow  # noqa: F401
+        import tensorflow_text  # noqa: F401
+    import keras  # noqa: F401
+    import numpy  # noqa: F401
+    from absl import app, flags  # noqa: F401
+
+    defined = set(flags.FLAGS)
+    import bert_tf2.engine.finetuning  # noqa: F401
+    import bert_tf2.engine.pretraining  # noqa: F401
+    if environment.uses_tensorflow():
+        import bert_tf2.engine.export  # noqa: F401
+    assert set(flags.FLAGS) == defined, "an imported module defined absl flags"
+    return configured
 
 
 def _fork_monitor(message, fds, configured, *sockets) -> None:
@@ -331,11 +346,11 @@ class _Server:
     """One warm Python, started with `environment` (what the programs forked from it import
     under)."""
 
-    def __init__(self, environment: dict):
+    def __init__(self, environment: dict, imports: str):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.process = subprocess.Popen(
             [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO / 'tests')!r}); "
-             f"import warm_python; warm_python.serve({theirs.fileno()})"],
+             f"import warm_python; warm_python.serve({theirs.fileno()}, {imports!r})"],
             pass_fds=[theirs.fileno()], cwd=REPO, stdin=subprocess.DEVNULL, env=environment)
         theirs.close()
         self.control = ours
@@ -386,8 +401,9 @@ def _send(connection, argv, cwd, env, stdin, stdout, stderr, text, options) -> P
     return Program(argv, reply, pipes.get("stdout"), pipes.get("stderr"), pipes.get("stdin"))
 
 
-# One server per environment a test process asks for (TensorFlow; JAX without TensorFlow), the
-# variables the programs read as they run left out.
+# One server per environment a test process asks for (TensorFlow; JAX without TensorFlow;
+# TensorFlow alone, for `imports="tensorflow"`), the variables the programs read as they run left
+# out.
 MAX_SERVERS = 5
 _servers: dict = {}
 _servers_lock = threading.Lock()
@@ -420,12 +436,14 @@ def _warm_argv(args, cwd, warm):
     return args[1:]
 
 
-def _server(env: dict):
-    """The running server for `env`'s import-time variables (started if need be), or None: a
-    backend the runners do not train on, a server that could not start, or too many."""
-    if (env.get("KERAS_BACKEND") or "tensorflow") not in ("tensorflow", "jax"):
+def _server(env: dict, imports: str = "all"):
+    """The running server for `env`'s import-time variables and `imports` (`serve`), started if
+    need be, or None: a backend the runners do not train on, a server that could not start, or
+    too many."""
+    if imports == "all" and (env.get("KERAS_BACKEND") or "tensorflow") not in ("tensorflow",
+                                                                                "jax"):
         return None
-    key = _import_time(env)
+    key = (imports, _import_time(env))
     with _servers_lock:
         if key in _servers:
             server = _servers[key]
@@ -434,7 +452,7 @@ def _server(env: dict):
         elif len(_servers) >= MAX_SERVERS:
             return None
         try:
-            server = _Server(dict(key))
+            server = _Server(dict(key[1]), imports)
         except (RuntimeError, OSError):
             server = None
         _servers[key] = server
@@ -456,12 +474,13 @@ def _stop_servers() -> None:
 
 
 def start(args, *, cwd=REPO, env=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-          text=True, warm=None):
+          text=True, warm=None, imports="all"):
     """`subprocess.Popen(args, ...)`, forked from a warm Python where the command allows
-    (`_warm_argv`)."""
+    (`_warm_argv`). With `imports="tensorflow"`, any command, from a Python that imported only
+    TensorFlow and tensorflow_text (`tensorflow_only`)."""
     env = dict(os.environ) if env is None else dict(env)
-    argv = _warm_argv(args, cwd, warm)
-    server = _server(env) if argv else None
+    argv = _warm_argv(args, cwd, warm if imports == "all" else True)
+    server = _server(env, imports) if argv else None
     if server is None:
         return subprocess.Popen([os.fspath(a) for a in args], cwd=cwd, env=env, stdout=stdout,
                                 stderr=stderr, text=text)
@@ -487,11 +506,12 @@ def launch(args, *, die_with_parent=False, cwd=None, env=None, stdin=None, stdou
 
 
 def run(args, *, cwd=REPO, env=None, timeout=None, check=False, text=True,
-        capture_output=True, warm=None) -> subprocess.CompletedProcess:
+        capture_output=True, warm=None, imports="all") -> subprocess.CompletedProcess:
     """`subprocess.run(args, capture_output=True, ...)`, forked from a warm Python where the
     command allows (`start`)."""
     pipe = subprocess.PIPE if capture_output else None
-    process = start(args, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=text, warm=warm)
+    process = start(args, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=text, warm=warm,
+                    imports=imports)
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
