@@ -4,7 +4,6 @@ The real-data comparison (every line of the shared data) is in test_tokenization
 """
 import json
 import random
-import subprocess
 import sys
 import unicodedata
 import warnings
@@ -13,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import tensorflow_only
 from test_tokenization import HOSTILE, random_texts
 
 from bert_tf2.data_gen import tokenization, vocab_sanity
@@ -333,11 +333,8 @@ def test_saved_model_gives_the_same_ids_in_a_fresh_process(text_model, minilm_vo
             return self.model([texts, tf.fill(tf.shape(texts), "")])
 
     tf.saved_model.save(Serving(text_model), str(tmp_path / "serving"))
-    result = subprocess.run(
-        [sys.executable, "-c", RELOAD_IN_A_FRESH_PROCESS, str(tmp_path / "serving"),
-         json.dumps(SENTENCES)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-        env={"TF_CPP_MIN_LOG_LEVEL": "2", "PATH": "/usr/bin:/bin"})
+    result = tensorflow_only([sys.executable, "-c", RELOAD_IN_A_FRESH_PROCESS,
+                              tmp_path / "serving", json.dumps(SENTENCES)], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     out = json.loads(result.stdout)
     assert out["input_word_ids"] == expected_word_ids(minilm_vocab, SENTENCES, [""] * 4, 16)
