@@ -33,9 +33,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # The test files by the time their tests take, longest first (measured at f6f0ff7, `pytest
 # --durations=0` summed per file, 2 cores of an AVX-512 AMD EPYC; docs/benchmarks.md has the
 # figures; the files under 3 s are left to their usual order): they are collected in this order,
-# and `make
-# test` (pytest-xdist, `--dist loadfile --no-loadscope-reorder`) hands whole files to the two
-# workers in collection order, so that no long file starts last while the other worker idles.
+# and `make test` (pytest-xdist, `--dist loadfile --no-loadscope-reorder`) hands whole files to
+# the two workers in collection order, so that no long file starts last while the other worker
+# idles.
 # xdist's own order (the files with the most tests first) sent test_faults.py, test_jax_runners.py
 # and test_interrupts.py, a few long tests each, to the end: one worker ran alone for the last
 # third of the suite. A file not listed goes after these, in its usual order.
@@ -320,14 +320,14 @@ def tensorflow_only(args, cwd, timeout=600) -> subprocess.CompletedProcess:
     return warm_python.run(list(map(str, args)), cwd=cwd, timeout=timeout, imports="tensorflow")
 
 
-def serve_texts(script: str, export_dir, texts: list, tmp_path) -> dict:
+def serve_texts(script: str, export_dir, inputs, tmp_path) -> dict:
     """Runs `script` (Python that loads `sys.argv[1]`, a SavedModel, with only tensorflow and
-    tensorflow_text, serves the JSON list of strings in `sys.argv[2]` and prints one JSON object
-    as its last line) in a process with nothing else imported (`tensorflow_only`); returns that
-    object."""
+    tensorflow_text, serves `inputs`, given to it as the JSON file `sys.argv[2]`, and prints one
+    JSON object as its last line) in a process with nothing else imported (`tensorflow_only`);
+    returns that object."""
     import json
 
-    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    (tmp_path / "texts.json").write_text(json.dumps(inputs))
     (tmp_path / "serve.py").write_text(script)
     result = tensorflow_only([sys.executable, tmp_path / "serve.py", export_dir,
                               tmp_path / "texts.json"], cwd=tmp_path)

@@ -6,14 +6,12 @@ checkpoint -> dev predictions, test_results.tsv -> SavedModel, which a fresh pro
 only tensorflow and tensorflow_text must use to give the runner's dev predictions from raw strings.
 """
 import csv
-import json
 import os
 import shutil
-import sys
 
 import numpy as np
 import pytest
-from conftest import read_results, read_tsv, run_script, tensorflow_only
+from conftest import read_results, read_tsv, run_script, serve_texts
 from reference_runs import glue_slice
 
 
@@ -136,17 +134,11 @@ def test_saved_model_in_a_fresh_process_predicts_as_the_runner(mrpc_run, tmp_pat
     extra = [convert_example(InputExample("x", a, b, None, "x"), 0, {"0": 0, "1": 1}, 64,
                              tokenizer) for a, b in singles]
     assert all(row["segment_ids"] == [0] * 64 for row in extra)
-    pairs = tmp_path / "inputs.json"
-    pairs.write_text(json.dumps({"pairs": [[row[3], row[4]] for row in dev] + singles, "ids": {
+    inputs = {"pairs": [[row[3], row[4]] for row in dev] + singles, "ids": {
         "input_word_ids": features["input_ids"].tolist() + [r["input_ids"] for r in extra],
         "input_mask": features["input_mask"].tolist() + [r["input_mask"] for r in extra],
-        "input_type_ids": features["segment_ids"].tolist() + [r["segment_ids"] for r in extra]}}))
-    script = tmp_path / "serve.py"
-    script.write_text(FRESH_PROCESS)
-    result = tensorflow_only([sys.executable, script, mrpc_run["root"] / "export", pairs],
-                             cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    served = json.loads(result.stdout.strip().splitlines()[-1])
+        "input_type_ids": features["segment_ids"].tolist() + [r["segment_ids"] for r in extra]}}
+    served = serve_texts(FRESH_PROCESS, mrpc_run["root"] / "export", inputs, tmp_path)
     assert served["modules"] == []
     # Raw strings through the graph tokenizer give the runner's features: the same logits as the
     # token-id signature fed with the runner's cached features.

@@ -8,10 +8,9 @@ files must score as the runner did -> a SavedModel tagging raw sentences. Both m
 import json
 import pathlib
 import re
-import sys
 
 import pytest
-from conftest import read_results, run_script, tensorflow_only
+from conftest import read_results, run_script, serve_texts
 
 from bert_tf2.tasks.ner import metrics as conlleval
 from bert_tf2.tasks.ner.reader import read_conll
@@ -195,14 +194,8 @@ def test_saved_model_in_a_fresh_process_tags_as_the_runner(ner_run, tmp_path, mi
     from bert_tf2.data_gen.tokenization import FullTokenizer
 
     words, _, predicted = read_predictions(ner_run["out"] / "eval_predictions.txt")
-    texts = tmp_path / "texts.json"
-    texts.write_text(json.dumps([" ".join(sentence) for sentence in words] + ["", "  "]))
-    script = tmp_path / "serve.py"
-    script.write_text(FRESH_PROCESS)
-    result = tensorflow_only([sys.executable, script, ner_run["root"] / "export", texts],
-                             cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    served = json.loads(result.stdout.strip().splitlines()[-1])
+    served = serve_texts(FRESH_PROCESS, ner_run["root"] / "export",
+                         [" ".join(sentence) for sentence in words] + ["", "  "], tmp_path)
     assert served["modules"] == []
     assert served["num_words"] == [len(sentence) for sentence in words] + [0, 0]
     tokenizer = FullTokenizer(str(minilm_dir / "vocab.txt"))

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import warm_python
-from conftest import TINY, tensorflow_only
+from conftest import TINY, serve_texts
 from test_tokenization import HOSTILE, random_texts
 
 from bert_tf2.data_gen import vocab_sanity
@@ -399,12 +399,8 @@ print(json.dumps({"answer": [a.decode("utf-8") for a in out["answer"].numpy()],
 @pytest.mark.integration
 def test_export_answers_the_same_in_a_fresh_process(oracle, served, exports, tmp_path):
     examples = oracle[True]["examples"] + [("empty", "Who?", "")]
-    (tmp_path / "examples.json").write_text(json.dumps([[q, c] for _, q, c in examples]))
-    (tmp_path / "serve.py").write_text(FRESH_PROCESS)
-    result = tensorflow_only([sys.executable, tmp_path / "serve.py", exports[True][1],
-                              tmp_path / "examples.json"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    fresh = json.loads(result.stdout.strip().splitlines()[-1])
+    fresh = serve_texts(FRESH_PROCESS, exports[True][1], [[q, c] for _, q, c in examples],
+                        tmp_path)
     assert fresh["modules"] == [] and fresh["same_default"]
     expected = served[True]
     assert fresh["answer"][:-1] == [out["answer"] for out in expected]
