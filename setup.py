@@ -70,7 +70,9 @@ setup(
         # time (--dist loadfile keeps each file's fixtures in one process); most tests wait on a
         # single-threaded step or a subprocess, so two processes halve the wall time on 2 cores.
         # ruff: the linter `make lint` and CI run (its settings in pyproject.toml).
-        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "ruff>=0.14,<1"],
+        # grpcio-tools: protoc, for `make protos` and the test that its output is up to date.
+        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "ruff>=0.14,<1",
+                 "grpcio-tools>=1.60,<2"],
         # The JAX backend (KERAS_BACKEND=jax): the runners train on it with NumPy input,
         # keras.distribution and safetensors checkpoints (docs/backends.md). The CPU build here;
         # for GPUs or TPUs install JAX's own jax[cuda12] or jax[tpu] instead.
@@ -92,11 +94,12 @@ setup(
         "keras-hub": ["keras-hub>=0.32,<1"],
         # serve.py: its ASGI application (model_server/app.py) on uvicorn's public Config and
         # Server; uvicorn from 0.36 for Config.get_loop_factory, with [standard]'s uvloop and
-        # httptools that the server runs on. KServe serves the Open Inference Protocol's gRPC
-        # (--grpc_port) through its public GRPCServer and Model (docs/serving.md, "Why plain
-        # ASGI on uvicorn"). orjson parses and writes the bodies; prometheus-client, /metrics.
+        # httptools that the server runs on. orjson parses and writes the bodies;
+        # prometheus-client, /metrics. grpcio: the gRPC ports (model_server.grpc_ports), TF
+        # Serving's API on messages of our own (model_server/protos), the Open Inference
+        # Protocol on KServe's generated messages (its client is what its users call with).
         "serve": ["kserve>=0.21,<0.22", "uvicorn[standard]>=0.36,<1",
-                  "prometheus-client>=0.20,<1", "orjson>=3.9,<4"],
+                  "prometheus-client>=0.20,<1", "orjson>=3.9,<4", "grpcio>=1.60,<2"],
     },
     entry_points={
         "console_scripts": [f"{name}={PACKAGE}.{name}:console_main" for name in RUNNERS]

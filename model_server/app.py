@@ -6,8 +6,10 @@ path, read and answered once with no framework between the socket and the batche
 FastAPI's router and exception middleware the event loop's CPU a request at 16 clients was 150
 microseconds against 120). Only uvicorn's public API is used: its `Config` and `Server`, with
 `should_exit` set by this module's own signal handlers (uvicorn installs none off the main thread,
-where it runs here). The gRPC twin of the Open Inference Protocol, on `--grpc_port`, is KServe's
-(`model_server.oip_grpc`).
+where it runs here). The gRPC ports, TF Serving's API on `--tf_serving_grpc_port`
+(`model_server.tf_serving_grpc`) and the Open Inference Protocol on `--grpc_port`
+(`model_server.oip_grpc`), run on the same event loop and answer from the same batcher
+(`model_server.grpc_ports`).
 
 The routes (docs/serving.md, "The model server"):
 - TF Serving's `POST /v1/models/NAME:predict` (rows or columns), `GET /v1/models/NAME` (status:
@@ -19,8 +21,9 @@ Around them (`Guard`): a request-size limit (413) and the request metrics. Every
 request is a one-line 400 `{"error": ...}`; overload and a model not ready are 503 with
 Retry-After at once (the bounded queue of `batching`); a model that fails on a batch is a one-line
 500 and the server goes on. SIGTERM (or Ctrl-C) drains without losing a request
-(`model_server.drain`) and exits 0. The port is bound before anything loads, so a second server
-on it is refused in one line.
+(`model_server.drain`) and exits 0; the gRPC ports answer what is in flight and refuse new calls
+(UNAVAILABLE). Every port is checked before anything loads, so a second server on it is refused
+in one line.
 """
 from __future__ import annotations
 
@@ -52,7 +55,7 @@ RETRY_AFTER_S = "1"
 # still sending it reads the answer instead of a broken pipe; a larger one is cut off.
 DISCARD_BYTES = 256 << 20
 JSON_HEADERS = [(b"content-type", b"application/json")]
-VERSION = "1"  # the one version a server serves, as TF Serving numbers them
+VERSION = protocol.VERSION
 # TF Serving's REST paths: /v1/models/NAME, optionally /versions/N or /labels/L, then /metadata,
 # :predict, :classify or :regress (or nothing: the status).
 V1_PATH = re.compile(r"/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)"
@@ -85,10 +88,11 @@ class Metrics:
     def __init__(self):
         from prometheus_client import Counter, Gauge, Histogram
 
-        self.requests = Counter("bert_requests", "HTTP requests answered, by endpoint and "
-                                "status code", ["endpoint", "code"])
+        self.requests = Counter("bert_requests", "Requests answered, by protocol (rest, "
+                                "tf_serving_grpc, v2_grpc), endpoint and status code (HTTP's, "
+                                "or gRPC's by name)", ["protocol", "endpoint", "code"])
         self.latency = Histogram("bert_request_seconds", "Time from a request's arrival to its "
-                                 "answer", ["endpoint"], buckets=(
+                                 "answer", ["protocol", "endpoint"], buckets=(
                                      .001, .002, .004, .006, .008, .01, .015, .02, .03, .05,
                                      .075, .1, .15, .25, .5, 1, 2.5, 5, 10))
         self.batch_rows = Histogram("bert_batch_rows", "Rows in each batch the model ran",
@@ -412,8 +416,8 @@ class Guard:
                     await self.too_large(send_status, e.args[0])
         finally:
             self.metrics.in_flight.dec()
-            self.metrics.requests.labels(endpoint, str(status[0])).inc()
-            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - start)
+            self.metrics.requests.labels("rest", endpoint, str(status[0])).inc()
+            self.metrics.latency.labels("rest", endpoint).observe(time.perf_counter() - start)
 
     async def too_large(self, send, size: int):
         await send_error(send, 413, f"the request has {size} bytes; this server takes at most "
@@ -442,7 +446,12 @@ def serve(settings: ServerSettings, runtime=None) -> None:
                             f"runs one batch at a time (its interpreters are not shared between "
                             f"threads; each call uses every core); more threads are for "
                             f"--runtime=savedmodel")
+    grpc_ports = _grpc_ports(settings)
+    if grpc_ports:
+        from bert_tf2.model_server.grpc_ports import address, check_free, open_port
     sock = bind(settings.host, settings.port)
+    for flag, port in grpc_ports:
+        check_free(settings.host, port, flag)
     if runtime is None:
         runtime = load_runtime(settings.export_dir, chosen)
     logger.info("serving %s as %s: %s (%s), inputs %s", settings.export_dir,
@@ -454,11 +463,17 @@ def serve(settings: ServerSettings, runtime=None) -> None:
                              settings.num_batch_threads, observe=metrics.observe_batch)
     model = ServedModel(settings.model_name, runtime, batcher)
     model.describe(export_description(settings.export_dir))
-    grpc_server = None
-    if settings.grpc_port:
-        from bert_tf2.model_server.oip_grpc import grpc_server as make_grpc_server
+    doors = {}  # flag -> its gRPC method handlers
+    if settings.tf_serving_grpc_port:
+        from bert_tf2.model_server import tf_serving_grpc
 
-        grpc_server = make_grpc_server(model, settings)
+        doors["--tf_serving_grpc_port"] = tf_serving_grpc.handlers(model, metrics,
+                                                                   settings.export_dir)
+    if settings.grpc_port:
+        from bert_tf2.model_server import oip_grpc
+
+        doors["--grpc_port"] = oip_grpc.handlers(model, metrics)
+    refused = []
 
     warm_up_failed = []
 
@@ -488,14 +503,27 @@ def serve(settings: ServerSettings, runtime=None) -> None:
 
     async def main():
         logger.info("event loop: %s", type(asyncio.get_running_loop()).__module__)
-        grpc = asyncio.ensure_future(grpc_server.start(4)) if grpc_server else None
-        if grpc is not None:  # a gRPC server that cannot start says so, and the server stops
-            grpc.add_done_callback(lambda task: task.cancelled() or task.exception() is None
-                                   or _grpc_failed(task.exception(), server))
+        opened = []
+        try:
+            for flag, port in grpc_ports:
+                opened.append(open_port(settings.host, port, flag,
+                                        settings.grpc_max_message_bytes
+                                        or settings.max_request_bytes, doors[flag]))
+                await opened[-1].start()
+                logger.info("%s: listening on %s", flag, address(settings.host, port))
+        except SettingsError as e:  # taken while the model loaded: the server stops
+            refused.append(e)
+            server.should_exit = True
+        closing = asyncio.ensure_future(close_with_rest(opened))
         await server.serve(sockets=[sock])
-        if grpc is not None:
-            await grpc_server.stop(signal.SIGTERM)
-            await asyncio.gather(grpc, return_exceptions=True)
+        await closing
+
+    async def close_with_rest(opened):
+        """The gRPC ports close when the REST port does (the drain sets `should_exit`): calls
+        in flight are answered (up to --drain_seconds), new ones are UNAVAILABLE."""
+        while not server.should_exit:
+            await asyncio.sleep(0.05)
+        await asyncio.gather(*(door.stop(settings.drain_seconds) for door in opened))
 
     drain = Drain(server, sock, model, settings.drain_grace_s, lambda: guard.received)
     threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
@@ -514,6 +542,8 @@ def serve(settings: ServerSettings, runtime=None) -> None:
             signal.signal(sig, handler)
     drained = batcher.stop(settings.drain_seconds)
     logger.info("stopped%s", "" if drained else " (rows still running at the drain timeout)")
+    if refused:
+        raise refused[0]
     if warm_up_failed:
         raise WarmUpError(f"{settings.export_dir}: the model failed its warm-up, so the server "
                           f"never got ready ({message_of(warm_up_failed[0])}); BERT_TRACEBACK=1 "
@@ -542,6 +572,16 @@ def run_on(loop_factory, coroutine):
         return runner.run(coroutine)
 
 
-def _grpc_failed(error: BaseException, server) -> None:
-    logger.error("the gRPC server stopped: %s", error)
-    server.should_exit = True
+def _grpc_ports(settings: ServerSettings) -> list:
+    """`(flag, port)` of each gRPC port served; one line if two flags name the same port."""
+    ports = [(flag, port) for flag, port in (("--tf_serving_grpc_port",
+                                              settings.tf_serving_grpc_port),
+                                             ("--grpc_port", settings.grpc_port)) if port]
+    taken = {"--port": settings.port}
+    for flag, port in ports:
+        other = next((name for name, value in taken.items() if value == port), None)
+        if other is not None:
+            raise SettingsError(f"{flag}={port}: {other} is {port} too; each protocol needs a "
+                                f"port of its own")
+        taken[flag] = port
+    return ports

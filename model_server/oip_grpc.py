@@ -1,77 +1,140 @@
-"""The Open Inference Protocol over gRPC (`--grpc_port`), from KServe, on its public API: a
-`kserve.Model` whose `predict` answers V2 requests through the server's batcher, in KServe's model
-repository, served by KServe's `GRPCServer`. KServe's own clients (`InferenceGRPCClient`) and
-Triton's work with it; the answers are the REST route's (`protocol.v2_rows`, `v2_outputs`)."""
+"""The Open Inference Protocol over gRPC (`--grpc_port`): KServe's `inference.GRPCInferenceService`
+messages (its generated `grpc_predict_v2_pb2`), answered on this server's own gRPC port
+(`grpc_ports`) from the same batcher as the REST routes. KServe's `InferenceGRPCClient` and
+Triton's clients work with it; the answers are the REST route's (`protocol.v2_rows`,
+`v2_outputs`).
+
+Texts are BYTES tensors, in `contents.bytes_contents` or in `raw_input_contents` (each element
+its 4-byte little-endian length, then its bytes, as Triton's clients send them). A shape that does
+not match its data, a wrong name or datatype, is INVALID_ARGUMENT naming the input.
+"""
 from __future__ import annotations
 
-from kserve import Model
-from kserve.errors import InvalidInput
-from kserve.protocol.infer_type import InferOutput, InferResponse
+import struct
+
+import grpc
+import numpy as np
 
 from bert_tf2.model_server import protocol
 from bert_tf2.model_server.batching import NotServing
+from bert_tf2.model_server.grpc_ports import Refused, unary
+
+SERVICE = "inference.GRPCInferenceService"
+# V2 datatype -> the InferTensorContents field that carries it.
+_CONTENTS = {"BYTES": "bytes_contents", "FP32": "fp32_contents", "INT32": "int_contents",
+             "BOOL": "bool_contents"}
 
 
-class OipModel(Model):
-    """The served model as KServe's: V2 requests in, V2 responses out."""
+def handlers(model, metrics) -> list:
+    """The method handlers of the V2 gRPC service for `model`."""
+    from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
 
-    def __init__(self, served):
-        self.served = served
-        super().__init__(served.name)
+    service = _Service(model, pb)
+    methods = {"ServerLive": (service.live, "status"), "ServerReady": (service.server_ready,
+                                                                       "status"),
+               "ModelReady": (service.model_ready, "status"),
+               "ServerMetadata": (service.server_metadata, "metadata"),
+               "ModelMetadata": (service.model_metadata, "metadata"),
+               "ModelInfer": (service.infer, "infer")}
+    return [grpc.method_handlers_generic_handler(SERVICE, {
+        name: unary(function, getattr(pb, f"{name}Request"), getattr(pb, f"{name}Response"),
+                    metrics, "v2_grpc", endpoint)
+        for name, (function, endpoint) in methods.items()})]
 
-    @property
-    def ready(self) -> bool:  # what KServe's ModelReady answers: the served model's readiness
-        return self.served.ready
 
-    @ready.setter
-    def ready(self, value) -> None:  # KServe's constructor sets it; the served model decides
-        pass
+class _Service:
+    def __init__(self, model, pb):
+        self.model, self.pb = model, pb
 
-    def load(self) -> bool:
-        return self.ready
+    def check(self, name: str, version: str = "") -> None:
+        if name != self.model.name:
+            raise Refused(grpc.StatusCode.NOT_FOUND, f"no model {name} (this server serves "
+                                                     f"{self.model.name})")
+        if version not in ("", protocol.VERSION):
+            raise Refused(grpc.StatusCode.NOT_FOUND, f"model {name} has no version {version} "
+                                                     f"(it has {protocol.VERSION})")
 
-    async def predict(self, payload, headers=None):
-        served = self.served
-        if not served.ready:
-            raise NotServing(f"model {served.name} is not ready (warming up or stopping)")
+    async def live(self, request, context):
+        return self.pb.ServerLiveResponse(live=True)
+
+    async def server_ready(self, request, context):
+        return self.pb.ServerReadyResponse(ready=self.model.takes_traffic)
+
+    async def model_ready(self, request, context):
+        self.check(request.name, request.version)
+        return self.pb.ModelReadyResponse(ready=self.model.takes_traffic)
+
+    async def server_metadata(self, request, context):
+        return self.pb.ServerMetadataResponse(name="bert_tf2", version=protocol.VERSION)
+
+    async def model_metadata(self, request, context):
+        self.check(request.name, request.version)
+        model = self.model
+        if model.example_outputs is None:
+            raise NotServing(f"model {model.name} is warming up")
+        metadata = protocol.v2_metadata(model.name, model.inputs, model.takes_list,
+                                        model.example_outputs)
+        tensor = self.pb.ModelMetadataResponse.TensorMetadata
+        return self.pb.ModelMetadataResponse(
+            name=metadata["name"], versions=metadata["versions"], platform=metadata["platform"],
+            inputs=[tensor(**entry) for entry in metadata["inputs"]],
+            outputs=[tensor(**entry) for entry in metadata["outputs"]])
+
+    async def infer(self, request, context):
+        model = self.model
+        self.check(request.model_name, request.model_version)
+        if not model.ready:
+            raise NotServing(f"model {model.name} is not ready (warming up or stopping)")
+        raw = list(request.raw_input_contents)
+        if raw and len(raw) != len(request.inputs):
+            raise protocol.RequestError(f"{len(raw)} raw_input_contents for "
+                                        f"{len(request.inputs)} inputs")
         tensors = {}
-        for tensor in payload.inputs:
+        for i, tensor in enumerate(request.inputs):
+            if tensor.name not in model.inputs:
+                raise protocol.RequestError(f"unknown input {tensor.name} (the model takes "
+                                            f"{', '.join(model.inputs)})")
             if tensor.datatype != "BYTES":
-                raise InvalidInput(f"input {tensor.name}: datatype {tensor.datatype}; texts are "
-                                   f"BYTES")
-            tensors[tensor.name] = tensor.as_numpy()
-        try:
-            unknown = sorted(set(tensors) - set(served.inputs))
-            if unknown:
-                raise protocol.RequestError(f"unknown input {', '.join(unknown)} (the model "
-                                            f"takes {', '.join(served.inputs)})")
-            missing = [name for name in served.inputs if name not in tensors]
-            if missing:
-                raise protocol.RequestError(f"no input {', '.join(missing)} (the model takes "
-                                            f"{', '.join(served.inputs)})")
-            rows = protocol.v2_rows(tensors, served.inputs, served.takes_list)
-        except protocol.RequestError as e:
-            raise InvalidInput(str(e)) from None
-        outputs = await served.batcher.predict(rows) if rows else {}
-        return InferResponse(response_id=payload.id or "", model_name=served.name,
-                             infer_outputs=[InferOutput(name, shape, datatype, data) for
-                                            name, shape, datatype, data in
-                                            protocol.v2_outputs(outputs)])
+                raise protocol.RequestError(f"input {tensor.name}: datatype {tensor.datatype}; "
+                                            f"texts are BYTES")
+            shape = list(tensor.shape)
+            if any(size < 0 for size in shape):
+                raise protocol.RequestError(f"input {tensor.name}: shape {shape} has a negative "
+                                            f"size")
+            values = (_unpacked(raw[i], tensor.name) if raw else
+                      list(tensor.contents.bytes_contents))
+            if len(values) != int(np.prod(shape)):
+                raise protocol.RequestError(f"input {tensor.name}: {len(values)} values for "
+                                            f"shape {shape}")
+            array = np.empty(len(values), dtype=object)
+            array[:] = values
+            tensors[tensor.name] = array.reshape(shape)
+        missing = [name for name in model.inputs if name not in tensors]
+        if missing:
+            raise protocol.RequestError(f"no input {', '.join(missing)} (the model takes "
+                                        f"{', '.join(model.inputs)})")
+        rows = protocol.v2_rows(tensors, model.inputs, model.takes_list)
+        outputs = await model.batcher.predict(rows) if rows else {}
+        answer = self.pb.ModelInferResponse(model_name=model.name,
+                                            model_version=protocol.VERSION, id=request.id)
+        for name, shape, datatype, data in protocol.v2_outputs(outputs):
+            output = answer.outputs.add(name=name, datatype=datatype, shape=shape)
+            getattr(output.contents, _CONTENTS[datatype]).extend(
+                [str(v).encode("utf-8") for v in data] if datatype == "BYTES" else data)
+        return answer
 
 
-def grpc_server(served, settings):
-    """KServe's gRPC server for `served` on `settings.grpc_port` (started by the caller on its
-    event loop: `await server.start(workers)`)."""
-    from kserve.model_repository import ModelRepository
-    from kserve.protocol.dataplane import DataPlane
-    from kserve.protocol.grpc.server import GRPCServer
-    from kserve.protocol.model_repository_extension import ModelRepositoryExtension
-
-    repository = ModelRepository()
-    repository.update(OipModel(served), served.name)
-    return GRPCServer(settings.grpc_port, DataPlane(model_registry=repository),
-                      ModelRepositoryExtension(model_registry=repository), kwargs={
-                          "grpc_max_receive_message_length": settings.max_request_bytes,
-                          "grpc_max_send_message_length": max(settings.max_request_bytes,
-                                                              64 << 20)},
-                      grace_period=int(settings.drain_seconds))
+def _unpacked(raw: bytes, name: str) -> list:
+    """BYTES elements of a raw buffer: each a 4-byte little-endian length, then its bytes."""
+    values, at = [], 0
+    while at < len(raw):
+        if at + 4 > len(raw):
+            raise protocol.RequestError(f"input {name}: raw_input_contents ends inside an "
+                                        f"element's length")
+        (size,) = struct.unpack_from("<I", raw, at)
+        if at + 4 + size > len(raw):
+            raise protocol.RequestError(f"input {name}: raw_input_contents ends inside an "
+                                        f"element ({size} bytes announced)")
+        values.append(raw[at + 4:at + 4 + size])
+        at += 4 + size
+    return values

@@ -22,6 +22,7 @@ import numpy as np
 from bert_tf2.inference.runtime import jsonable
 
 SIGNATURES = ("serving_default", "serve_text")  # the raw-text signature, under both names
+VERSION = "1"  # the one version a server serves, as TF Serving numbers them
 TOO_DEEP = "the body is not JSON this server reads: nested deeper than 1,000 levels"
 
 
@@ -142,7 +143,7 @@ def predict_response(outputs: dict, columnar: bool) -> dict:
     return {"predictions": [{name: columns[name][i] for name in names} for i in range(count)]}
 
 
-def status_response(state: str, version: str = "1") -> dict:
+def status_response(state: str, version: str = VERSION) -> dict:
     """`GET /v1/models/NAME`: TF Serving's `model_version_status` (`AVAILABLE` once warm)."""
     return {"model_version_status": [{"version": version, "state": state, "status": {
         "error_code": "OK", "error_message": ""}}]}
@@ -161,7 +162,7 @@ def tensor_info(name: str, example) -> dict:
 
 
 def metadata_response(model_name: str, inputs: list, takes_list: dict, example_outputs: dict,
-                      version: str = "1") -> dict:
+                      version: str = VERSION) -> dict:
     """`GET /v1/models/NAME/metadata`: the text signature's inputs and outputs, under both of its
     names. `example_outputs`: one row's outputs (their dtypes and per-row shapes)."""
     signature = {

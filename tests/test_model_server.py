@@ -1,7 +1,8 @@
 """serve.py through real HTTP on loopback: TF Serving's REST API answering as the export's
 serve_text (rows, columns, V2), its status and metadata, one-line 400s and 413, a busy port and a
-cut LiteRT file refused in one line, b64 texts, the Open Inference Protocol over gRPC, and any
-export served. (Readiness, overload, failures, metrics and draining: test_model_server_load.py.)"""
+cut LiteRT file refused in one line, b64 texts, and any export served (over TF Serving's gRPC
+too). (Readiness, overload, failures, metrics and draining: test_model_server_load.py; the gRPC
+ports: test_model_server_grpc.py.)"""
 import base64
 import contextlib
 import socket
@@ -11,10 +12,12 @@ import numpy as np
 import pytest
 import warm_python
 from conftest import REPO, served
-from http_server import call, free_port, pairs, server
+from http_server import call, free_port, grpc_predict, pairs, server
 
 pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed: pip install "
                     "'bert-tf2[serve]'")
+pytest.importorskip("tensorflow_serving", reason="tensorflow-serving-api is not installed (make "
+                    "test installs it with --no-deps)")
 
 
 @pytest.fixture(scope="module")
@@ -164,8 +167,8 @@ def test_a_second_server_on_the_port_and_a_cut_litert_file_are_one_line(pair_exp
 
 @pytest.mark.integration
 def test_a_multiple_choice_export_answers_as_serve_text(shared_data, minilm_dir, tmp_path):
-    """Any export is served: multiple choice (a list of choices per row, ragged), float32 against
-    serve_text."""
+    """Any export is served: multiple choice (a list of choices per row, ragged; over TF
+    Serving's gRPC a [batch, 4] tensor padded with ""), float32 against serve_text."""
     from test_litert import random_export
 
     from bert_tf2.modeling.models import BertMultipleChoice
@@ -181,28 +184,42 @@ def test_a_multiple_choice_export_answers_as_serve_text(shared_data, minilm_dir,
                       question=[i["question"] for i in instances],
                       choices=[i["choices"] + [""] * (4 - len(i["choices"]))
                                for i in instances])
-    with server(choosing, "--runtime=float32") as (base, _):
+    grpc_port = free_port()
+    with server(choosing, "--runtime=float32", f"--tf_serving_grpc_port={grpc_port}") as (
+            base, _):
         status, _, answer = call(base + "/v1/models/m:predict", {"instances": instances})
+        tensors = grpc_predict(grpc_port, context=[i["context"] for i in instances],
+                               question=[i["question"] for i in instances],
+                               choices=[i["choices"] + [""] * (4 - len(i["choices"]))
+                                        for i in instances])
     assert status == 200
     np.testing.assert_allclose([p["probabilities"] for p in answer["predictions"]],
                                expected["probabilities"], atol=2e-5)
     assert [p["choice"] for p in answer["predictions"]] == expected["choice"].tolist()
+    # TF Serving's gRPC: the choices as a [batch, 4] string tensor, padded with ""
+    np.testing.assert_allclose(tensors["probabilities"], expected["probabilities"], atol=2e-5)
+    assert tensors["choice"].tolist() == expected["choice"].tolist()
 
 
 
 @pytest.mark.integration
 def test_an_embedding_export_answers_as_serve_text(embedding_export):
-    """Any export is served: an embedder (one input: bare texts in rows and columns), float32
-    against serve_text."""
+    """Any export is served: an embedder (one input: bare texts in rows and columns, and over
+    TF Serving's gRPC), float32 against serve_text."""
     embedding = embedding_export
     texts = ["Return the square root of x.", "", "Ünïcödé 中文 🙂", "x " * 100]
     expected = served(embedding, text_a=texts)["embedding"]
-    with server(embedding, "--runtime=float32") as (base, _):
+    grpc_port = free_port()
+    with server(embedding, "--runtime=float32", f"--tf_serving_grpc_port={grpc_port}") as (
+            base, _):
         rows = call(base + "/v1/models/m:predict", {"instances": texts})[2]
         columns = call(base + "/v1/models/m:predict", {"inputs": texts})[2]
+        tensors = grpc_predict(grpc_port, text_a=texts)
     np.testing.assert_allclose([p["embedding"] for p in rows["predictions"]], expected,
                                atol=2e-5)
     assert columns["outputs"]["embedding"] == [p["embedding"] for p in rows["predictions"]]
+    assert tensors["embedding"].dtype == np.float32  # TF Serving's gRPC: the same numbers
+    np.testing.assert_allclose(tensors["embedding"], columns["outputs"]["embedding"], atol=1e-6)
 
 
 def test_the_listening_socket_is_tcp_by_name():
@@ -216,34 +233,3 @@ def test_the_listening_socket_is_tcp_by_name():
         assert sock.proto == socket.IPPROTO_TCP and sock.type == socket.SOCK_STREAM
     finally:
         sock.close()
-
-
-@pytest.mark.integration
-def test_grpc_answers_as_rest(pair_export):
-    """--grpc_port: the Open Inference Protocol's gRPC (KServe's), the same answers as REST."""
-    import asyncio
-
-    from kserve import InferenceGRPCClient, InferInput, InferRequest
-
-    export, data = pair_export
-    text_a, text_b = pairs(data, 5)
-    grpc_port = free_port()
-    with server(export, "--runtime=float32", f"--grpc_port={grpc_port}") as (base, _):
-        rest = call(base + "/v1/models/m:predict", {"inputs": {"text_a": text_a,
-                                                                "text_b": text_b}})[2]
-
-        async def infer():
-            inputs = []
-            for name, texts in (("text_a", text_a), ("text_b", text_b)):
-                tensor = InferInput(name, [len(texts)], "BYTES")
-                tensor.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object))
-                inputs.append(tensor)
-            client = InferenceGRPCClient(f"127.0.0.1:{grpc_port}")
-            response = await client.infer(InferRequest(model_name="m", infer_inputs=inputs,
-                                                       request_id="1"))
-            return {o.name: o.as_numpy() for o in response.outputs}
-
-        answer = asyncio.run(infer())
-    assert [label.decode() for label in answer["label"]] == rest["outputs"]["label"]
-    np.testing.assert_allclose(answer["probabilities"], rest["outputs"]["probabilities"],
-                               atol=1e-6)

@@ -1,8 +1,9 @@
 """serve.py under pressure, through real HTTP on loopback: ready only after warm-up, Prometheus
-metrics counting what was served, 503 with Retry-After at once under overload, a failing model
-answered 500 in one line while the server goes on, and a SIGTERM that answers everything in flight,
-refuses new connections and exits 0, under load and with a second signal. (The API itself:
-test_model_server.py.)"""
+metrics counting what was served, 503 with Retry-After at once under overload (RESOURCE_EXHAUSTED
+over TF Serving's gRPC, from the same queue), a failing model answered 500 in one line while the
+server goes on, and a SIGTERM that answers everything in flight, on every port, refuses new
+connections and calls and exits 0, under load and with a second signal. (The API itself:
+test_model_server.py, test_model_server_grpc.py.)"""
 import concurrent.futures
 import contextlib
 import signal
@@ -10,12 +11,15 @@ import socket
 import time
 
 import pytest
-from http_server import call, pairs, server
+from conftest import free_port
+from http_server import call, grpc_predict, pairs, server
 
 pytestmark = pytest.mark.integration
 
 pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed: pip install "
                     "'bert-tf2[serve]'")
+pytest.importorskip("tensorflow_serving", reason="tensorflow-serving-api is not installed (make "
+                    "test installs it with --no-deps)")
 
 
 @pytest.mark.integration
@@ -50,9 +54,9 @@ def test_ready_only_after_warm_up_and_metrics_count_what_was_served(pair_export,
         status, _, metrics = call(base + "/metrics")
         lines = dict(line.rsplit(" ", 1) for line in metrics.splitlines()
                      if line and not line.startswith("#"))
-        assert float(lines['bert_requests_total{code="200",endpoint="predict"}']) == 6
-        assert float(lines['bert_requests_total{code="503",endpoint="predict"}']) == 1
-        assert float(lines['bert_request_seconds_count{endpoint="predict"}']) == 7
+        assert float(lines['bert_requests_total{code="200",endpoint="predict",protocol="rest"}']) == 6
+        assert float(lines['bert_requests_total{code="503",endpoint="predict",protocol="rest"}']) == 1
+        assert float(lines['bert_request_seconds_count{endpoint="predict",protocol="rest"}']) == 7
         assert float(lines["bert_batch_rows_count"]) == 6  # one at a time: one batch each
         assert float(lines["bert_batch_rows_sum"]) == 21
         assert float(lines["bert_queue_rows"]) == 0
@@ -64,15 +68,29 @@ def test_overload_is_503_with_retry_after_at_once_never_a_timeout(pair_export):
     export, data = pair_export
     text_a, text_b = pairs(data, 16)
     body = {"instances": [{"text_a": a, "text_b": b} for a, b in zip(text_a, text_b)]}
+    grpc_port = free_port()
     with server(export, "--runtime=float32", "--delay_s=0.2", "--max_batch_size=16",
-                "--max_enqueued_batches=2", harness=True) as (base, _):
+                "--max_enqueued_batches=2", f"--tf_serving_grpc_port={grpc_port}",
+                harness=True) as (base, _):
         def client(_):
             start = time.perf_counter()
             status, headers, answer = call(base + "/v1/models/m:predict", body, timeout=30)
             return status, headers.get("Retry-After"), answer, time.perf_counter() - start
 
-        with concurrent.futures.ThreadPoolExecutor(24) as pool:
-            answers = list(pool.map(client, range(24)))
+        def grpc_client(_):
+            import grpc
+
+            start = time.perf_counter()
+            try:
+                answer = grpc_predict(grpc_port, timeout=30, text_a=text_a, text_b=text_b)
+                return "OK", answer, time.perf_counter() - start
+            except grpc.RpcError as e:
+                return e.code().name, e.details(), time.perf_counter() - start
+
+        with concurrent.futures.ThreadPoolExecutor(32) as pool:
+            answers = pool.map(client, range(24))
+            over_grpc = list(pool.map(grpc_client, range(8)))  # TF Serving's, the same queue
+            answers = list(answers)
     statuses = sorted(status for status, *_ in answers)
     assert set(statuses) == {200, 503} and statuses.count(200) >= 3, statuses
     for status, retry_after, answer, seconds in answers:
@@ -81,6 +99,13 @@ def test_overload_is_503_with_retry_after_at_once_never_a_timeout(pair_export):
             assert seconds < 1.0, f"a refusal took {seconds:.2f} s"
         else:
             assert len(answer["predictions"]) == 16
+    codes = sorted(code for code, *_ in over_grpc)
+    assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED"} and "RESOURCE_EXHAUSTED" in codes, codes
+    for code, answer, seconds in over_grpc:
+        if code == "OK":
+            assert answer["probabilities"].shape == (16, 2)
+        else:
+            assert "try again shortly" in answer and seconds < 1.0, (answer, seconds)
 
 
 @pytest.mark.integration
@@ -98,14 +123,20 @@ def test_a_failing_model_is_a_500_of_one_line_and_the_server_goes_on(pair_export
 
 @pytest.mark.integration
 def test_sigterm_answers_everything_in_flight_refuses_new_connections_and_exits_0(pair_export):
+    import grpc
+
     export, data = pair_export
     text_a, text_b = pairs(data, 4)
     body = {"instances": [{"text_a": a, "text_b": b} for a, b in zip(text_a, text_b)]}
+    grpc_port = free_port()
     with server(export, "--runtime=float32", "--delay_s=0.25", "--max_batch_size=4",
-                "--drain_grace_s=0", harness=True) as (base, proc):
+                "--drain_grace_s=0", f"--tf_serving_grpc_port={grpc_port}",
+                harness=True) as (base, proc):
         port = int(base.rsplit(":", 1)[1])
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
             futures = [pool.submit(call, base + "/v1/models/m:predict", body) for _ in range(8)]
+            over_grpc = [pool.submit(grpc_predict, grpc_port, text_a=text_a, text_b=text_b)
+                         for _ in range(4)]
             time.sleep(0.4)  # every request sent; one or two batches done
             proc.send_signal(signal.SIGTERM)
             sent = time.perf_counter()
@@ -121,10 +152,15 @@ def test_sigterm_answers_everything_in_flight_refuses_new_connections_and_exits_
                 assert time.time() < deadline
                 time.sleep(0.05)
             answers = [future.result() for future in futures]
+            answered = [future.result() for future in over_grpc]  # every call in flight, too
             answered_after = time.perf_counter() - sent
+            with pytest.raises(grpc.RpcError) as late:  # a new call once the doors closed
+                grpc_predict(grpc_port, timeout=10, text_a=text_a, text_b=text_b)
+        assert late.value.code() == grpc.StatusCode.UNAVAILABLE
         assert proc.wait(30) == 0
         assert [status for status, *_ in answers] == [200] * 8
         assert all(len(answer["predictions"]) == 4 for *_, answer in answers)
+        assert all(answer["probabilities"].shape == (4, 2) for answer in answered)
         assert answered_after > 0.5  # batches of 0.25 s each were still running at SIGTERM
         assert "SIGTERM: draining" in proc.log()
 

@@ -234,10 +234,14 @@ def test_litert_path_tags_every_sentence_as_the_runner(ner_run):
 
 @pytest.mark.integration
 def test_the_export_served_over_http_tags_as_its_fast_path(ner_run):
-    """serve.py on the export's int8 file: TF Serving's predict in rows and columns, the words
-    and tags of `LiteRTTagger` called directly, long sentences (several windows) included."""
+    """serve.py on the export's int8 file: TF Serving's predict in rows and columns, and over
+    TF Serving's gRPC, the words and tags of `LiteRTTagger` called directly, long sentences
+    (several windows) included."""
     pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed")
-    from http_server import call, server
+    pytest.importorskip("tensorflow_serving", reason="tensorflow-serving-api is not installed "
+                        "(make test installs it with --no-deps)")
+    from conftest import free_port
+    from http_server import call, grpc_predict, server
 
     from bert_tf2.tasks.ner.litert_serving import LiteRTTagger
 
@@ -245,9 +249,18 @@ def test_the_export_served_over_http_tags_as_its_fast_path(ner_run):
     words, _, _ = read_predictions(ner_run["out"] / "eval_predictions.txt")
     texts = [" ".join(sentence) for sentence in words][:16] + [""]
     expected = LiteRTTagger.load(str(export), "int8")(texts)
-    with server(export, "--runtime=int8") as (base, _):
+    grpc_port = free_port()
+    with server(export, "--runtime=int8", f"--tf_serving_grpc_port={grpc_port}") as (base, _):
         rows = call(base + "/v1/models/m:predict", {"instances": texts})[2]
         columns = call(base + "/v1/models/m:predict", {"inputs": {"text": texts}})[2]
+        tensors = grpc_predict(grpc_port, text=texts)
     assert [p["tags"] for p in rows["predictions"]] == expected["tags"]
     assert [p["words"] for p in rows["predictions"]] == expected["words"]
     assert columns["outputs"]["tags"] == expected["tags"]
+    # TF Serving's gRPC: the same, padded as the SavedModel pads them ("" and -1)
+    width = max(expected["num_words"])
+    assert tensors["tags"].tolist() == [[t.encode() for t in tags] + [b""] * (width - len(tags))
+                                        for tags in expected["tags"]]
+    assert tensors["tag_ids"].tolist() == [list(ids) + [-1] * (width - len(ids))
+                                           for ids in expected["tag_ids"]]
+    assert tensors["num_words"].tolist() == list(expected["num_words"])

@@ -169,7 +169,10 @@ def test_the_export_served_over_http_answers_as_its_fast_path(squad_run):
     """serve.py on the export's int8 file: TF Serving's predict in rows, the answers and
     probabilities of `LiteRTReader` called directly."""
     pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed")
-    from http_server import call, server
+    pytest.importorskip("tensorflow_serving", reason="tensorflow-serving-api is not installed "
+                        "(make test installs it with --no-deps)")
+    from conftest import free_port
+    from http_server import call, grpc_predict, server
 
     from bert_tf2.tasks.squad.litert_serving import LiteRTReader
 
@@ -179,10 +182,16 @@ def test_the_export_served_over_http_answers_as_its_fast_path(squad_run):
              for paragraph in article["paragraphs"] for qa in paragraph["qas"]][:12]
     expected = LiteRTReader.load(str(export), "int8")([q for q, _ in asked],
                                                       [c for _, c in asked])
-    with server(export, "--runtime=int8") as (base, _):
+    grpc_port = free_port()
+    with server(export, "--runtime=int8", f"--tf_serving_grpc_port={grpc_port}") as (base, _):
         status, _, answer = call(base + "/v1/models/m:predict", {"instances": [
             {"question": q, "context": c} for q, c in asked]})
+        tensors = grpc_predict(grpc_port, question=[q for q, _ in asked],
+                               context=[c for _, c in asked])
     assert status == 200
     assert [p["answer"] for p in answer["predictions"]] == expected["answer"]
     assert [p["probability"] for p in answer["predictions"]] == pytest.approx(
         list(expected["probability"]), abs=1e-6)
+    assert [a.decode() for a in tensors["answer"]] == expected["answer"]  # TF Serving's gRPC
+    assert tensors["probability"].tolist() == pytest.approx(list(expected["probability"]),
+                                                            abs=1e-6)

@@ -1,0 +1,295 @@
+"""TF Serving's gRPC API (`--tf_serving_grpc_port`, TF Serving's 8500): PredictionService's
+Predict, Classify, Regress and GetModelMetadata, and ModelService's GetModelStatus, answered from
+the same batcher as the REST routes, so that a client written with `tensorflow-serving-api`'s
+stubs and `tf.make_tensor_proto` works unchanged.
+
+- `model_spec`: the served name; no version, version 1, or a label, resolved as the REST routes
+  resolve `/versions/N` and `/labels/L` (this server serves version 1 and knows no label); the
+  signature `serving_default` or `serve_text` ("" is `serving_default`).
+- Predict's inputs: texts as DT_STRING tensors, `[batch]` (`[batch, n]` for a list per row,
+  multiple choice's `choices`); its outputs as the REST API's numbers in TensorProtos, ragged ones
+  (a tagger's words) padded as the SavedModel pads them ("" and -1).
+- Classify and Regress: `tf.Example`s whose bytes features are the texts, with an optional
+  context shared by every example, as over REST.
+- GetModelMetadata: the SavedModel's own `signature_def` map, as TF Serving reads it from
+  `saved_model.pb` (the REST route's where the export has no `saved_model.pb`).
+- Errors: TF Serving's status codes (`grpc_ports.unary`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import grpc
+import numpy as np
+
+from bert_tf2.inference.runtime import jsonable
+from bert_tf2.model_server import protocol
+from bert_tf2.model_server import tf_serving_wire as wire
+from bert_tf2.model_server.batching import NotServing
+from bert_tf2.model_server.grpc_ports import Refused, unary
+
+logger = logging.getLogger(__name__)
+
+PREDICTION_SERVICE = "tensorflow.serving.PredictionService"
+MODEL_SERVICE = "tensorflow.serving.ModelService"
+SIGNATURE_DEF_MAP_URL = "type.googleapis.com/tensorflow.serving.SignatureDefMap"
+_STATES = {"LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40}
+# The output dtypes answered, with the TensorProto field each fills.
+_FIELDS = {"DT_FLOAT": ("float_val", np.float32), "DT_DOUBLE": ("double_val", np.float64),
+           "DT_INT32": ("int_val", np.int32), "DT_INT64": ("int64_val", np.int64),
+           "DT_BOOL": ("bool_val", bool), "DT_STRING": ("string_val", None)}
+
+
+def handlers(model, metrics, export_dir: str) -> list:
+    """The gRPC method handlers of PredictionService and ModelService for `model`."""
+    service = _Service(model, _saved_signatures(export_dir))
+    methods = {
+        PREDICTION_SERVICE: {
+            "Predict": (service.predict, "PredictRequest", "PredictResponse", "predict"),
+            "Classify": (service.classify, "ClassificationRequest", "ClassificationResponse",
+                         "classify"),
+            "Regress": (service.regress, "RegressionRequest", "RegressionResponse", "regress"),
+            "GetModelMetadata": (service.metadata, "GetModelMetadataRequest",
+                                 "GetModelMetadataResponse", "metadata")},
+        MODEL_SERVICE: {
+            "GetModelStatus": (service.status, "GetModelStatusRequest",
+                               "GetModelStatusResponse", "status")}}
+    return [grpc.method_handlers_generic_handler(name, {
+        method: unary(function, wire.serving(request), wire.serving(response), metrics,
+                      "tf_serving_grpc", endpoint)
+        for method, (function, request, response, endpoint) in table.items()})
+        for name, table in methods.items()]
+
+
+class _Service:
+    def __init__(self, model, saved_signatures):
+        self.model, self.saved_signatures = model, saved_signatures
+        # The text signature's output dtypes in the SavedModel, as TF Serving would answer them.
+        names = wire.enum("tensorflow.DataType").values_by_number
+        text = saved_signatures.signature_def.get(protocol.SIGNATURES[0]) if \
+            saved_signatures is not None else None
+        self.output_dtypes = {name: names[info.dtype].name for name, info in
+                              text.outputs.items() if info.dtype in names} if text else {}
+
+    def resolve(self, spec, signature: bool = True):
+        """The answer's `model_spec`, once `spec` names this model, its version and signature."""
+        model = self.model
+        if not spec.name:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "Missing ModelSpec: model_spec.name "
+                                                            f"must name the model ({model.name})")
+        version = spec.version.value if spec.HasField("version") else None
+        if spec.name != model.name:
+            raise Refused(grpc.StatusCode.NOT_FOUND, f"Servable not found for request: "
+                          f"{'Latest' if version is None else 'Specific'}({spec.name}"
+                          f"{'' if version is None else f', {version}'}) (this server serves "
+                          f"{model.name})")
+        if spec.WhichOneof("version_choice") == "version_label":
+            raise Refused(grpc.StatusCode.NOT_FOUND, f"Unrecognized servable version label: "
+                                                     f"{spec.version_label}")
+        if version is not None and str(version) != protocol.VERSION:
+            raise Refused(grpc.StatusCode.NOT_FOUND, f"Servable not found for request: "
+                                                     f"Specific({spec.name}, {version})")
+        answer = wire.serving("ModelSpec")(name=model.name)
+        answer.version.value = int(protocol.VERSION)
+        if signature:
+            name = spec.signature_name or protocol.SIGNATURES[0]
+            if name not in protocol.SIGNATURES:
+                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"Serving signature key "
+                              f"\"{name}\" not found: this server answers "
+                              f"{' or '.join(protocol.SIGNATURES)} (texts)")
+            answer.signature_name = name
+        return answer
+
+    def ready(self) -> None:
+        if not self.model.ready:
+            raise NotServing(f"model {self.model.name} is not ready (warming up or stopping)")
+
+    async def predict(self, request, context):
+        spec = self.resolve(request.model_spec)
+        self.ready()
+        model = self.model
+        tensors = {}
+        for name, tensor in request.inputs.items():
+            if name not in model.inputs:
+                raise protocol.RequestError(f"input tensor alias not found in signature: {name}. "
+                                            f"Inputs expected to be in the set "
+                                            f"{{{','.join(model.inputs)}}}.")
+            tensors[name] = _texts(name, tensor)
+        missing = [name for name in model.inputs if name not in tensors]
+        if missing:
+            raise protocol.RequestError(f"no input {', '.join(missing)} (the signature takes "
+                                        f"{', '.join(model.inputs)})")
+        rows = protocol.v2_rows(tensors, model.inputs, model.takes_list)
+        outputs = await model.batcher.predict(rows) if rows else {}
+        unknown = sorted(set(request.output_filter) - set(outputs))
+        if unknown:
+            raise protocol.RequestError(f"output tensor alias not found in signature: "
+                                        f"{unknown[0]} (the outputs are "
+                                        f"{', '.join(sorted(outputs))})")
+        answer = wire.serving("PredictResponse")(model_spec=spec)
+        for name in sorted(request.output_filter or outputs):
+            answer.outputs[name].CopyFrom(tensor_proto(outputs[name],
+                                                        self.output_dtypes.get(name)))
+        return answer
+
+    async def classify(self, request, context):
+        spec = self.resolve(request.model_spec)
+        if not self.model.classes:
+            raise protocol.RequestError(f"model {self.model.name} is not a classifier: ask it "
+                                        f"with Predict" + (" or Regress" if self.model.regression
+                                                           else ""))
+        outputs = await self.examples(request.input)
+        answer = wire.serving("ClassificationResponse")(model_spec=spec)
+        if outputs:
+            for row in protocol.classify_response(outputs, self.model.classes)["result"]:
+                answer.result.classifications.add().classes.extend(
+                    wire.serving("Class")(label=label, score=score) for label, score in row)
+        return answer
+
+    async def regress(self, request, context):
+        spec = self.resolve(request.model_spec)
+        if not self.model.regression:
+            raise protocol.RequestError(f"model {self.model.name} is not a regression model: "
+                                        f"ask it with Predict" + (" or Classify" if
+                                                                  self.model.classes else ""))
+        outputs = await self.examples(request.input)
+        answer = wire.serving("RegressionResponse")(model_spec=spec)
+        if outputs:
+            answer.result.regressions.extend(wire.serving("Regression")(value=value) for value in
+                                             protocol.regress_response(outputs)["result"])
+        return answer
+
+    async def examples(self, given) -> dict:
+        """The outputs for the rows of a Classify or Regress `Input`."""
+        self.ready()
+        kind = given.WhichOneof("kind")
+        if kind is None:
+            raise protocol.RequestError("input: no examples (input.example_list or "
+                                        "input.example_list_with_context)")
+        listed = getattr(given, kind)
+        context = _features(listed.context, "context") if kind.endswith("context") else {}
+        body = {"examples": [_features(example, f"examples[{i}]")
+                             for i, example in enumerate(listed.examples)], "context": context}
+        rows = protocol.parse_examples(body, self.model.inputs, self.model.takes_list)
+        return await self.model.batcher.predict(rows) if rows else {}
+
+    async def metadata(self, request, context):
+        spec = self.resolve(request.model_spec, signature=False)
+        fields = list(request.metadata_field)
+        if fields != ["signature_def"]:
+            raise protocol.RequestError(f"metadata_field {fields}: this server has the metadata "
+                                        f"field signature_def (ask for [\"signature_def\"])")
+        signatures = self.saved_signatures
+        if signatures is None:
+            model = self.model
+            if model.example_outputs is None:
+                raise NotServing(f"model {model.name} is warming up")
+            signatures = _signature_map(protocol.metadata_response(
+                model.name, model.inputs, model.takes_list, model.example_outputs)
+                ["metadata"]["signature_def"])
+        answer = wire.serving("GetModelMetadataResponse")(model_spec=spec)
+        packed = answer.metadata["signature_def"]
+        packed.type_url, packed.value = SIGNATURE_DEF_MAP_URL, signatures.SerializeToString()
+        return answer
+
+    async def status(self, request, context):
+        self.resolve(request.model_spec, signature=False)
+        model = self.model
+        state = ("UNLOADING" if model.draining else "AVAILABLE") if model.ready else "LOADING"
+        answer = wire.serving("GetModelStatusResponse")()
+        answer.model_version_status.add(version=int(protocol.VERSION), state=_STATES[state])
+        return answer
+
+
+def _texts(name: str, tensor):
+    """A DT_STRING tensor's values as an object array of its shape."""
+    dtype = wire.enum("tensorflow.DataType").values_by_number.get(tensor.dtype)
+    if tensor.dtype != 7:  # DT_STRING
+        raise protocol.RequestError(f"input {name}: dtype "
+                                    f"{dtype.name if dtype else tensor.dtype}; this signature "
+                                    f"takes texts (DT_STRING)")
+    if tensor.tensor_shape.unknown_rank:
+        raise protocol.RequestError(f"input {name}: the shape's rank is unknown")
+    shape = [dim.size for dim in tensor.tensor_shape.dim]
+    if any(size < 0 for size in shape):
+        raise protocol.RequestError(f"input {name}: shape {shape} has a negative size")
+    values = np.empty(len(tensor.string_val), dtype=object)
+    values[:] = list(tensor.string_val)
+    if values.size != int(np.prod(shape)):
+        raise protocol.RequestError(f"input {name}: {values.size} texts for shape {shape}")
+    return values.reshape(shape)
+
+
+def _features(example, where: str) -> dict:
+    """An Example's features as `{name: text or list of texts}` (bytes features only)."""
+    features = {}
+    for name, feature in example.features.feature.items():
+        if feature.WhichOneof("kind") != "bytes_list":
+            raise protocol.RequestError(f"{where}.{name}: a {feature.WhichOneof('kind')} "
+                                        f"feature; texts are bytes_list features")
+        values = []
+        for value in feature.bytes_list.value:
+            try:
+                values.append(value.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                raise protocol.RequestError(f"{where}.{name} is not UTF-8 text "
+                                            f"({e.reason})") from None
+        features[name] = values[0] if len(values) == 1 else values
+    return features
+
+
+def tensor_proto(value, dtype: str | None = None):
+    """One output over the rows as a TensorProto: of `dtype` (the SavedModel's, where it has one),
+    else of the REST metadata's; ragged rows (a tagger's words) padded as the SavedModel pads
+    them, with "" and -1."""
+    array = value if isinstance(value, np.ndarray) and value.dtype != object else None
+    if array is None:
+        array = np.asarray(_padded(jsonable(value)))
+    if dtype not in _FIELDS:
+        kind = array.dtype.kind
+        dtype = ("DT_STRING" if kind in "USO" else "DT_BOOL" if kind == "b" else
+                 "DT_INT32" if kind in "iu" else "DT_FLOAT")
+    field, numpy_type = _FIELDS[dtype]
+    answer = wire.message("tensorflow.TensorProto")(
+        dtype=wire.enum("tensorflow.DataType").values_by_name[dtype].number)
+    for size in array.shape:
+        answer.tensor_shape.dim.add(size=size)
+    flat = array.ravel()
+    getattr(answer, field).extend(
+        [v if isinstance(v, bytes) else str(v).encode("utf-8") for v in flat.tolist()]
+        if numpy_type is None else flat.astype(numpy_type).tolist())
+    return answer
+
+
+def _padded(value):
+    """`value` (nested lists) made rectangular: short lists padded with "" or -1."""
+    if not isinstance(value, list) or not value or not all(isinstance(v, list) for v in value):
+        return value
+    rows = [_padded(v) for v in value]
+    width = max(len(v) for v in rows)
+    if all(len(v) == width for v in rows):
+        return rows
+    fill = next(("" if isinstance(x, str) else -1 for v in rows for x in v), -1)
+    return [v + [fill] * (width - len(v)) for v in rows]
+
+
+def _signature_map(signatures: dict):
+    from google.protobuf import json_format
+
+    return json_format.ParseDict(signatures, wire.serving("SignatureDefMap")())
+
+
+def _saved_signatures(export_dir: str):
+    """The SignatureDefMap of the export's `saved_model.pb` (its first MetaGraphDef), or None."""
+    path = os.path.join(export_dir, "saved_model.pb")
+    try:
+        with open(path, "rb") as f:
+            saved = wire.message("tensorflow.SavedModel").FromString(f.read())
+    except OSError:
+        return None
+    answer = wire.serving("SignatureDefMap")()
+    if saved.meta_graphs:
+        for name, signature in saved.meta_graphs[0].signature_def.items():
+            answer.signature_def[name].CopyFrom(signature)
+    return answer
