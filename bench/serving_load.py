@@ -8,7 +8,12 @@ server should come close to.
 1. The model: `bench/serving.py`'s MiniLM fine-tuned on MRPC (made once in --work_dir, reused),
    its export (LiteRT int8) and its Hugging Face copy for the peer.
 2. Sides, each a server process on loopback, answering TF Serving's predict requests:
-   - `ours`: `serve.py --export_dir=... --runtime=int8` (our tokenizer, our LiteRT int8 file);
+   - `ours`: `serve.py --export_dir=... --runtime=int8` (our tokenizer, our LiteRT int8 file),
+     over TF Serving's REST API;
+   - `ours-tf-grpc` and `ours-v2-grpc`: the same server process over TF Serving's gRPC API
+     (`--tf_serving_grpc_port`, PredictionService/Predict) and the Open Inference Protocol's
+     gRPC (`--grpc_port`, ModelInfer), each client on its own channel (one HTTP/2 connection),
+     the requests' bytes made once before the level;
    - `ort-int8`: `bench/_serving_load_peer.py`, optimum's dynamic int8 ONNX file on ONNX Runtime
      with transformers' Rust tokenizer, behind the same `model_server` (the same ASGI
      application and dynamic batcher), in `bench/.venv-serving-load` (made on first use; never
@@ -19,7 +24,7 @@ server should come close to.
    a time (one MRPC sentence, `{"text_a": s, "text_b": ""}`, or one MRPC pair), the next as soon
    as the last is answered, until --requests are answered or --seconds pass. Texts come from
    MRPC's train file, each text once per side and level. Throughput: answered requests over the
-   level's wall time; p50/p99 over its requests. Every answer is checked (200, a label); a
+   level's wall time; p50/p99 over its requests. Every answer is checked (200 or OK, a label); a
    refusal or a failure is counted, not retried.
    Then the open loop (--open_loop): --open_requests requests arriving as a Poisson process at
    each share of the side's capacity (its rate at the most clients, that round), sent at their
@@ -76,6 +81,39 @@ def free_port() -> int:
 
 
 # ------------------------------------------------------------------------------------ the client
+SIDES = ("ours", "ours-tf-grpc", "ours-v2-grpc", "ort-int8")
+GRPC_METHODS = {"ours-tf-grpc": "/tensorflow.serving.PredictionService/Predict",
+                "ours-v2-grpc": "/inference.GRPCInferenceService/ModelInfer"}
+
+
+class GrpcConnection:
+    """One gRPC channel (one HTTP/2 connection) calling `method` with requests' bytes as they
+    are; `post` answers as `Connection.post` does (0 for a gRPC error)."""
+
+    def __init__(self, port: int, method: str):
+        import grpc
+
+        self.grpc = grpc
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        self.call = self.channel.unary_unary(method)
+
+    async def post(self, path: str, body: bytes) -> tuple:
+        try:
+            return 200, await self.call(body, timeout=60)
+        except self.grpc.aio.AioRpcError as e:
+            return e.code().name, b""
+
+    async def aclose(self):
+        await self.channel.close()
+
+
+def connector(side: str):
+    """`port -> connection` for `side`, and the bytes every good answer holds."""
+    if side in GRPC_METHODS:
+        return (lambda port: GrpcConnection(port, GRPC_METHODS[side])), b"label"
+    return Connection, b'"label"'
+
+
 class Connection:
     """One keep-alive HTTP/1.1 connection sending TF Serving predict requests."""
 
@@ -100,12 +138,12 @@ class Connection:
             self.writer = None
         return status, payload
 
-    def close(self):
+    async def aclose(self):
         if self.writer is not None:
             self.writer.close()
 
 
-def run_load(port: int, bodies: list, clients: int, seconds: float) -> dict:
+def run_load(port: int, bodies: list, clients: int, seconds: float, side: str = "ours") -> dict:
     """`load` on uvloop where it is installed (`model_server.app.run_on`, as the server runs):
     the generator shares the server's cores, and on the standard loop it took more of them (35
     against 40 microseconds of CPU a request at 16 clients)."""
@@ -113,37 +151,38 @@ def run_load(port: int, bodies: list, clients: int, seconds: float) -> dict:
 
     from bert_tf2.model_server.app import run_on
 
-    return run_on(auto_loop_factory(), load(port, bodies, clients, seconds))
+    return run_on(auto_loop_factory(), load(port, bodies, clients, seconds, side))
 
 
-def run_open_load(port: int, bodies: list, rate: float, seed: int) -> dict:
+def run_open_load(port: int, bodies: list, rate: float, seed: int, side: str = "ours") -> dict:
     """`open_load` on uvloop, as `run_load`."""
     from uvicorn.loops.auto import auto_loop_factory
 
     from bert_tf2.model_server.app import run_on
 
-    return run_on(auto_loop_factory(), open_load(port, bodies, rate, seed))
+    return run_on(auto_loop_factory(), open_load(port, bodies, rate, seed, side))
 
 
-async def open_load(port: int, bodies: list, rate: float, seed: int) -> dict:
+async def open_load(port: int, bodies: list, rate: float, seed: int, side: str) -> dict:
     """Open loop: `bodies` sent at Poisson arrivals of `rate` a second (seeded), each at its
     time whatever is still unanswered, on an idle keep-alive connection or a new one. A latency
     runs from the request's scheduled arrival, so a client late to send counts against it."""
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, len(bodies))
     arrivals = np.cumsum(gaps)
+    connect, word = connector(side)
     idle, latencies, failures = [], [], {}
     start = time.perf_counter() + 0.05
 
     async def one(at: float, body: bytes):
         await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
-        connection = idle.pop() if idle else Connection(port)
+        connection = idle.pop() if idle else connect(port)
         try:
             status, payload = await connection.post("/v1/models/m:predict", body)
         except OSError as e:
             failures[type(e).__name__] = failures.get(type(e).__name__, 0) + 1
-            connection.close()
+            await connection.aclose()
             return
-        if status == 200 and b'"label"' in payload:
+        if status == 200 and word in payload:
             latencies.append(time.perf_counter() - (start + at))
         else:
             failures[status] = failures.get(status, 0) + 1
@@ -151,34 +190,36 @@ async def open_load(port: int, bodies: list, rate: float, seed: int) -> dict:
 
     await asyncio.gather(*[one(at, body) for at, body in zip(arrivals, bodies)])
     wall = time.perf_counter() - start
+    connections = len(idle)
     for connection in idle:
-        connection.close()
+        await connection.aclose()
     ms = np.asarray(latencies) * 1e3
     return {"offered_per_s": rate, "answered": len(latencies), "failures": failures,
             "per_s": len(latencies) / wall, "p50_ms": float(np.percentile(ms, 50)),
-            "p99_ms": float(np.percentile(ms, 99)), "connections": len(idle)}
+            "p99_ms": float(np.percentile(ms, 99)), "connections": connections}
 
 
-async def load(port: int, bodies: list, clients: int, seconds: float) -> dict:
+async def load(port: int, bodies: list, clients: int, seconds: float, side: str) -> dict:
     """`clients` connections sending `bodies` one request at a time each, until all are answered
     or `seconds` pass."""
     queue = list(reversed(bodies))
     latencies, failures = [], {}
     deadline = time.perf_counter() + seconds
+    connect, word = connector(side)
 
     async def client():
-        connection = Connection(port)
+        connection = connect(port)
         try:
             while queue and time.perf_counter() < deadline:
                 body = queue.pop()
                 start = time.perf_counter()
                 status, payload = await connection.post("/v1/models/m:predict", body)
-                if status == 200 and b'"label"' in payload:
+                if status == 200 and word in payload:
                     latencies.append(time.perf_counter() - start)
                 else:
                     failures[status] = failures.get(status, 0) + 1
         finally:
-            connection.close()
+            await connection.aclose()
 
     start = time.perf_counter()
     await asyncio.gather(*[client() for _ in range(clients)])
@@ -237,7 +278,34 @@ def process_tree(pid: int) -> list:
     return tree
 
 
-def bodies_of(texts: list) -> list:
+def bodies_of(texts: list, side: str = "ours") -> list:
+    """Each request's bytes as `side` sends them: TF Serving's REST predict body, a serialized
+    PredictRequest (TF Serving's gRPC) or ModelInferRequest (the Open Inference Protocol's)."""
+    if side == "ours-tf-grpc":
+        from bert_tf2.model_server import tf_serving_wire as wire
+
+        bodies = []
+        for a, b in texts:
+            request = wire.serving("PredictRequest")()
+            request.model_spec.name = "m"
+            for name, text in (("text_a", a), ("text_b", b)):
+                tensor = request.inputs[name]
+                tensor.dtype = 7  # DT_STRING
+                tensor.tensor_shape.dim.add(size=1)
+                tensor.string_val.append(text.encode("utf-8"))
+            bodies.append(request.SerializeToString())
+        return bodies
+    if side == "ours-v2-grpc":
+        from kserve.protocol.grpc import grpc_predict_v2_pb2 as v2
+
+        bodies = []
+        for a, b in texts:
+            request = v2.ModelInferRequest(model_name="m")
+            for name, text in (("text_a", a), ("text_b", b)):
+                request.inputs.add(name=name, datatype="BYTES", shape=[1]).contents. \
+                    bytes_contents.append(text.encode("utf-8"))
+            bodies.append(request.SerializeToString())
+        return bodies
     return [json.dumps({"instances": [{"text_a": a, "text_b": b}]}).encode() for a, b in texts]
 
 
@@ -293,9 +361,9 @@ def main():
     parser.add_argument("--json_out", default=str(RESULTS / "serving_load.json"))
     args = parser.parse_args()
     sides = args.sides.split(",")
-    unknown = sorted(set(sides) - {"ours", "ort-int8"})
+    unknown = sorted(set(sides) - set(SIDES))
     if unknown:
-        parser.error(f"--sides: unknown {', '.join(unknown)} (ours, ort-int8)")
+        parser.error(f"--sides: unknown {', '.join(unknown)} ({', '.join(SIDES)})")
     try:
         levels = [positive(c) for c in args.clients.split(",")]
     except (ValueError, argparse.ArgumentTypeError):
@@ -326,46 +394,58 @@ def main():
                              for side in sides}}
     memory = {side: {} for side in sides}
     with contextlib.ExitStack() as stack:
-        ports = {}
-        for side in sides:  # every server up at once; the idle ones sleep while one is measured
-            port = ports[side] = free_port()
+        ports = {side: free_port() for side in sides}
+        servers = [side for side in sides if side in ("ours", "ort-int8")]
+        if not servers or any(side in GRPC_METHODS for side in sides) and "ours" not in sides:
+            servers.insert(0, "ours")  # the gRPC sides are ports of our server
+            ports["ours"] = free_port()
+        for side in servers:  # every server up at once; the idle ones sleep while one is measured
+            port = ports[side]
             if side == "ours":
+                grpc_ports = [f"--tf_serving_grpc_port={ports[s]}" if s == "ours-tf-grpc" else
+                              f"--grpc_port={ports[s]}" for s in sides if s in GRPC_METHODS]
                 command = [sys.executable, str(REPO / "serve.py"), f"--export_dir={export}",
                            "--model_name=m", "--host=127.0.0.1", f"--port={port}",
-                           "--runtime=int8", "--drain_grace_s=0", *batching]
+                           "--runtime=int8", "--drain_grace_s=0", *grpc_ports, *batching]
             else:
                 command = [peer_python(PEER_VENV, LOAD_PEER_PACKAGES),
                            str(REPO / "bench" / "_serving_load_peer.py"), f"--hf_dir={hf_dir}",
                            f"--work_dir={work / 'peer'}", f"--port={port}", *batching]
             print(f"{side}: {' '.join(command[-6:])}", flush=True)
-            stack.enter_context(server(command, port, work / f"load-{side}.log", memory[side]))
+            stack.enter_context(server(command, port, work / f"load-{side}.log",
+                                       memory.setdefault(side, {})))
             run_load(port, bodies_of(kinds["pairs"][-64:]), 4, 60)  # warm-up, untimed
+        for side in sides:
+            if side in GRPC_METHODS:  # warm-up of the port, untimed
+                run_load(ports[side], bodies_of(kinds["pairs"][-64:], side), 4, 60, side)
+                memory[side] = memory["ours"]  # the same process
         for round_ in range(args.rounds):
             for side in sides[round_ % len(sides):] + sides[:round_ % len(sides)]:
                 for kind, texts in kinds.items():
                     count = min(args.requests, len(texts) // len(levels))
                     for i, clients in enumerate(levels):
                         part = texts[i * count:(i + 1) * count]
-                        before = offline_batch32(fast, texts[:1024]) if side == "ours" else 0
-                        result = run_load(ports[side], bodies_of(part), clients,
-                                          args.seconds)
-                        if side == "ours":  # the offline rate on either side of the level
+                        ours = side.startswith("ours")
+                        before = offline_batch32(fast, texts[:1024]) if ours else 0
+                        result = run_load(ports[side], bodies_of(part, side), clients,
+                                          args.seconds, side)
+                        if ours:  # the offline rate on either side of the level
                             result["offline_batch32"] = (before + offline_batch32(
                                 fast, texts[:1024])) / 2
                             result["over_offline"] = result["per_s"] / result["offline_batch32"]
                         results["sides"][side][kind][str(clients)].append(result)
-                        print(f"round {round_ + 1}: {side:8} {kind:9} {clients:3} clients: "
+                        print(f"round {round_ + 1}: {side:12} {kind:9} {clients:3} clients: "
                               f"{result['per_s']:7.1f}/s  p50 {result['p50_ms']:6.1f} ms  p99 "
                               f"{result['p99_ms']:6.1f} ms  failures {result['failures'] or 0}"
                               + (f"  offline batch 32 {result['offline_batch32']:.0f}/s"
-                                 if side == "ours" else ""), flush=True)
+                                 if ours else ""), flush=True)
                     by_level = results["sides"][side][kind]
                     capacity = by_level[str(levels[-1])][-1]["per_s"]
                     quiet = by_level[str(levels[0])][-1]["p50_ms"]
                     for share in shares:
                         part = texts[-min(args.open_requests, len(texts)):]
-                        result = run_open_load(ports[side], bodies_of(part), share * capacity,
-                                               seed=round_)
+                        result = run_open_load(ports[side], bodies_of(part, side),
+                                               share * capacity, round_, side)
                         result.update(share=share, capacity_per_s=capacity,
                                       quiet_p50_ms=quiet,
                                       p99_over_quiet_p50=result["p99_ms"] / quiet)
@@ -376,9 +456,10 @@ def main():
                               f"the quiet p50)  failures {result['failures'] or 0}", flush=True)
     results["peak_rss_mb"] = {side: memory[side]["peak_rss_mb"] for side in sides}
     offline = {}
-    if "ours" in sides:
-        offline = {kind: float(np.median([r["offline_batch32"] for c in levels for r in
-                                          results["sides"]["ours"][kind][str(c)]]))
+    ours = [side for side in sides if side.startswith("ours")]
+    if ours:
+        offline = {kind: float(np.median([r["offline_batch32"] for side in ours for c in levels
+                                          for r in results["sides"][side][kind][str(c)]]))
                    for kind in kinds}
         results["offline_batch32_median"] = offline
     RESULTS.mkdir(exist_ok=True)
@@ -395,7 +476,7 @@ def main():
                 runs = results["sides"][side][kind][str(clients)]
                 ratio = (f"{median_of(runs, 'over_offline'):.2f}x (rounds "
                          + ", ".join(f"{r['over_offline']:.2f}" for r in runs) + ")"
-                         if side == "ours" else "")
+                         if side.startswith("ours") else "")
                 print(f"| {side} | {kind} | {clients} | {median_of(runs, 'per_s'):.0f} | "
                       f"{median_of(runs, 'p50_ms'):.1f} | {median_of(runs, 'p99_ms'):.1f} | "
                       f"{ratio} |")
