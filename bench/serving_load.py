@@ -282,7 +282,7 @@ def bodies_of(texts: list, side: str = "ours") -> list:
     """Each request's bytes as `side` sends them: TF Serving's REST predict body, a serialized
     PredictRequest (TF Serving's gRPC) or ModelInferRequest (the Open Inference Protocol's)."""
     if side == "ours-tf-grpc":
-        from bert_tf2.model_server import tf_serving_wire as wire
+        from bert_tf2.model_server import grpc_messages as wire
 
         bodies = []
         for a, b in texts:
@@ -296,11 +296,11 @@ def bodies_of(texts: list, side: str = "ours") -> list:
             bodies.append(request.SerializeToString())
         return bodies
     if side == "ours-v2-grpc":
-        from kserve.protocol.grpc import grpc_predict_v2_pb2 as v2
+        from bert_tf2.model_server import grpc_messages
 
         bodies = []
         for a, b in texts:
-            request = v2.ModelInferRequest(model_name="m")
+            request = grpc_messages.message("inference.ModelInferRequest")(model_name="m")
             for name, text in (("text_a", a), ("text_b", b)):
                 request.inputs.add(name=name, datatype="BYTES", shape=[1]).contents. \
                     bytes_contents.append(text.encode("utf-8"))

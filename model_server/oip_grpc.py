@@ -1,6 +1,6 @@
-"""The Open Inference Protocol over gRPC (`--grpc_port`): KServe's `inference.GRPCInferenceService`
-messages (its generated `grpc_predict_v2_pb2`), answered on this server's own gRPC port
-(`grpc_ports`) from the same batcher as the REST routes. KServe's `InferenceGRPCClient` and
+"""The Open Inference Protocol over gRPC (`--grpc_port`): `inference.GRPCInferenceService` (the
+messages of `protos/open_inference.proto`, KServe's and Triton's on the wire), answered on this
+server's own gRPC port (`grpc_ports`) from the same batcher as the REST routes. KServe's `InferenceGRPCClient` and
 Triton's clients work with it; the answers are the REST route's (`protocol.v2_rows`,
 `v2_outputs`).
 
@@ -15,7 +15,7 @@ import struct
 import grpc
 import numpy as np
 
-from bert_tf2.model_server import protocol
+from bert_tf2.model_server import grpc_messages, protocol
 from bert_tf2.model_server.batching import NotServing
 from bert_tf2.model_server.grpc_ports import Refused, unary
 
@@ -27,9 +27,7 @@ _CONTENTS = {"BYTES": "bytes_contents", "FP32": "fp32_contents", "INT32": "int_c
 
 def handlers(model, metrics) -> list:
     """The method handlers of the V2 gRPC service for `model`."""
-    from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
-
-    service = _Service(model, pb)
+    service = _Service(model, _Messages())
     methods = {"ServerLive": (service.live, "status"), "ServerReady": (service.server_ready,
                                                                        "status"),
                "ModelReady": (service.model_ready, "status"),
@@ -37,9 +35,17 @@ def handlers(model, metrics) -> list:
                "ModelMetadata": (service.model_metadata, "metadata"),
                "ModelInfer": (service.infer, "infer")}
     return [grpc.method_handlers_generic_handler(SERVICE, {
-        name: unary(function, getattr(pb, f"{name}Request"), getattr(pb, f"{name}Response"),
-                    metrics, "v2_grpc", endpoint)
+        name: unary(function, grpc_messages.message(f"inference.{name}Request"),
+                    grpc_messages.message(f"inference.{name}Response"), metrics, "v2_grpc",
+                    endpoint)
         for name, (function, endpoint) in methods.items()})]
+
+
+class _Messages:
+    """`messages.ModelInferResponse` and the like: the `inference` package's message classes."""
+
+    def __getattr__(self, name: str):
+        return grpc_messages.message(f"inference.{name}")
 
 
 class _Service:
@@ -74,7 +80,7 @@ class _Service:
             raise NotServing(f"model {model.name} is warming up")
         metadata = protocol.v2_metadata(model.name, model.inputs, model.takes_list,
                                         model.example_outputs)
-        tensor = self.pb.ModelMetadataResponse.TensorMetadata
+        tensor = grpc_messages.message("inference.ModelMetadataResponse.TensorMetadata")
         return self.pb.ModelMetadataResponse(
             name=metadata["name"], versions=metadata["versions"], platform=metadata["platform"],
             inputs=[tensor(**entry) for entry in metadata["inputs"]],

@@ -24,8 +24,8 @@ import grpc
 import numpy as np
 
 from bert_tf2.inference.runtime import jsonable
+from bert_tf2.model_server import grpc_messages as wire
 from bert_tf2.model_server import protocol
-from bert_tf2.model_server import tf_serving_wire as wire
 from bert_tf2.model_server.batching import NotServing
 from bert_tf2.model_server.grpc_ports import Refused, unary
 

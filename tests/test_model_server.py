@@ -14,7 +14,7 @@ import warm_python
 from conftest import REPO, served
 from http_server import call, free_port, grpc_predict, pairs, server
 
-pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed: pip install "
+pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install "
                     "'bert-tf2[serve]'")
 pytest.importorskip("tensorflow_serving", reason="tensorflow-serving-api is not installed (make "
                     "test installs it with --no-deps)")

@@ -17,8 +17,9 @@ import warm_python
 from conftest import REPO, free_ports
 from http_server import call, pairs, server
 
-pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed: pip install "
+pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install "
                     "'bert-tf2[serve]'")
+pytest.importorskip("kserve", reason="KServe's client is not installed (make test installs it)")
 pytest.importorskip("tensorflow_serving", reason="tensorflow-serving-api is not installed (make "
                     "test installs it with --no-deps)")
 
@@ -76,19 +77,20 @@ def refusal(call_, request):
     return caught.value.code().name, caught.value.details()
 
 
-def test_the_messages_are_tf_servings_field_for_field():
-    """protos/*.proto against TF Serving's and TensorFlow's own descriptors: every message, field
-    (number, type, label, message or enum type), enum value and service method the server knows;
-    and a request made by the real classes reads back byte for byte."""
+def test_the_messages_are_tf_servings_and_kserves_field_for_field():
+    """protos/*.proto against TF Serving's, TensorFlow's and KServe's own descriptors: every
+    message, field (number, type, label, message or enum type, oneof), enum value and service
+    method the server knows; and a request made by the real classes reads back byte for byte."""
     import tensorflow as tf
     from google.protobuf import descriptor_pool
+    from kserve.protocol.grpc import grpc_predict_v2_pb2  # noqa: F401 - registers KServe's
     from tensorflow_serving.apis import (  # noqa: F401 - registers TF Serving's descriptors
         get_model_status_pb2,
         model_service_pb2,
         prediction_service_pb2,
     )
 
-    from bert_tf2.model_server import tf_serving_wire as wire
+    from bert_tf2.model_server import grpc_messages as wire
 
     real, ours = descriptor_pool.Default(), wire._pool()
     checked = {"messages": 0, "fields": 0, "enums": 0, "methods": 0}
@@ -136,7 +138,7 @@ def test_the_messages_are_tf_servings_field_for_field():
                 assert (other.input_type.full_name, other.output_type.full_name) == (
                     method.input_type.full_name, method.output_type.full_name)
                 checked["methods"] += 1
-    assert checked == {"messages": 35, "fields": 72, "enums": 3, "methods": 5}, checked
+    assert checked == {"messages": 53, "fields": 126, "enums": 3, "methods": 11}, checked
     request = predict_request(text_a=["He said so.", "Ünïcode"], text_b=["So he said.", ""])
     request.model_spec.version.value = 1
     request.output_filter.append("label")
@@ -149,10 +151,10 @@ def test_the_messages_are_tf_servings_field_for_field():
 
 @pytest.mark.integration
 def test_the_compiled_descriptors_are_the_protos_as_they_stand():
-    """tf_serving_descriptors.py is what `make protos` makes of protos/*.proto now. In a process
+    """grpc_descriptors.py is what `make protos` makes of protos/*.proto now. In a process
     of its own: protoc's library and TensorFlow's bundled protobuf crash a process that loads
     both."""
-    result = subprocess.run([sys.executable, "-m", "bert_tf2.model_server.tf_serving_wire",
+    result = subprocess.run([sys.executable, "-m", "bert_tf2.model_server.grpc_messages",
                              "--check"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
 
@@ -315,7 +317,8 @@ def test_every_grpc_mistake_is_tf_servings_code_in_one_line_and_counted(grpc_ser
 
 @pytest.mark.integration
 def test_the_open_inference_protocols_client_gets_the_rest_answers(grpc_served, pair_export):
-    """--grpc_port with KServe's own client: the same answers as REST."""
+    """--grpc_port with KServe's own client: the same answers as REST; its metadata and
+    readiness as REST's."""
     import asyncio
 
     from kserve import InferenceGRPCClient, InferInput, InferRequest
@@ -340,6 +343,21 @@ def test_the_open_inference_protocols_client_gets_the_rest_answers(grpc_served, 
     assert [label.decode() for label in answer["label"]] == rest["outputs"]["label"]
     np.testing.assert_allclose(answer["probabilities"], rest["outputs"]["probabilities"],
                                atol=1e-6)
+    import grpc
+    from google.protobuf import json_format
+    from kserve.protocol.grpc import grpc_predict_v2_pb2 as v2
+    from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
+
+    stub = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(
+        grpc.insecure_channel(f"127.0.0.1:{ports['v2']}"))
+    metadata = json_format.MessageToDict(stub.ModelMetadata(v2.ModelMetadataRequest(name="m")),
+                                         preserving_proto_field_name=True)
+    for tensor in metadata["inputs"] + metadata["outputs"]:
+        tensor["shape"] = [int(n) for n in tensor["shape"]]  # int64 is a string in JSON
+    assert metadata == call(base + "/v2/models/m")[2]
+    assert stub.ModelReady(v2.ModelReadyRequest(name="m")).ready
+    assert stub.ServerLive(v2.ServerLiveRequest()).live
+    assert stub.ServerReady(v2.ServerReadyRequest()).ready
 
 
 def listening(port: int) -> list:

@@ -16,7 +16,7 @@ from http_server import call, grpc_predict, pairs, server
 
 pytestmark = pytest.mark.integration
 
-pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed: pip install "
+pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install "
                     "'bert-tf2[serve]'")
 pytest.importorskip("tensorflow_serving", reason="tensorflow-serving-api is not installed (make "
                     "test installs it with --no-deps)")

@@ -237,7 +237,7 @@ def test_the_export_served_over_http_tags_as_its_fast_path(ner_run):
     """serve.py on the export's int8 file: TF Serving's predict in rows and columns, and over
     TF Serving's gRPC, the words and tags of `LiteRTTagger` called directly, long sentences
     (several windows) included."""
-    pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed")
+    pytest.importorskip("uvicorn", reason="the serve extra is not installed")
     pytest.importorskip("tensorflow_serving", reason="tensorflow-serving-api is not installed "
                         "(make test installs it with --no-deps)")
     from conftest import free_port

@@ -168,7 +168,7 @@ def test_litert_path_answers_as_the_runners_predictions(squad_run):
 def test_the_export_served_over_http_answers_as_its_fast_path(squad_run):
     """serve.py on the export's int8 file: TF Serving's predict in rows, the answers and
     probabilities of `LiteRTReader` called directly."""
-    pytest.importorskip("kserve", reason="the serve extra (kserve) is not installed")
+    pytest.importorskip("uvicorn", reason="the serve extra is not installed")
     pytest.importorskip("tensorflow_serving", reason="tensorflow-serving-api is not installed "
                         "(make test installs it with --no-deps)")
     from conftest import free_port

@@ -1,14 +1,17 @@
-"""TF Serving's gRPC messages without TensorFlow: `protos/*.proto` (TF Serving's and TensorFlow's
-names and field numbers, written for this server), compiled by grpcio-tools' protoc into
-`tf_serving_descriptors.py` (`make protos`, which runs `python -m bert_tf2.model_server.
-tf_serving_wire`), and loaded from there into a descriptor pool of this module's own.
+"""The gRPC messages of the server's two gRPC ports, without TensorFlow or KServe:
+`protos/*.proto` (TF Serving's and TensorFlow's messages; the Open Inference Protocol's; their
+packages, names and field numbers, written for this server), compiled by grpcio-tools' protoc
+into `grpc_descriptors.py` (`make protos`, which runs `python -m
+bert_tf2.model_server.grpc_messages`), and loaded from there into a descriptor pool of this
+module's own.
 
-Why a pool of its own: the messages keep TensorFlow's full names (`tensorflow.TensorProto`,
+Why a pool of its own: the messages keep their full names (`tensorflow.TensorProto`,
 `tensorflow.serving.SignatureDefMap`, which a client's `Any.Unpack` checks), and TensorFlow, when
-the SavedModel runtime imports it, registers the same names in protobuf's default pool, where a
-second definition is refused. Why not `tensorflow-serving-api`'s generated modules: they import
-TensorFlow, which the LiteRT runtimes serve without. Why compiled ahead: protoc's library and
-TensorFlow's bundled protobuf crash a process that loads both.
+the SavedModel runtime imports it, registers the same names in protobuf's default pool (as KServe
+does the `inference` ones), where a second definition is refused. Why not the generated modules of
+`tensorflow-serving-api` and KServe: the first imports TensorFlow, which the LiteRT runtimes serve
+without; the second imports KServe (a second of start-up and some 1,500 modules). Why compiled
+ahead: protoc's library and TensorFlow's bundled protobuf crash a process that loads both.
 """
 from __future__ import annotations
 
@@ -19,8 +22,9 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTOS = os.path.join(HERE, "protos")
-FILES = ("tensorflow.proto", "tensorflow_error.proto", "tensorflow_serving.proto")
-GENERATED = os.path.join(HERE, "tf_serving_descriptors.py")
+FILES = ("tensorflow.proto", "tensorflow_error.proto", "tensorflow_serving.proto",
+         "open_inference.proto")
+GENERATED = os.path.join(HERE, "grpc_descriptors.py")
 
 
 def compile_protos() -> bytes:
@@ -29,7 +33,7 @@ def compile_protos() -> bytes:
     from grpc_tools import protoc
 
     include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
-    with tempfile.TemporaryDirectory(prefix="bert-tf-serving-protos") as folder:
+    with tempfile.TemporaryDirectory(prefix="bert-grpc-protos") as folder:
         out = os.path.join(folder, "set.binpb")
         status = protoc.main(["protoc", f"-I{PROTOS}", f"-I{include}", "--include_imports",
                               f"--descriptor_set_out={out}", *FILES])
@@ -43,7 +47,7 @@ def compile_protos() -> bytes:
 def _pool():
     from google.protobuf import descriptor_pb2, descriptor_pool
 
-    from bert_tf2.model_server.tf_serving_descriptors import DESCRIPTORS
+    from bert_tf2.model_server.grpc_descriptors import DESCRIPTORS
 
     files = descriptor_pb2.FileDescriptorSet.FromString(DESCRIPTORS)
     pool = descriptor_pool.DescriptorPool()
@@ -54,7 +58,8 @@ def _pool():
 
 @functools.lru_cache(maxsize=None)
 def message(full_name: str):
-    """The message class of `full_name` ("tensorflow.TensorProto", "tensorflow.serving....")."""
+    """The message class of `full_name` ("tensorflow.TensorProto", "inference.ModelInferRequest",
+    ...)."""
     from google.protobuf import message_factory
 
     return message_factory.GetMessageClass(_pool().FindMessageTypeByName(full_name))
@@ -71,20 +76,20 @@ def serving(name: str):
 
 
 def generated_module(descriptors: bytes) -> str:
-    """The text of `tf_serving_descriptors.py` holding `descriptors` (in base64)."""
+    """The text of `grpc_descriptors.py` holding `descriptors` (in base64)."""
     import base64
 
     text = base64.b64encode(descriptors).decode("ascii")
     lines = [text[i:i + 76] for i in range(0, len(text), 76)]
     return ('"""Generated from protos/*.proto by `make protos` (python -m '
-            'bert_tf2.model_server.tf_serving_wire);\ndo not edit: the serialized '
-            'FileDescriptorSet that tf_serving_wire loads."""\nimport base64\n\n'
+            'bert_tf2.model_server.grpc_messages);\ndo not edit: the serialized '
+            'FileDescriptorSet that grpc_messages loads."""\nimport base64\n\n'
             'DESCRIPTORS = base64.b64decode(\n'
             + "".join(f'    "{line}"\n' for line in lines) + ")\n")
 
 
 def main(argv) -> int:
-    """Write `tf_serving_descriptors.py` from the protos; with --check, say whether it is up to
+    """Write `grpc_descriptors.py` from the protos; with --check, say whether it is up to
     date (exit status 1 if not)."""
     text = generated_module(compile_protos())
     if "--check" in argv:
