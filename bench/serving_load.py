@@ -24,7 +24,8 @@ server should come close to.
    a time (one MRPC sentence, `{"text_a": s, "text_b": ""}`, or one MRPC pair), the next as soon
    as the last is answered, until --requests are answered or --seconds pass. Texts come from
    MRPC's train file, each text once per side and level. Throughput: answered requests over the
-   level's wall time; p50/p99 over its requests. Every answer is checked (200 or OK, a label); a
+   level's wall time; p50/p99 over its requests; the CPU time (user and system) of the server's
+   processes and of the generator over the level, a request. Every answer is checked (200 or OK, a label); a
    refusal or a failure is counted, not retried.
    Then the open loop (--open_loop): --open_requests requests arriving as a Poisson process at
    each share of the side's capacity (its rate at the most clients, that round), sent at their
@@ -264,6 +265,17 @@ def server(command: list, port: int, log_path: pathlib.Path, measured: dict,
                     os.killpg(proc.pid, signal.SIGKILL)  # a worker that ignored SIGTERM
 
 
+def process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds of process `pid` and its children so far (/proc)."""
+    total = 0.0
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = (pathlib.Path("/proc") / str(member) / "stat").read_text().rsplit(")", 1)[1] \
+                .split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def process_tree(pid: int) -> list:
     """`pid` and its descendants (a server's worker processes)."""
     children = {}
@@ -394,7 +406,7 @@ def main():
                              for side in sides}}
     memory = {side: {} for side in sides}
     with contextlib.ExitStack() as stack:
-        ports = {side: free_port() for side in sides}
+        ports, pids = {side: free_port() for side in sides}, {}
         servers = [side for side in sides if side in ("ours", "ort-int8")]
         if not servers or any(side in GRPC_METHODS for side in sides) and "ours" not in sides:
             servers.insert(0, "ours")  # the gRPC sides are ports of our server
@@ -412,13 +424,14 @@ def main():
                            str(REPO / "bench" / "_serving_load_peer.py"), f"--hf_dir={hf_dir}",
                            f"--work_dir={work / 'peer'}", f"--port={port}", *batching]
             print(f"{side}: {' '.join(command[-6:])}", flush=True)
-            stack.enter_context(server(command, port, work / f"load-{side}.log",
-                                       memory.setdefault(side, {})))
+            pids[side] = stack.enter_context(server(command, port, work / f"load-{side}.log",
+                                                    memory.setdefault(side, {}))).pid
             run_load(port, bodies_of(kinds["pairs"][-64:]), 4, 60)  # warm-up, untimed
         for side in sides:
             if side in GRPC_METHODS:  # warm-up of the port, untimed
                 run_load(ports[side], bodies_of(kinds["pairs"][-64:], side), 4, 60, side)
                 memory[side] = memory["ours"]  # the same process
+                pids[side] = pids["ours"]
         for round_ in range(args.rounds):
             for side in sides[round_ % len(sides):] + sides[:round_ % len(sides)]:
                 for kind, texts in kinds.items():
@@ -427,8 +440,13 @@ def main():
                         part = texts[i * count:(i + 1) * count]
                         ours = side.startswith("ours")
                         before = offline_batch32(fast, texts[:1024]) if ours else 0
-                        result = run_load(ports[side], bodies_of(part, side), clients,
-                                          args.seconds, side)
+                        bodies = bodies_of(part, side)
+                        cpu = process_cpu_s(pids[side]), time.process_time()
+                        result = run_load(ports[side], bodies, clients, args.seconds, side)
+                        answered = max(result["answered"], 1)
+                        result["server_cpu_us"] = (process_cpu_s(pids[side]) - cpu[0]) / \
+                            answered * 1e6
+                        result["client_cpu_us"] = (time.process_time() - cpu[1]) / answered * 1e6
                         if ours:  # the offline rate on either side of the level
                             result["offline_batch32"] = (before + offline_batch32(
                                 fast, texts[:1024])) / 2
@@ -436,7 +454,10 @@ def main():
                         results["sides"][side][kind][str(clients)].append(result)
                         print(f"round {round_ + 1}: {side:12} {kind:9} {clients:3} clients: "
                               f"{result['per_s']:7.1f}/s  p50 {result['p50_ms']:6.1f} ms  p99 "
-                              f"{result['p99_ms']:6.1f} ms  failures {result['failures'] or 0}"
+                              f"{result['p99_ms']:6.1f} ms  CPU a request: server "
+                              f"{result['server_cpu_us']:.0f} us, client "
+                              f"{result['client_cpu_us']:.0f} us  failures "
+                              f"{result['failures'] or 0}"
                               + (f"  offline batch 32 {result['offline_batch32']:.0f}/s"
                                  if ours else ""), flush=True)
                     by_level = results["sides"][side][kind]
@@ -468,8 +489,9 @@ def main():
     partial.replace(args.json_out)
     print(f"\nMRPC on loopback, {results['cpu']}; requests of one text (pair) each; "
           f"{' '.join(batching)}; medians of {args.rounds} rounds\n")
-    print("| side | texts | clients | requests/s | p50 ms | p99 ms | over offline batch 32 |")
-    print("|---|---|---|---|---|---|---|")
+    print("| side | texts | clients | requests/s | p50 ms | p99 ms | server CPU a request (us) | "
+          "client CPU a request (us) | over offline batch 32 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for side in sides:
         for kind in kinds:
             for clients in levels:
@@ -479,7 +501,8 @@ def main():
                          if side.startswith("ours") else "")
                 print(f"| {side} | {kind} | {clients} | {median_of(runs, 'per_s'):.0f} | "
                       f"{median_of(runs, 'p50_ms'):.1f} | {median_of(runs, 'p99_ms'):.1f} | "
-                      f"{ratio} |")
+                      f"{median_of(runs, 'server_cpu_us'):.0f} | "
+                      f"{median_of(runs, 'client_cpu_us'):.0f} | {ratio} |")
     if shares:
         print(f"\nOpen loop: Poisson arrivals at a share of each side's capacity (its rate at "
               f"{levels[-1]} clients, the same round); the quiet p50 is its p50 at "
