@@ -1,0 +1,97 @@
+"""What gRPC's Python runtime costs a call by itself: a `grpc.aio` server whose one method returns
+its request, and closed-loop `grpc.aio` clients in this process, on loopback; the server's and the
+clients' CPU time a call. The floor under `serve.py`'s gRPC ports (docs/serving.md, "Over gRPC").
+
+    python bench/grpc_echo.py [--clients 16] [--calls 8000] [--bytes 300]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pathlib
+import resource
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from serving_load import free_port, process_cpu_s  # noqa: E402
+
+
+def serve(port: int, loop: str) -> None:
+    import grpc
+
+    async def main():
+        async def echo(request, context):
+            return request
+
+        handler = grpc.method_handlers_generic_handler("bench.Echo", {
+            "Echo": grpc.unary_unary_rpc_method_handler(echo)})
+        server = grpc.aio.server(handlers=[handler], options=[("grpc.so_reuseport", 0)])
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+
+    if loop == "uvloop":
+        import uvloop
+
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+
+
+async def load(port: int, calls: int, clients: int, size: int) -> None:
+    import grpc
+
+    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(clients)]
+    body = b"x" * size
+
+    async def client(channel):
+        call = channel.unary_unary("/bench.Echo/Echo")
+        for _ in range(calls // clients):
+            await call(body, timeout=30)
+
+    await asyncio.gather(*(client(channel) for channel in channels))
+    for channel in channels:
+        await channel.close()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--calls", type=int, default=8000)
+    parser.add_argument("--bytes", type=int, default=300)
+    parser.add_argument("--serve", help=argparse.SUPPRESS)  # PORT,LOOP: the server process
+    args = parser.parse_args()
+    if args.serve:
+        port, loop = args.serve.split(",")
+        return serve(int(port), loop)
+    from backends import cpu_kind
+
+    print(f"gRPC echo on loopback, {cpu_kind()}, {args.clients} clients, {args.bytes}-byte "
+          f"requests\n\n| server loop | calls/s | server CPU a call | client CPU a call |\n"
+          f"|---|---|---|---|")
+    for loop in ("asyncio", "uvloop"):
+        port = free_port()
+        server = subprocess.Popen([sys.executable, __file__, f"--serve={port},{loop}"])
+        try:
+            time.sleep(2)
+            asyncio.run(load(port, args.calls // 10, args.clients, args.bytes))  # warm-up
+            before = process_cpu_s(server.pid), resource.getrusage(resource.RUSAGE_SELF)
+            start = time.perf_counter()
+            asyncio.run(load(port, args.calls, args.clients, args.bytes))
+            wall = time.perf_counter() - start
+            after = process_cpu_s(server.pid), resource.getrusage(resource.RUSAGE_SELF)
+        finally:
+            server.kill()
+            server.wait()
+        client = (after[1].ru_utime + after[1].ru_stime) - (before[1].ru_utime +
+                                                             before[1].ru_stime)
+        print(f"| {loop} | {args.calls / wall:,.0f} | {(after[0] - before[0]) / args.calls * 1e6:.0f}"
+              f" us | {client / args.calls * 1e6:.0f} us |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
