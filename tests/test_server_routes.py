@@ -212,3 +212,61 @@ def test_a_model_that_fails_its_warm_up_stops_the_server_in_one_line(tmp_path):
         f"BERT_TRACEBACK=1 shows where it failed")
     assert user_error_status(refused.value) == 1
     assert isinstance(refused.value.__cause__, RuntimeError)
+
+
+def test_tf_serving_grpc_methods_in_process_answer_as_the_rest_routes(classifier, regressor):
+    """TF Serving's gRPC methods called in process (no socket) on the stand-in runtimes: Regress
+    gives each example's score, Classify each class's probability, Predict the REST outputs as
+    tensors; with no saved_model.pb, GetModelMetadata is the REST route's signature."""
+    import base64
+
+    from google.protobuf import json_format
+
+    from bert_tf2.model_server import grpc_messages as wire
+    from bert_tf2.model_server.tf_serving_grpc import _Service
+
+    def example(**features):  # a tf.Example in protobuf's JSON (bytes in base64)
+        return {"features": {"feature": {name: {"bytesList": {"value": [
+            base64.b64encode(text.encode()).decode()]}} for name, text in features.items()}}}
+
+    def message(name, value):
+        return json_format.ParseDict(value, wire.serving(name)())
+
+    regression = _Service(regressor.model, None)
+    answer = asyncio.run(regression.regress(message("RegressionRequest", {
+        "model_spec": {"name": "m"}, "input": {"example_list": {"examples": [
+            example(text_a="four"), example(text_a="ten chars!")]}}}), None))
+    np.testing.assert_allclose([r.value for r in answer.result.regressions], [0.4, 1.0],
+                               rtol=1e-6)
+    assert (answer.model_spec.name, answer.model_spec.version.value) == ("m", 1)
+
+    classification = _Service(classifier.model, None)
+    answer = asyncio.run(classification.classify(message("ClassificationRequest", {
+        "model_spec": {"name": "m"}, "input": {"example_list_with_context": {
+            "context": example(text_b="short"),
+            "examples": [example(text_a="a long text"), example(text_a="x")]}}}), None))
+    rest = call(classifier, "POST", "/v1/models/m:classify", {
+        "context": {"text_b": "short"}, "examples": [{"text_a": "a long text"},
+                                                     {"text_a": "x"}]})[1]["result"]
+    assert [[(c.label, pytest.approx(c.score, abs=1e-7)) for c in row.classes]
+            for row in answer.result.classifications] == [[tuple(c) for c in row]
+                                                          for row in rest]
+    tensors = {"text_a": {"dtype": "DT_STRING", "tensor_shape": {"dim": [{"size": 2}]},
+                          "string_val": ["YSBsb25nIHRleHQ=", "eA=="]},  # "a long text", "x"
+               "text_b": {"dtype": "DT_STRING", "tensor_shape": {"dim": [{"size": 2}]},
+                          "string_val": ["c2hvcnQ=", "bG9uZ2Vy"]}}  # "short", "longer"
+    answer = asyncio.run(classification.predict(message("PredictRequest", {
+        "model_spec": {"name": "m"}, "inputs": tensors}), None))
+    rest = call(classifier, "POST", "/v1/models/m:predict", PAIRS)[1]["predictions"]
+    assert list(answer.outputs["label"].string_val) == [p["label"].encode() for p in rest]
+    assert list(answer.outputs["label_id"].int_val) == [p["label_id"] for p in rest]
+    np.testing.assert_allclose(np.reshape(answer.outputs["probabilities"].float_val, (2, 2)),
+                               [p["probabilities"] for p in rest], atol=1e-7)
+
+    metadata = asyncio.run(classification.metadata(message("GetModelMetadataRequest", {
+        "model_spec": {"name": "m"}, "metadata_field": ["signature_def"]}), None))
+    signatures = wire.serving("SignatureDefMap").FromString(
+        metadata.metadata["signature_def"].value)
+    rest = call(classifier, "GET", "/v1/models/m/metadata")[1]["metadata"]["signature_def"]
+    assert json_format.MessageToDict(signatures, preserving_proto_field_name=True,
+                                     always_print_fields_with_no_presence=True) == rest
