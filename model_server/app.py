@@ -130,6 +130,9 @@ class ServedModel:
         self.draining = False  # SIGTERM came: readiness says no (model_server.drain)
         # What :classify and :regress answer with: a classifier's classes, or a regression.
         self.classes, self.regression = [], False
+        # What answers serve_token_ids over TF Serving's gRPC (tasks.runtimes.token_ids_runtime),
+        # on the batcher's thread; None: texts only.
+        self.token_ids = None
 
     @property
     def takes_traffic(self) -> bool:
@@ -437,7 +440,7 @@ def serve(settings: ServerSettings, runtime=None) -> None:
     """Listen, load, warm up, serve until SIGTERM or Ctrl-C, drain, return. `runtime`: what
     answers (default: the export's, as `tasks.runtimes.load_runtime` loads it), anything with
     the interface of `inference.runtime`."""
-    from bert_tf2.tasks.runtimes import default_runtime, load_runtime
+    from bert_tf2.tasks.runtimes import default_runtime, load_runtime, token_ids_runtime
 
     chosen = settings.runtime or getattr(runtime, "name", None) or default_runtime(
         settings.export_dir)
@@ -463,6 +466,7 @@ def serve(settings: ServerSettings, runtime=None) -> None:
                              settings.num_batch_threads, observe=metrics.observe_batch)
     model = ServedModel(settings.model_name, runtime, batcher)
     model.describe(export_description(settings.export_dir))
+    model.token_ids = token_ids_runtime(runtime)
     doors = {}  # flag -> its gRPC method handlers
     if settings.tf_serving_grpc_port:
         from bert_tf2.model_server import tf_serving_grpc

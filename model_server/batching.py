@@ -35,10 +35,12 @@ class NotServing(RuntimeError):
 
 
 class _Request:
-    __slots__ = ("rows", "future", "loop", "arrived")
+    """Rows of texts to run in a batch; or, with `call`, a call of its own (`size` rows)."""
+    __slots__ = ("rows", "future", "loop", "arrived", "call", "size")
 
-    def __init__(self, rows: list, future, loop):
-        self.rows, self.future, self.loop = rows, future, loop
+    def __init__(self, rows: list, future, loop, call=None, size: int | None = None):
+        self.rows, self.future, self.loop, self.call = rows, future, loop, call
+        self.size = len(rows) if size is None else size
         self.arrived = time.monotonic()
 
 
@@ -73,15 +75,24 @@ class DynamicBatcher:
 
     async def predict(self, rows: list) -> dict:
         loop = asyncio.get_running_loop()
-        request = _Request(rows, loop.create_future(), loop)
+        return await self._enqueue(_Request(rows, loop.create_future(), loop))
+
+    async def run_alone(self, call, rows: int) -> dict:
+        """`call()` on the model's thread as a batch of its own, counted as `rows` rows against
+        the queue's limit: what cannot share a batch of texts (a request of token ids)."""
+        loop = asyncio.get_running_loop()
+        return await self._enqueue(_Request([], loop.create_future(), loop, call, rows))
+
+    async def _enqueue(self, request: _Request) -> dict:
+        rows = request.size
         with self.condition:
             if not self.accepting:
                 raise NotServing("the model is not serving (warming up or stopping)")
-            if self.queued_rows and self.queued_rows + len(rows) > self.capacity:
+            if self.queued_rows and self.queued_rows + rows > self.capacity:
                 raise Overloaded(f"{self.queued_rows} rows are waiting (the queue holds "
                                  f"{self.capacity}); try again shortly")
             self.queue.append(request)
-            self.queued_rows += len(rows)
+            self.queued_rows += rows
             self.condition.notify()
         return await request.future
 
@@ -109,14 +120,29 @@ class DynamicBatcher:
                    and time.monotonic() < first.arrived + self.timeout_s):
                 self.condition.wait(first.arrived + self.timeout_s - time.monotonic())
             batch, rows = [], 0
-            while self.queue and (not batch or rows + len(self.queue[0].rows)
-                                  <= self.max_batch_size):
+            while self.queue and (not batch or (
+                    batch[0].call is None and self.queue[0].call is None
+                    and rows + self.queue[0].size <= self.max_batch_size)):
                 request = self.queue.popleft()
                 batch.append(request)
-                rows += len(request.rows)
+                rows += request.size
             self.queued_rows -= rows
             self.observe(rows, self.queued_rows)
             return batch
+
+    def _answers(self, batch: list) -> list:
+        """`(request, outputs, None)` for each request of `batch`: its rows run as one call of
+        the model, each request given its share; or a request's call of its own, alone."""
+        if batch[0].call is not None:
+            return [(batch[0], batch[0].call(), None)]
+        outputs = self.model([row for request in batch for row in request.rows])
+        answers, start = [], 0
+        for request in batch:
+            end = start + len(request.rows)
+            answers.append((request, {name: value[start:end] for name, value in outputs.items()},
+                            None))
+            start = end
+        return answers
 
     def _work(self) -> None:
         while True:
@@ -124,14 +150,7 @@ class DynamicBatcher:
             if batch is None:
                 return
             try:
-                rows = [row for request in batch for row in request.rows]
-                outputs = self.model(rows)
-                answers, start = [], 0
-                for request in batch:
-                    end = start + len(request.rows)
-                    answers.append((request, {name: value[start:end]
-                                              for name, value in outputs.items()}, None))
-                    start = end
+                answers = self._answers(batch)
             except Exception as e:  # noqa: BLE001 - answered as the request's error
                 logger.exception("the model failed on a batch of %d requests", len(batch))
                 answers = [(request, None, e) for request in batch]

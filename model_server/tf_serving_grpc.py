@@ -32,6 +32,8 @@ from bert_tf2.model_server.grpc_ports import Refused, unary
 logger = logging.getLogger(__name__)
 
 PREDICTION_SERVICE = "tensorflow.serving.PredictionService"
+TOKEN_IDS = "serve_token_ids"
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")  # serve_token_ids' inputs
 MODEL_SERVICE = "tensorflow.serving.ModelService"
 SIGNATURE_DEF_MAP_URL = "type.googleapis.com/tensorflow.serving.SignatureDefMap"
 _STATES = {"LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40}
@@ -65,12 +67,10 @@ def handlers(model, metrics, export_dir: str) -> list:
 class _Service:
     def __init__(self, model, saved_signatures):
         self.model, self.saved_signatures = model, saved_signatures
-        # The text signature's output dtypes in the SavedModel, as TF Serving would answer them.
-        names = wire.enum("tensorflow.DataType").values_by_number
-        text = saved_signatures.signature_def.get(protocol.SIGNATURES[0]) if \
-            saved_signatures is not None else None
-        self.output_dtypes = {name: names[info.dtype].name for name, info in
-                              text.outputs.items() if info.dtype in names} if text else {}
+        # The signatures' output dtypes in the SavedModel, as TF Serving would answer them.
+        self.output_dtypes = _output_dtypes(saved_signatures, protocol.SIGNATURES[0])
+        self.token_id_dtypes = _output_dtypes(saved_signatures, TOKEN_IDS)
+        self.signatures = protocol.SIGNATURES + ((TOKEN_IDS,) if model.token_ids else ())
 
     def resolve(self, spec, signature: bool = True):
         """The answer's `model_spec`, once `spec` names this model, its version and signature."""
@@ -94,10 +94,10 @@ class _Service:
         answer.version.value = int(protocol.VERSION)
         if signature:
             name = spec.signature_name or protocol.SIGNATURES[0]
-            if name not in protocol.SIGNATURES:
+            if name not in self.signatures:
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"Serving signature key "
                               f"\"{name}\" not found: this server answers "
-                              f"{' or '.join(protocol.SIGNATURES)} (texts)")
+                              f"{', '.join(self.signatures)}")
             answer.signature_name = name
         return answer
 
@@ -108,6 +108,8 @@ class _Service:
     async def predict(self, request, context):
         spec = self.resolve(request.model_spec)
         self.ready()
+        if spec.signature_name == TOKEN_IDS:
+            return await self.predict_token_ids(request, spec)
         model = self.model
         tensors = {}
         for name, tensor in request.inputs.items():
@@ -122,15 +124,47 @@ class _Service:
                                         f"{', '.join(model.inputs)})")
         rows = protocol.v2_rows(tensors, model.inputs, model.takes_list)
         outputs = await model.batcher.predict(rows) if rows else {}
-        unknown = sorted(set(request.output_filter) - set(outputs))
+        return self.answer(spec, outputs, request.output_filter, self.output_dtypes)
+
+    async def predict_token_ids(self, request, spec):
+        """`serve_token_ids`: the encoder's int32 inputs in, the signature's numeric outputs out
+        (all of them with --runtime=savedmodel), run as a batch of its own."""
+        token_ids = self.model.token_ids
+        given = dict(request.inputs)
+        unknown = sorted(set(given) - set(INPUT_NAMES))
+        missing = [name for name in INPUT_NAMES if name not in given]
+        if unknown or missing:
+            raise protocol.RequestError(
+                (f"input tensor alias not found in signature: {unknown[0]}" if unknown else
+                 f"no input {', '.join(missing)}")
+                + f" ({TOKEN_IDS} takes {', '.join(INPUT_NAMES)})")
+        inputs = {name: _int32s(name, given[name]) for name in INPUT_NAMES}
+        shapes = {name: value.shape for name, value in inputs.items()}
+        shape = shapes["input_word_ids"]
+        if len(set(shapes.values())) > 1:
+            raise protocol.RequestError("the inputs' shapes differ: " + ", ".join(
+                f"{name} {list(value)}" for name, value in shapes.items()))
+        if len(shape) < 2 or tuple(shape[1:-1]) != tuple(token_ids.fixed_axes):
+            raise protocol.RequestError(
+                f"inputs shaped {list(shape)}; {TOKEN_IDS} takes [batch, "
+                f"{''.join(f'{n}, ' for n in token_ids.fixed_axes)}length]")
+        if token_ids.max_length is not None and shape[-1] > token_ids.max_length:
+            raise protocol.RequestError(f"{shape[-1]} tokens in a row; the model takes at "
+                                        f"most {token_ids.max_length}")
+        outputs = await self.model.batcher.run_alone(lambda: token_ids(**inputs), shape[0])
+        return self.answer(spec, outputs, request.output_filter, self.token_id_dtypes)
+
+    @staticmethod
+    def answer(spec, outputs: dict, output_filter, dtypes: dict):
+        """The PredictResponse of `outputs`, those `output_filter` names (default: all)."""
+        unknown = sorted(set(output_filter) - set(outputs))
         if unknown:
             raise protocol.RequestError(f"output tensor alias not found in signature: "
                                         f"{unknown[0]} (the outputs are "
                                         f"{', '.join(sorted(outputs))})")
         answer = wire.serving("PredictResponse")(model_spec=spec)
-        for name in sorted(request.output_filter or outputs):
-            answer.outputs[name].CopyFrom(tensor_proto(outputs[name],
-                                                        self.output_dtypes.get(name)))
+        for name in sorted(output_filter or outputs):
+            answer.outputs[name].CopyFrom(tensor_proto(outputs[name], dtypes.get(name)))
         return answer
 
     async def classify(self, request, context):
@@ -219,6 +253,41 @@ def _texts(name: str, tensor):
     if values.size != int(np.prod(shape)):
         raise protocol.RequestError(f"input {name}: {values.size} texts for shape {shape}")
     return values.reshape(shape)
+
+
+def _int32s(name: str, tensor):
+    """A DT_INT32 tensor's values (`int_val`, or `tensor_content` as `tf.make_tensor_proto`
+    writes arrays) as an int32 array of its shape."""
+    if tensor.dtype != 3:  # DT_INT32
+        dtype = wire.enum("tensorflow.DataType").values_by_number.get(tensor.dtype)
+        raise protocol.RequestError(f"input {name}: dtype "
+                                    f"{dtype.name if dtype else tensor.dtype}; {TOKEN_IDS} "
+                                    f"takes DT_INT32")
+    shape = [dim.size for dim in tensor.tensor_shape.dim]
+    if tensor.tensor_shape.unknown_rank or any(size < 0 for size in shape):
+        raise protocol.RequestError(f"input {name}: shape {shape} is not a shape of sizes")
+    if tensor.tensor_content:
+        if len(tensor.tensor_content) % 4:
+            raise protocol.RequestError(f"input {name}: tensor_content of "
+                                        f"{len(tensor.tensor_content)} bytes is not int32s")
+        values = np.frombuffer(tensor.tensor_content, "<i4")
+    else:
+        values = np.asarray(tensor.int_val, np.int32)
+    count = int(np.prod(shape))
+    if values.size == 1 and count != 1:  # TF's one value filling the shape
+        values = np.full(count, values[0], np.int32)
+    if values.size != count:
+        raise protocol.RequestError(f"input {name}: {values.size} values for shape {shape}")
+    return values.astype(np.int32).reshape(shape)
+
+
+def _output_dtypes(saved_signatures, name: str) -> dict:
+    """`{output: dtype name}` of signature `name` in the SavedModel's map, or {}."""
+    names = wire.enum("tensorflow.DataType").values_by_number
+    signature = saved_signatures.signature_def.get(name) if saved_signatures is not None \
+        else None
+    return {output: names[info.dtype].name for output, info in signature.outputs.items()
+            if info.dtype in names} if signature else {}
 
 
 def _features(example, where: str) -> dict:

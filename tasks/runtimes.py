@@ -54,3 +54,36 @@ def load_runtime(export_dir: str, runtime: str | None = None, **kwargs):
                           f"SavedModel")
     module, name = LITERT_RUNTIMES[task].split(":")
     return getattr(importlib.import_module(module), name).load(export_dir, runtime, **kwargs)
+
+
+def token_ids_runtime(runtime):
+    """What answers an export's `serve_token_ids` (the encoder's int32 inputs in, by name) beside
+    `runtime`: its LiteRT model (the LiteRT file is that signature with its numeric outputs), the
+    SavedModel's own signature, or None where `runtime` has neither. It has `fixed_axes` (the
+    sizes between batch and length: multiple choice's choices) and `max_length` (None: any)."""
+    from bert_tf2.inference.litert_runtime import LiteRTModel
+
+    model = getattr(runtime, "model", None)
+    if isinstance(model, LiteRTModel):
+        return model
+    signatures = getattr(model, "signatures", None)
+    if signatures is not None and "serve_token_ids" in signatures:
+        return _SavedModelTokenIds(signatures["serve_token_ids"])
+    return None
+
+
+class _SavedModelTokenIds:
+    """A SavedModel's `serve_token_ids` called with NumPy arrays, answering NumPy arrays."""
+
+    max_length = None
+
+    def __init__(self, signature):
+        self.signature = signature
+        shape = signature.structured_input_signature[1]["input_word_ids"].shape
+        self.fixed_axes = tuple(shape[1:-1])
+
+    def __call__(self, **inputs) -> dict:
+        import tensorflow as tf
+
+        return {name: value.numpy() for name, value in self.signature(**{
+            name: tf.constant(value, tf.int32) for name, value in inputs.items()}).items()}

@@ -68,6 +68,12 @@ def example(**features):
         for name, v in features.items()}))
 
 
+def metrics(base) -> dict:
+    """The server's /metrics as `{series: value}`."""
+    return dict(line.rsplit(" ", 1) for line in call(base + "/metrics")[2].splitlines()
+                if line and not line.startswith("#"))
+
+
 def refusal(call_, request):
     """`(code name, details)` of a call that must fail."""
     import grpc
@@ -247,6 +253,63 @@ def test_tf_serving_clients_get_the_rest_apis_answers(grpc_served, pair_export):
 
 
 @pytest.mark.integration
+def test_token_ids_are_answered_as_the_saved_models_serve_token_ids(grpc_served, pair_export):
+    """Predict on `serve_token_ids` (the encoder's int32 inputs, as `tf.make_tensor_proto` writes
+    arrays): the SavedModel's numeric outputs, from the float32 LiteRT file, within its
+    tolerance; a request of int64 ids, or of inputs of different shapes, is INVALID_ARGUMENT.
+    The SavedModel runtime's token-id path gives the signature's own outputs."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 - the ops of the SavedModel's text signatures
+
+    from bert_tf2.data_gen.tokenization import FullTokenizer
+
+    _, _, ports = grpc_served
+    export, data = pair_export
+    tokenizer = FullTokenizer(str(export / "assets.extra" / "vocab.txt"), do_lower_case=True)
+    text_a, text_b = pairs(data, 3)
+    ids = np.zeros((3, 24), np.int32)
+    types = np.zeros((3, 24), np.int32)
+    for row, (a, b) in enumerate(zip(text_a, text_b)):
+        first = ["[CLS]", *tokenizer.tokenize(a)[:10], "[SEP]"]
+        second = [*tokenizer.tokenize(b)[:row * 5], "[SEP]"] if row else []
+        pieces = tokenizer.convert_tokens_to_ids(first + second)
+        ids[row, :len(pieces)] = pieces
+        types[row, len(first):len(pieces)] = 1
+    inputs = {"input_word_ids": ids, "input_mask": (ids > 0).astype(np.int32),
+              "input_type_ids": types}
+    expected = tf.saved_model.load(str(export)).signatures["serve_token_ids"](
+        **{name: tf.constant(value) for name, value in inputs.items()})
+    predict, _ = stubs(ports["tf"])
+    request = predict_request(**inputs)
+    request.model_spec.signature_name = "serve_token_ids"
+    answer = predict.Predict(request, timeout=30)
+    assert answer.model_spec.signature_name == "serve_token_ids"
+    numeric = sorted(name for name, value in expected.items() if value.dtype != tf.string)
+    assert sorted(answer.outputs) == numeric and "logits" in numeric
+    for name in numeric:
+        got = tf.make_ndarray(answer.outputs[name])
+        assert got.dtype == expected[name].dtype.as_numpy_dtype, name
+        np.testing.assert_allclose(got, expected[name].numpy(), atol=2e-5)
+    wide = predict_request(**{**inputs, "input_mask": inputs["input_mask"].astype(np.int64)})
+    wide.model_spec.signature_name = "serve_token_ids"
+    assert refusal(predict.Predict, wide) == (
+        "INVALID_ARGUMENT", "input input_mask: dtype DT_INT64; serve_token_ids takes DT_INT32")
+    cut = predict_request(**{**inputs, "input_type_ids": types[:, :20]})
+    cut.model_spec.signature_name = "serve_token_ids"
+    code, details = refusal(predict.Predict, cut)
+    assert code == "INVALID_ARGUMENT" and details.startswith("the inputs' shapes differ")
+    # With --runtime=savedmodel the SavedModel's own signature answers, string outputs too.
+    from bert_tf2.tasks.runtimes import load_runtime, token_ids_runtime
+
+    saved = token_ids_runtime(load_runtime(str(export), "savedmodel"))
+    assert (saved.fixed_axes, saved.max_length) == ((), None)
+    answered = saved(**inputs)
+    assert sorted(answered) == sorted(expected)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(answered[name], value.numpy())
+
+
+@pytest.mark.integration
 def test_every_grpc_mistake_is_tf_servings_code_in_one_line_and_counted(grpc_served):
     """NOT_FOUND, INVALID_ARGUMENT and RESOURCE_EXHAUSTED as TF Serving answers them; a V2 shape
     that does not match its data is INVALID_ARGUMENT; the log has one line per mistake and no
@@ -261,6 +324,7 @@ def test_every_grpc_mistake_is_tf_servings_code_in_one_line_and_counted(grpc_ser
     predict, _ = stubs(ports["tf"])
     good = predict_request(text_a=["a"], text_b=["b"])
     before = proc.log().count("\n")
+    counted_before = metrics(base)
     cases = []
     for change, code, words in [
             (lambda r: setattr(r.model_spec, "name", "other"), "NOT_FOUND",
@@ -269,8 +333,9 @@ def test_every_grpc_mistake_is_tf_servings_code_in_one_line_and_counted(grpc_ser
              "NOT_FOUND", "Servable not found for request: Specific(m, 2)"),
             (lambda r: setattr(r.model_spec, "version_label", "stable"), "NOT_FOUND",
              "Unrecognized servable version label: stable"),
-            (lambda r: setattr(r.model_spec, "signature_name", "serve_token_ids"),
-             "INVALID_ARGUMENT", 'Serving signature key "serve_token_ids" not found'),
+            (lambda r: setattr(r.model_spec, "signature_name", "serve_examples"),
+             "INVALID_ARGUMENT", 'Serving signature key "serve_examples" not found: this '
+             'server answers serving_default, serve_text, serve_token_ids'),
             (lambda r: r.inputs.pop("text_b"), "INVALID_ARGUMENT", "no input text_b"),
             (lambda r: r.inputs["text_c"].CopyFrom(tf.make_tensor_proto(["c"])),
              "INVALID_ARGUMENT", "input tensor alias not found in signature: text_c"),
@@ -301,12 +366,11 @@ def test_every_grpc_mistake_is_tf_servings_code_in_one_line_and_counted(grpc_ser
     new = log.splitlines()[before:]
     assert "Traceback" not in log
     assert sum("INVALID_ARGUMENT" in line or "NOT_FOUND" in line for line in new) == 10
-    lines = dict(line.rsplit(" ", 1) for line in call(base + "/metrics")[2].splitlines()
-                 if line and not line.startswith("#"))
+    counted_after = metrics(base)
 
-    def counted(protocol, endpoint, code):
-        return float(lines.get(f'bert_requests_total{{code="{code}",endpoint="{endpoint}",'
-                               f'protocol="{protocol}"}}', 0))
+    def counted(protocol, endpoint, code):  # this test's calls
+        key = f'bert_requests_total{{code="{code}",endpoint="{endpoint}",protocol="{protocol}"}}'
+        return float(counted_after.get(key, 0)) - float(counted_before.get(key, 0))
 
     assert counted("tf_serving_grpc", "predict", "NOT_FOUND") == 3
     assert counted("tf_serving_grpc", "predict", "INVALID_ARGUMENT") == 5

@@ -168,6 +168,41 @@ def test_a_full_queue_is_refused_at_once_and_stop_finishes_what_is_queued():
     assert sorted(len(call) for call in model.calls) == [2, 2, 2]
 
 
+def test_a_call_of_its_own_runs_alone_on_the_models_thread_and_counts_against_the_queue():
+    """`run_alone` (serve_token_ids' requests): the call runs on the batcher's thread, never in
+    a batch with rows of texts that arrive beside it, and its rows count against the queue."""
+    import threading
+
+    model = Recorder()
+    model.gate.clear()
+    batcher = DynamicBatcher(model, max_batch_size=4, batch_timeout_micros=0,
+                             max_enqueued_batches=2)
+    batcher.start_accepting()
+    threads = []
+
+    def alone():
+        threads.append(threading.current_thread().name)
+        return {"ids": np.arange(3)}
+
+    async def scenario():
+        first = asyncio.ensure_future(batcher.predict(rows_of("a")))
+        await asyncio.sleep(0.2)  # taken by the model, which waits at its gate
+        before = asyncio.ensure_future(batcher.predict(rows_of("b")))
+        call = asyncio.ensure_future(batcher.run_alone(alone, 3))
+        after = asyncio.ensure_future(batcher.predict(rows_of("d")))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Overloaded, match="5 rows are waiting"):  # b, the call's 3, d
+            await batcher.predict(rows_of("c", "c", "c", "c"))
+        model.gate.set()
+        return await asyncio.gather(first, before, call, after)
+
+    (first, before, called, after) = asyncio.run(scenario())
+    assert called["ids"].tolist() == [0, 1, 2] and threads == ["batch-0"]
+    assert model.calls == [["a"], ["b"], ["d"]]  # "b" and "d" were not batched across the call
+    assert (first["echo"], before["echo"], after["echo"]) == (["a"], ["b"], ["d"])
+    assert batcher.stop(5)
+
+
 def test_a_failing_model_fails_its_batch_only():
     calls = []
 
