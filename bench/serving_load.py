@@ -25,7 +25,8 @@ server should come close to.
    as the last is answered, until --requests are answered or --seconds pass. Texts come from
    MRPC's train file, each text once per side and level. Throughput: answered requests over the
    level's wall time; p50/p99 over its requests; the CPU time (user and system) of the server's
-   processes and of the generator over the level, a request. Every answer is checked (200 or OK, a label); a
+   processes and of the generator over the level, a request; for our server, the rows its model
+   ran together on average (its /metrics). Every answer is checked (200 or OK, a label); a
    refusal or a failure is counted, not retried.
    Then the open loop (--open_loop): --open_requests requests arriving as a Poisson process at
    each share of the side's capacity (its rate at the most clients, that round), sent at their
@@ -265,6 +266,16 @@ def server(command: list, port: int, log_path: pathlib.Path, measured: dict,
                     os.killpg(proc.pid, signal.SIGKILL)  # a worker that ignored SIGTERM
 
 
+def batch_rows(port: int) -> tuple:
+    """`(rows, batches)` the server's model has run so far (its /metrics' bert_batch_rows)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+        lines = dict(line.rsplit(" ", 1) for line in answer.read().decode().splitlines()
+                     if line and not line.startswith("#"))
+    return float(lines["bert_batch_rows_sum"]), float(lines["bert_batch_rows_count"])
+
+
 def process_cpu_s(pid: int) -> float:
     """User and system CPU seconds of process `pid` and its children so far (/proc)."""
     total = 0.0
@@ -441,12 +452,16 @@ def main():
                         ours = side.startswith("ours")
                         before = offline_batch32(fast, texts[:1024]) if ours else 0
                         bodies = bodies_of(part, side)
+                        batches = batch_rows(ports["ours"]) if ours else None
                         cpu = process_cpu_s(pids[side]), time.process_time()
                         result = run_load(ports[side], bodies, clients, args.seconds, side)
                         answered = max(result["answered"], 1)
                         result["server_cpu_us"] = (process_cpu_s(pids[side]) - cpu[0]) / \
                             answered * 1e6
                         result["client_cpu_us"] = (time.process_time() - cpu[1]) / answered * 1e6
+                        if ours:  # the rows the model ran together, on average
+                            rows, count = np.subtract(batch_rows(ports["ours"]), batches)
+                            result["mean_batch_rows"] = rows / max(count, 1)
                         if ours:  # the offline rate on either side of the level
                             result["offline_batch32"] = (before + offline_batch32(
                                 fast, texts[:1024])) / 2
@@ -458,7 +473,8 @@ def main():
                               f"{result['server_cpu_us']:.0f} us, client "
                               f"{result['client_cpu_us']:.0f} us  failures "
                               f"{result['failures'] or 0}"
-                              + (f"  offline batch 32 {result['offline_batch32']:.0f}/s"
+                              + (f"  offline batch 32 {result['offline_batch32']:.0f}/s, "
+                                 f"batches of {result['mean_batch_rows']:.1f} rows"
                                  if ours else ""), flush=True)
                     by_level = results["sides"][side][kind]
                     capacity = by_level[str(levels[-1])][-1]["per_s"]
@@ -490,8 +506,8 @@ def main():
     print(f"\nMRPC on loopback, {results['cpu']}; requests of one text (pair) each; "
           f"{' '.join(batching)}; medians of {args.rounds} rounds\n")
     print("| side | texts | clients | requests/s | p50 ms | p99 ms | server CPU a request (us) | "
-          "client CPU a request (us) | over offline batch 32 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "client CPU a request (us) | rows a batch | over offline batch 32 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for side in sides:
         for kind in kinds:
             for clients in levels:
@@ -502,7 +518,9 @@ def main():
                 print(f"| {side} | {kind} | {clients} | {median_of(runs, 'per_s'):.0f} | "
                       f"{median_of(runs, 'p50_ms'):.1f} | {median_of(runs, 'p99_ms'):.1f} | "
                       f"{median_of(runs, 'server_cpu_us'):.0f} | "
-                      f"{median_of(runs, 'client_cpu_us'):.0f} | {ratio} |")
+                      f"{median_of(runs, 'client_cpu_us'):.0f} | "
+                      + (f"{median_of(runs, 'mean_batch_rows'):.1f}" if ratio else "")
+                      + f" | {ratio} |")
     if shares:
         print(f"\nOpen loop: Poisson arrivals at a share of each side's capacity (its rate at "
               f"{levels[-1]} clients, the same round); the quiet p50 is its p50 at "
