@@ -460,8 +460,8 @@ def main():
                             answered * 1e6
                         result["client_cpu_us"] = (time.process_time() - cpu[1]) / answered * 1e6
                         if ours:  # the rows the model ran together, on average
-                            rows, count = np.subtract(batch_rows(ports["ours"]), batches)
-                            result["mean_batch_rows"] = rows / max(count, 1)
+                            ran, batches = np.subtract(batch_rows(ports["ours"]), batches)
+                            result["mean_batch_rows"] = float(ran / max(batches, 1))
                         if ours:  # the offline rate on either side of the level
                             result["offline_batch32"] = (before + offline_batch32(
                                 fast, texts[:1024])) / 2
