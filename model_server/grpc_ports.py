@@ -13,6 +13,7 @@ Protocol on `--grpc_port`), each a `grpc.aio` server held to what the REST port 
 """
 from __future__ import annotations
 
+import asyncio
 import errno
 import functools
 import logging
@@ -85,6 +86,9 @@ def unary(function, request_type, response_type, metrics, protocol: str, endpoin
         try:
             try:
                 return await function(request, context)
+            except asyncio.CancelledError:  # the client went away: nothing to answer
+                code = grpc.StatusCode.CANCELLED
+                raise
             except Refused as e:
                 code, message = e.code, str(e)
             except RequestError as e:

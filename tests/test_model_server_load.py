@@ -71,7 +71,7 @@ def test_overload_is_503_with_retry_after_at_once_never_a_timeout(pair_export):
     grpc_port = free_port()
     with server(export, "--runtime=float32", "--delay_s=0.2", "--max_batch_size=16",
                 "--max_enqueued_batches=2", f"--tf_serving_grpc_port={grpc_port}",
-                harness=True) as (base, _):
+                harness=True) as (base, proc):
         def client(_):
             start = time.perf_counter()
             status, headers, answer = call(base + "/v1/models/m:predict", body, timeout=30)
@@ -91,6 +91,13 @@ def test_overload_is_503_with_retry_after_at_once_never_a_timeout(pair_export):
             answers = pool.map(client, range(24))
             over_grpc = list(pool.map(grpc_client, range(8)))  # TF Serving's, the same queue
             answers = list(answers)
+        import grpc
+
+        with pytest.raises(grpc.RpcError) as gone:  # a client that stops waiting
+            grpc_predict(grpc_port, timeout=0.05, text_a=text_a, text_b=text_b)
+        assert gone.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert grpc_predict(grpc_port, text_a=text_a[:1], text_b=text_b[:1])["label"].shape == (1,)
+        assert "Traceback" not in proc.log()
     statuses = sorted(status for status, *_ in answers)
     assert set(statuses) == {200, 503} and statuses.count(200) >= 3, statuses
     for status, retry_after, answer, seconds in answers:
