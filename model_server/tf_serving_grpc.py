@@ -5,10 +5,12 @@ stubs and `tf.make_tensor_proto` works unchanged.
 
 - `model_spec`: the served name; no version, version 1, or a label, resolved as the REST routes
   resolve `/versions/N` and `/labels/L` (this server serves version 1 and knows no label); the
-  signature `serving_default` or `serve_text` ("" is `serving_default`).
+  signature `serving_default` or `serve_text` ("" is `serving_default`), or `serve_token_ids`.
 - Predict's inputs: texts as DT_STRING tensors, `[batch]` (`[batch, n]` for a list per row,
   multiple choice's `choices`); its outputs as the REST API's numbers in TensorProtos, ragged ones
-  (a tagger's words) padded as the SavedModel pads them ("" and -1).
+  (a tagger's words) padded as the SavedModel pads them ("" and -1). On `serve_token_ids`, the
+  encoder's DT_INT32 inputs, answered by the runtime's token-id path
+  (`tasks.runtimes.token_ids_runtime`) as a batch of its own.
 - Classify and Regress: `tf.Example`s whose bytes features are the texts, with an optional
   context shared by every example, as over REST.
 - GetModelMetadata: the SavedModel's own `signature_def` map, as TF Serving reads it from
@@ -17,7 +19,6 @@ stubs and `tf.make_tensor_proto` works unchanged.
 """
 from __future__ import annotations
 
-import logging
 import os
 
 import grpc
@@ -28,8 +29,6 @@ from bert_tf2.model_server import grpc_messages as wire
 from bert_tf2.model_server import protocol
 from bert_tf2.model_server.batching import NotServing
 from bert_tf2.model_server.grpc_ports import Refused, unary
-
-logger = logging.getLogger(__name__)
 
 PREDICTION_SERVICE = "tensorflow.serving.PredictionService"
 TOKEN_IDS = "serve_token_ids"
