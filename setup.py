@@ -97,9 +97,10 @@ setup(
         # httptools that the server runs on. orjson parses and writes the bodies;
         # prometheus-client, /metrics. grpcio: the gRPC ports (model_server.grpc_ports), TF
         # Serving's API and the Open Inference Protocol on messages of our own
-        # (model_server/protos; KServe, which served the latter until e61852f, is gone).
+        # (model_server/protos; KServe, which served the latter until e61852f, is gone), read
+        # by protobuf (the range TensorFlow 2.21 and tensorboard ask for).
         "serve": ["uvicorn[standard]>=0.36,<1", "prometheus-client>=0.20,<1", "orjson>=3.9,<4",
-                  "grpcio>=1.60,<2"],
+                  "grpcio>=1.60,<2", "protobuf>=6.31,<8"],
     },
     entry_points={
         "console_scripts": [f"{name}={PACKAGE}.{name}:console_main" for name in RUNNERS]
