@@ -579,9 +579,14 @@ class KillChain:
     end (`finish`). The kills are made one per test, in order (`kill_through`); a test run alone
     makes the earlier kills first."""
 
+    # The log lines that say where a run resumed and what it reached: kept for each link, so that
+    # a broken chain's message tells how the links before it went.
+    PROGRESS = ("resumed from", "did not finish", "new best", "evaluation at step", "saved ")
+
     def __init__(self, run, command, kills, env=None):
         self.run, self.command, self.kills, self.env = run, command, list(kills), env or {}
         self.done, self.broken = 0, None
+        self.history = []  # (point, the link's progress lines)
 
     def kill_through(self, point: str) -> None:
         from bert_tf2.process.fault_points import KILL_VARIABLE, POINTS
@@ -593,9 +598,14 @@ class KillChain:
             assert at.partition("@")[0] in POINTS
             self.broken = at
             result = self.run(self.command, {**self.env, KILL_VARIABLE: at})
+            self.history.append((at, [line.split("] ", 1)[-1][:160] for line in
+                                      result.stderr.splitlines()
+                                      if any(word in line for word in self.PROGRESS)]))
             assert result.returncode == -9, (
                 f"the run meant to die at {at} ended with {result.returncode}:\n"
-                f"{result.stderr[-3000:]}")
+                f"{result.stderr[-3000:]}\nthe links before it:\n" + "\n".join(
+                    f"  killed at {point}: " + " | ".join(lines[-6:])
+                    for point, lines in self.history[:-1]))
             self.broken, self.done = None, self.done + 1
 
     def finish(self) -> subprocess.CompletedProcess:
