@@ -55,7 +55,6 @@ RETRY_AFTER_S = "1"
 # still sending it reads the answer instead of a broken pipe; a larger one is cut off.
 DISCARD_BYTES = 256 << 20
 JSON_HEADERS = [(b"content-type", b"application/json")]
-VERSION = protocol.VERSION
 # TF Serving's REST paths: /v1/models/NAME, optionally /versions/N or /labels/L, then /metadata,
 # :predict, :classify or :regress (or nothing: the status).
 V1_PATH = re.compile(r"/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)"
@@ -63,8 +62,9 @@ V1_PATH = re.compile(r"/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]
                      r"|:regress)?")
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound now: a port in use is one line, before the model loads."""
+def bind(host: str, port: int, flag: str = "--port") -> socket.socket:
+    """The listening socket, bound now: a port in use is one line naming `flag`, before the
+    model loads. (The gRPC ports are checked by binding one and closing it: gRPC binds its own.)"""
     # IPPROTO_TCP by name: asyncio sets TCP_NODELAY on the accepted connections only then;
     # without it, Nagle's algorithm held each answer on a keep-alive connection 40 ms.
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
@@ -74,9 +74,9 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        why = ("another process is listening there; stop it or pick another --port"
+        why = (f"another process is listening there; stop it or pick another {flag}"
                if e.errno == errno.EADDRINUSE else e.strerror)
-        raise SettingsError(f"--port={port}: cannot listen on {host}:{port} ({why})") from None
+        raise SettingsError(f"{flag}={port}: cannot listen on {host}:{port} ({why})") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -243,7 +243,7 @@ class App:
         if match["label"] is not None:
             return await send_error(send, 404, f"Unrecognized servable version label: "
                                                f"{match['label']}")
-        if match["version"] not in (None, VERSION):
+        if match["version"] not in (None, protocol.VERSION):
             return await send_error(send, 404, f"Servable not found for request: "
                                                f"Specific({name}, {match['version']})")
         if not posted:
@@ -344,14 +344,15 @@ class App:
     async def v1_status(self, send):
         model = self.model
         state = ("UNLOADING" if model.draining else "AVAILABLE") if model.ready else "LOADING"
-        await send_json(send, 200, self.dumps(protocol.status_response(state, VERSION)))
+        await send_json(send, 200, self.dumps(protocol.status_response(state, protocol.VERSION)))
 
     async def v1_metadata(self, send):
         model = self.model
         if model.example_outputs is None:
             return await send_error(send, 503, f"model {model.name} is warming up")
         await send_json(send, 200, self.dumps(protocol.metadata_response(
-            model.name, model.inputs, model.takes_list, model.example_outputs, VERSION)))
+            model.name, model.inputs, model.takes_list, model.example_outputs,
+            protocol.VERSION)))
 
     async def v2_ready(self, send):
         ready = self.model.takes_traffic
@@ -451,10 +452,10 @@ def serve(settings: ServerSettings, runtime=None) -> None:
                             f"--runtime=savedmodel")
     grpc_ports = _grpc_ports(settings)
     if grpc_ports:
-        from bert_tf2.model_server.grpc_ports import address, check_free, open_port
+        from bert_tf2.model_server.grpc_ports import address, open_port
     sock = bind(settings.host, settings.port)
     for flag, port in grpc_ports:
-        check_free(settings.host, port, flag)
+        bind(settings.host, port, flag).close()
     if runtime is None:
         runtime = load_runtime(settings.export_dir, chosen)
     logger.info("serving %s as %s: %s (%s), inputs %s", settings.export_dir,

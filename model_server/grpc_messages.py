@@ -65,6 +65,7 @@ def message(full_name: str):
     return message_factory.GetMessageClass(_pool().FindMessageTypeByName(full_name))
 
 
+@functools.lru_cache(maxsize=None)
 def enum(full_name: str):
     """The enum descriptor of `full_name`: `.values_by_name[NAME].number`."""
     return _pool().FindEnumTypeByName(full_name)

@@ -1,8 +1,8 @@
 """The server's gRPC ports (TF Serving's API on `--tf_serving_grpc_port`, the Open Inference
 Protocol on `--grpc_port`), each a `grpc.aio` server held to what the REST port holds to.
 
-- It listens on `--host` only, and a taken port is refused in one line before the model loads:
-  SO_REUSEPORT is off (gRPC's default is on, which let a second server share the port and take
+- It listens on `--host` only, and a taken port is refused in one line before the model loads
+  (`app.bind`): SO_REUSEPORT is off (gRPC's default is on, which let a second server share the port and take
   half of its connections).
 - A message over the size limit is RESOURCE_EXHAUSTED (gRPC's own check).
 - A client's mistake is its status code and one line, logged at INFO as the REST port logs a 400:
@@ -14,10 +14,8 @@ Protocol on `--grpc_port`), each a `grpc.aio` server held to what the REST port 
 from __future__ import annotations
 
 import asyncio
-import errno
 import functools
 import logging
-import socket
 import time
 
 import grpc
@@ -41,20 +39,6 @@ class Refused(Exception):
 
 def address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def check_free(host: str, port: int, flag: str) -> None:
-    """One line if `host:port` is taken, before the model loads (gRPC binds when it starts)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
-        sock.bind((host, port))
-    except OSError as e:
-        why = (f"another process is listening there; stop it or pick another {flag}"
-               if e.errno == errno.EADDRINUSE else e.strerror)
-        raise SettingsError(f"{flag}={port}: cannot listen on {host}:{port} ({why})") from None
-    finally:
-        sock.close()
 
 
 def open_port(host: str, port: int, flag: str, max_message_bytes: int, handlers: list):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import struct
 
 import grpc
-import numpy as np
 
 from bert_tf2.model_server import grpc_messages, protocol
 from bert_tf2.model_server.batching import NotServing
@@ -107,14 +106,9 @@ class _Service:
             if any(size < 0 for size in shape):
                 raise protocol.RequestError(f"input {tensor.name}: shape {shape} has a negative "
                                             f"size")
-            values = (_unpacked(raw[i], tensor.name) if raw else
-                      list(tensor.contents.bytes_contents))
-            if len(values) != int(np.prod(shape)):
-                raise protocol.RequestError(f"input {tensor.name}: {len(values)} values for "
-                                            f"shape {shape}")
-            array = np.empty(len(values), dtype=object)
-            array[:] = values
-            tensors[tensor.name] = array.reshape(shape)
+            tensors[tensor.name] = protocol.shaped(
+                tensor.name, _unpacked(raw[i], tensor.name) if raw else
+                list(tensor.contents.bytes_contents), shape)
         missing = [name for name in model.inputs if name not in tensors]
         if missing:
             raise protocol.RequestError(f"no input {', '.join(missing)} (the model takes "

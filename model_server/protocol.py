@@ -203,15 +203,21 @@ def v2_tensors(body, inputs: list) -> dict:
         if not (isinstance(shape, list) and all(isinstance(n, int) and n >= 0 for n in shape)):
             raise RequestError(f"input {name}: shape must be a list of sizes, not "
                                f"{_short(shape)}")
-        data = np.asarray(tensor["data"], dtype=object).ravel()
-        if data.size != int(np.prod(shape)):
-            raise RequestError(f"input {name}: {data.size} values for shape {shape}")
-        tensors[name] = data.reshape(shape)
+        tensors[name] = shaped(name, tensor["data"], shape)
     missing = [name for name in inputs if name not in tensors]
     if missing:
         raise RequestError(f"no input {', '.join(missing)} (the model takes "
                            f"{', '.join(inputs)})")
     return tensors
+
+
+def shaped(name: str, values, shape: list, noun: str = "values") -> np.ndarray:
+    """Input `name`'s `values` (texts as strings or bytes, a list or nested lists) as an object
+    array of `shape` (sizes, none negative); one line if their count does not fill it."""
+    array = np.asarray(values, dtype=object).ravel()
+    if array.size != int(np.prod(shape)):
+        raise RequestError(f"input {name}: {array.size} {noun} for shape {shape}")
+    return array.reshape(shape)
 
 
 def v2_rows(tensors: dict, inputs: list, takes_list: dict) -> list:

@@ -24,6 +24,7 @@ import os
 import grpc
 import numpy as np
 
+from bert_tf2.inference.litert_runtime import INPUT_NAMES  # serve_token_ids' inputs
 from bert_tf2.inference.runtime import jsonable
 from bert_tf2.model_server import grpc_messages as wire
 from bert_tf2.model_server import protocol
@@ -32,7 +33,6 @@ from bert_tf2.model_server.grpc_ports import Refused, unary
 
 PREDICTION_SERVICE = "tensorflow.serving.PredictionService"
 TOKEN_IDS = "serve_token_ids"
-INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")  # serve_token_ids' inputs
 MODEL_SERVICE = "tensorflow.serving.ModelService"
 SIGNATURE_DEF_MAP_URL = "type.googleapis.com/tensorflow.serving.SignatureDefMap"
 _STATES = {"LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40}
@@ -235,36 +235,30 @@ class _Service:
         return answer
 
 
+def _shape(name: str, tensor, dtype: str, takes: str) -> list:
+    """The sizes of input `name`'s TensorProto, once its dtype is `dtype` (what the signature
+    `takes`, in words) and its shape a shape of sizes."""
+    names = wire.enum("tensorflow.DataType")
+    if tensor.dtype != names.values_by_name[dtype].number:
+        given = names.values_by_number.get(tensor.dtype)
+        raise protocol.RequestError(f"input {name}: dtype "
+                                    f"{given.name if given else tensor.dtype}; {takes}")
+    shape = [dim.size for dim in tensor.tensor_shape.dim]
+    if tensor.tensor_shape.unknown_rank or any(size < 0 for size in shape):
+        raise protocol.RequestError(f"input {name}: shape {shape} is not a shape of sizes")
+    return shape
+
+
 def _texts(name: str, tensor):
     """A DT_STRING tensor's values as an object array of its shape."""
-    dtype = wire.enum("tensorflow.DataType").values_by_number.get(tensor.dtype)
-    if tensor.dtype != 7:  # DT_STRING
-        raise protocol.RequestError(f"input {name}: dtype "
-                                    f"{dtype.name if dtype else tensor.dtype}; this signature "
-                                    f"takes texts (DT_STRING)")
-    if tensor.tensor_shape.unknown_rank:
-        raise protocol.RequestError(f"input {name}: the shape's rank is unknown")
-    shape = [dim.size for dim in tensor.tensor_shape.dim]
-    if any(size < 0 for size in shape):
-        raise protocol.RequestError(f"input {name}: shape {shape} has a negative size")
-    values = np.empty(len(tensor.string_val), dtype=object)
-    values[:] = list(tensor.string_val)
-    if values.size != int(np.prod(shape)):
-        raise protocol.RequestError(f"input {name}: {values.size} texts for shape {shape}")
-    return values.reshape(shape)
+    shape = _shape(name, tensor, "DT_STRING", "this signature takes texts (DT_STRING)")
+    return protocol.shaped(name, list(tensor.string_val), shape, "texts")
 
 
 def _int32s(name: str, tensor):
     """A DT_INT32 tensor's values (`int_val`, or `tensor_content` as `tf.make_tensor_proto`
     writes arrays) as an int32 array of its shape."""
-    if tensor.dtype != 3:  # DT_INT32
-        dtype = wire.enum("tensorflow.DataType").values_by_number.get(tensor.dtype)
-        raise protocol.RequestError(f"input {name}: dtype "
-                                    f"{dtype.name if dtype else tensor.dtype}; {TOKEN_IDS} "
-                                    f"takes DT_INT32")
-    shape = [dim.size for dim in tensor.tensor_shape.dim]
-    if tensor.tensor_shape.unknown_rank or any(size < 0 for size in shape):
-        raise protocol.RequestError(f"input {name}: shape {shape} is not a shape of sizes")
+    shape = _shape(name, tensor, "DT_INT32", f"{TOKEN_IDS} takes DT_INT32")
     if tensor.tensor_content:
         if len(tensor.tensor_content) % 4:
             raise protocol.RequestError(f"input {name}: tensor_content of "
