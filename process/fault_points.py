@@ -18,9 +18,10 @@ thread notices it at its next switch of the interpreter lock, up to 5 ms later, 
 finished an export and begun the evaluation. Sleeping releases the lock; taking it back makes the
 main thread see the pending signal at once.
 
-`checkpoint_write` is special: reaching it arms a watcher that kills the process as soon as a
-checkpoint's temporary folder (`*_temp`) appears in the folder given, i.e. in the middle of
-TensorFlow's own write. The points are listed in `POINTS` and in docs/drop-in.md.
+`checkpoint_write` is special: the process dies as soon as a checkpoint's temporary folder
+(`*_temp`) is in the folder given, i.e. in the middle of the write: at once where the writer made
+that folder before reaching the point (ours, on JAX), else when a watcher sees TensorFlow's own.
+The points are listed in `POINTS` and in docs/drop-in.md.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ POINTS = {
     "features": "a split's features are half written (fine-tuning)",
     "train_loop": "a training loop ended, before its checkpoint is saved",
     "train_step": "JAX: a step dispatched inside a loop, its variables donated, not yet assigned",
-    "checkpoint_write": "inside TensorFlow's checkpoint write (its *_temp folder exists)",
+    "checkpoint_write": "inside a checkpoint's write (its *_temp folder exists)",
     "evaluation": "an evaluation's predictions are made, before anything is recorded",
     "best_swap": "between the two renames that swap a new best/ in",
     "eval_results": "best/ is updated, eval_results.txt not yet",
@@ -86,16 +87,27 @@ def _wait_for_signal() -> None:
 
 
 def _kill_when_partial(folder: str) -> None:
-    """Kill the process as soon as a `*_temp` folder (a checkpoint being written) appears."""
+    """Kill the process as soon as a `*_temp` folder (a checkpoint being written) is in `folder`:
+    at once where the writer made it before reaching the point (ours, on JAX), else from a thread
+    that watches for TensorFlow's own. Only at once is the kill sure to land in this write: a
+    small file is written and renamed in a few milliseconds, and a watcher that a loaded machine
+    did not schedule meanwhile killed the run in the next checkpoint's write instead (the JAX kill
+    chain then resumed one checkpoint later than its plan)."""
     import threading
+
+    def partial() -> bool:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            names = []
+        return any(name.endswith("_temp") for name in names)
+
+    if partial():
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def watch():
         while True:
-            try:
-                names = os.listdir(folder)
-            except OSError:
-                names = []
-            if any(name.endswith("_temp") for name in names):
+            if partial():
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(0.0005)
 

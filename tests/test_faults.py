@@ -13,7 +13,10 @@ evaluation (the best `eval_loss` is at step 9 of 12, improving at 3, 6 and 9), s
 repeated evaluation shows.
 """
 import json
+import os
 import signal
+import subprocess
+import sys
 
 import pytest
 from conftest import KillChain, assert_same_run, frozen, sizes
@@ -35,6 +38,30 @@ def test_every_point_is_tried():
     (test_faults_runners.py) and the JAX step's (the signal inside a JAX loop, test_jax_runners)."""
     assert {kill.partition("@")[0] for kill in CLASSIFIER_KILLS} | {
         "tf1_export", "records", "parts", "train_step"} == set(POINTS)
+
+
+# A writer that made its `*_temp` folder and then reached `checkpoint_write` (the JAX runs' own
+# writer), then a write that takes under a millisecond: it ends unkilled if the kill waits for a
+# watcher.
+WRITER = """
+import os, sys
+from bert_tf2.process import fault_points
+os.makedirs(os.path.join(sys.argv[1], "model.ckpt-3_temp"))
+fault_points.reached("checkpoint_write", sys.argv[1])
+os.rename(os.path.join(sys.argv[1], "model.ckpt-3_temp"), os.path.join(sys.argv[1], "done"))
+print("written", flush=True)
+"""
+
+
+def test_a_kill_in_a_checkpoint_write_lands_in_the_write_that_reached_it(tmp_path):
+    """With its `*_temp` folder already made, the process dies at the point, before the write
+    goes on, however busy the machine: not later, when a watcher got scheduled (a kill chain
+    that resumed one checkpoint later than its plan broke under load)."""
+    result = subprocess.run([sys.executable, "-c", WRITER, str(tmp_path)], capture_output=True,
+                            text=True, timeout=60,
+                            env={**os.environ, KILL_VARIABLE: "checkpoint_write@1"})
+    assert (result.returncode, result.stdout) == (-signal.SIGKILL, ""), result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["model.ckpt-3_temp"]
 
 
 @pytest.fixture(scope="module")
