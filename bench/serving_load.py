@@ -25,7 +25,8 @@ server should come close to.
    as the last is answered, until --requests are answered or --seconds pass. Texts come from
    MRPC's train file, each text once per side and level. Throughput: answered requests over the
    level's wall time; p50/p99 over its requests; the CPU time (user and system) of the server's
-   processes and of the generator over the level, a request; for our server, the rows its model
+   processes and of the generator over the level, a request (our server's also by thread); for
+   our server, the rows its model
    ran together on average (its /metrics). Every answer is checked (200 or OK, a label); a
    refusal or a failure is counted, not retried.
    Then the open loop (--open_loop): --open_requests requests arriving as a Poisson process at
@@ -287,6 +288,21 @@ def process_cpu_s(pid: int) -> float:
     return total
 
 
+def thread_cpu_s(pid: int) -> dict:
+    """`{thread name: user and system CPU seconds so far}` over process `pid` and its children's
+    threads (/proc; serve.py names its threads for the OS: the batch thread, the event loop,
+    gRPC's poller; native threads keep the program's name or their library's)."""
+    totals = {}
+    for member in process_tree(pid):
+        for task in (pathlib.Path("/proc") / str(member) / "task").glob("*"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                name = (task / "comm").read_text().strip()
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) \
+                    / os.sysconf("SC_CLK_TCK")
+    return totals
+
+
 def process_tree(pid: int) -> list:
     """`pid` and its descendants (a server's worker processes)."""
     children = {}
@@ -454,11 +470,18 @@ def main():
                         bodies = bodies_of(part, side)
                         batches = batch_rows(ports["ours"]) if ours else None
                         cpu = process_cpu_s(pids[side]), time.process_time()
+                        threads = thread_cpu_s(pids[side]) if ours else {}
                         result = run_load(ports[side], bodies, clients, args.seconds, side)
                         answered = max(result["answered"], 1)
                         result["server_cpu_us"] = (process_cpu_s(pids[side]) - cpu[0]) / \
                             answered * 1e6
                         result["client_cpu_us"] = (time.process_time() - cpu[1]) / answered * 1e6
+                        if ours:  # where the server's CPU went, by thread
+                            after = thread_cpu_s(pids[side])
+                            result["server_cpu_us_by_thread"] = {
+                                name: (after[name] - threads.get(name, 0.0)) / answered * 1e6
+                                for name in sorted(after, key=lambda n: threads.get(n, 0.0)
+                                                   - after[n])}
                         if ours:  # the rows the model ran together, on average
                             ran, batches = np.subtract(batch_rows(ports["ours"]), batches)
                             result["mean_batch_rows"] = float(ran / max(batches, 1))
@@ -474,7 +497,10 @@ def main():
                               f"{result['client_cpu_us']:.0f} us  failures "
                               f"{result['failures'] or 0}"
                               + (f"  offline batch 32 {result['offline_batch32']:.0f}/s, "
-                                 f"batches of {result['mean_batch_rows']:.1f} rows"
+                                 f"batches of {result['mean_batch_rows']:.1f} rows; server "
+                                 f"threads (us a request): " + ", ".join(
+                                     f"{name} {us:.0f}" for name, us in
+                                     result["server_cpu_us_by_thread"].items() if us >= 5)
                                  if ours else ""), flush=True)
                     by_level = results["sides"][side][kind]
                     capacity = by_level[str(levels[-1])][-1]["per_s"]

@@ -47,6 +47,7 @@ from bert_tf2.model_server.batching import DynamicBatcher, NotServing, Overloade
 from bert_tf2.model_server.drain import Drain
 from bert_tf2.model_server.settings import ServerSettings
 from bert_tf2.process.errors import SettingsError, UserError, message_of
+from bert_tf2.process.thread_names import name_os_threads
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ RETRY_AFTER_S = "1"
 # still sending it reads the answer instead of a broken pipe; a larger one is cut off.
 DISCARD_BYTES = 256 << 20
 JSON_HEADERS = [(b"content-type", b"application/json")]
+WARM_UP = "warm-up"  # the thread that warms the model up (it starts the runtime's own threads)
 # TF Serving's REST paths: /v1/models/NAME, optionally /versions/N or /labels/L, then /metadata,
 # :predict, :classify or :regress (or nothing: the status).
 V1_PATH = re.compile(r"/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)"
@@ -496,6 +498,9 @@ def serve(settings: ServerSettings, runtime=None) -> None:
             return
         batcher.start_accepting()
         model.ready = True
+        # Named once the runtime's worker threads exist: started by this thread unnamed, they
+        # keep the program's name rather than take "warm-up".
+        name_os_threads(but=(WARM_UP,))
         logger.info("warm in %.1f s: ready on http://%s:%d/v1/models/%s", time.perf_counter()
                     - start, settings.host, sock.getsockname()[1], settings.model_name)
 
@@ -519,6 +524,7 @@ def serve(settings: ServerSettings, runtime=None) -> None:
         except SettingsError as e:  # taken while the model loaded: the server stops
             refused.append(e)
             server.should_exit = True
+        name_os_threads(but=(WARM_UP,))  # top -H, py-spy: the batch thread, this loop, gRPC's
         closing = asyncio.ensure_future(close_with_rest(opened))
         await server.serve(sockets=[sock])
         await closing
@@ -531,7 +537,7 @@ def serve(settings: ServerSettings, runtime=None) -> None:
         await asyncio.gather(*(door.stop(settings.drain_seconds) for door in opened))
 
     drain = Drain(server, sock, model, settings.drain_grace_s, lambda: guard.received)
-    threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
+    threading.Thread(target=warm_up, name=WARM_UP, daemon=True).start()
     # uvicorn runs on a thread of its own, where it leaves signals alone; this (main) thread
     # takes SIGTERM and SIGINT and tells it to stop.
     serving = threading.Thread(target=run_on, args=(config.get_loop_factory(), main()),

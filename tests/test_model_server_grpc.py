@@ -7,6 +7,7 @@ gRPC ports need none. (Overload and the drain over gRPC: test_model_server_load.
 test_model_server.py, test_run_ner.py, test_run_squad.py.)"""
 import contextlib
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -253,6 +254,17 @@ def test_tf_serving_clients_get_the_rest_apis_answers(grpc_served, pair_export):
 
 
 @pytest.mark.integration
+def test_the_servers_threads_are_named_for_top_and_py_spy(grpc_served):
+    """The batch thread, the event loop and gRPC's poller carry their names in the OS; the
+    process keeps its own, and the runtime's worker threads do not take the warm-up's."""
+    _, proc, _ = grpc_served
+    names = [(task / "comm").read_text().strip()
+             for task in pathlib.Path(f"/proc/{proc.pid}/task").iterdir()]
+    process_name = (pathlib.Path(f"/proc/{proc.pid}") / "comm").read_text().strip()
+    assert {"batch-0", "server", "_poll_wrapper", process_name} <= set(names), names
+    assert "warm-up" not in names and "MainThread" not in names, names
+
+
 def test_token_ids_are_answered_as_the_saved_models_serve_token_ids(grpc_served, pair_export):
     """Predict on `serve_token_ids` (the encoder's int32 inputs, as `tf.make_tensor_proto` writes
     arrays): the SavedModel's numeric outputs, from the float32 LiteRT file, within its
