@@ -42,7 +42,7 @@ import time
 import uvicorn
 
 from bert_tf2.inference.runtime import WARM_BATCHES, list_inputs, predict_rows
-from bert_tf2.model_server import protocol
+from bert_tf2.model_server import protocol, signature_defs
 from bert_tf2.model_server.batching import DynamicBatcher, NotServing, Overloaded
 from bert_tf2.model_server.drain import Drain
 from bert_tf2.model_server.settings import ServerSettings
@@ -128,6 +128,9 @@ class ServedModel:
         self.inputs = sorted(runtime.input_names)
         self.takes_list = {name: name in list_inputs(runtime) for name in self.inputs}
         self.example_outputs = None  # one row's outputs, once warm (the metadata's dtypes)
+        # The export's saved_model.pb signatures (`signature_defs.read`), which both metadata
+        # answers give as TF Serving does; None for LiteRT files alone.
+        self.saved_signatures = None
         self.ready = False  # warm: predictions are answered (until the server exits)
         self.draining = False  # SIGTERM came: readiness says no (model_server.drain)
         # What :classify and :regress answer with: a classifier's classes, or a regression.
@@ -350,6 +353,11 @@ class App:
 
     async def v1_metadata(self, send):
         model = self.model
+        if model.saved_signatures is not None:
+            return await send_json(send, 200, self.dumps({
+                "model_spec": {"name": model.name, "signature_name": "",
+                               "version": protocol.VERSION},
+                "metadata": {"signature_def": signature_defs.as_json(model.saved_signatures)}}))
         if model.example_outputs is None:
             return await send_error(send, 503, f"model {model.name} is warming up")
         await send_json(send, 200, self.dumps(protocol.metadata_response(
@@ -468,14 +476,14 @@ def serve(settings: ServerSettings, runtime=None) -> None:
                              settings.batch_timeout_micros, settings.max_enqueued_batches,
                              settings.num_batch_threads, observe=metrics.observe_batch)
     model = ServedModel(settings.model_name, runtime, batcher)
+    model.saved_signatures = signature_defs.read(settings.export_dir)
     model.describe(export_description(settings.export_dir))
     model.token_ids = token_ids_runtime(runtime)
     doors = {}  # flag -> its gRPC method handlers
     if settings.tf_serving_grpc_port:
         from bert_tf2.model_server import tf_serving_grpc
 
-        doors["--tf_serving_grpc_port"] = tf_serving_grpc.handlers(model, metrics,
-                                                                   settings.export_dir)
+        doors["--tf_serving_grpc_port"] = tf_serving_grpc.handlers(model, metrics)
     if settings.grpc_port:
         from bert_tf2.model_server import oip_grpc
 

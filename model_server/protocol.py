@@ -163,13 +163,15 @@ def tensor_info(name: str, example) -> dict:
 
 def metadata_response(model_name: str, inputs: list, takes_list: dict, example_outputs: dict,
                       version: str = VERSION) -> dict:
-    """`GET /v1/models/NAME/metadata`: the text signature's inputs and outputs, under both of its
-    names. `example_outputs`: one row's outputs (their dtypes and per-row shapes)."""
+    """`GET /v1/models/NAME/metadata` of an export without `saved_model.pb` (LiteRT files alone;
+    with one, the route answers its signatures, `signature_defs`): the text signature's inputs and
+    outputs, under both of its names. `example_outputs`: one row's outputs (their dtypes and
+    per-row shapes)."""
     signature = {
         "inputs": {name: tensor_info(name, [""] if takes_list[name] else "")
                    for name in inputs},
         "outputs": {name: tensor_info(name, value) for name, value in example_outputs.items()},
-        "method_name": "tensorflow/serving/predict"}
+        "method_name": "tensorflow/serving/predict", "defaults": {}}
     return {"model_spec": {"name": model_name, "signature_name": "", "version": version},
             "metadata": {"signature_def": {"signature_def": {
                 name: signature for name in SIGNATURES}}}}

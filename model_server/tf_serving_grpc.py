@@ -14,12 +14,10 @@ stubs and `tf.make_tensor_proto` works unchanged.
 - Classify and Regress: `tf.Example`s whose bytes features are the texts, with an optional
   context shared by every example, as over REST.
 - GetModelMetadata: the SavedModel's own `signature_def` map, as TF Serving reads it from
-  `saved_model.pb` (the REST route's where the export has no `saved_model.pb`).
+  `saved_model.pb` (`signature_defs`; the REST route's where the export has none).
 - Errors: TF Serving's status codes (`grpc_ports.unary`).
 """
 from __future__ import annotations
-
-import os
 
 import grpc
 import numpy as np
@@ -27,7 +25,7 @@ import numpy as np
 from bert_tf2.inference.litert_runtime import INPUT_NAMES  # serve_token_ids' inputs
 from bert_tf2.inference.runtime import jsonable
 from bert_tf2.model_server import grpc_messages as wire
-from bert_tf2.model_server import protocol
+from bert_tf2.model_server import protocol, signature_defs
 from bert_tf2.model_server.batching import NotServing
 from bert_tf2.model_server.grpc_ports import Refused, unary
 
@@ -42,9 +40,9 @@ _FIELDS = {"DT_FLOAT": ("float_val", np.float32), "DT_DOUBLE": ("double_val", np
            "DT_BOOL": ("bool_val", bool), "DT_STRING": ("string_val", None)}
 
 
-def handlers(model, metrics, export_dir: str) -> list:
+def handlers(model, metrics) -> list:
     """The gRPC method handlers of PredictionService and ModelService for `model`."""
-    service = _Service(model, _saved_signatures(export_dir))
+    service = _Service(model, model.saved_signatures)
     methods = {
         PREDICTION_SERVICE: {
             "Predict": (service.predict, "PredictRequest", "PredictResponse", "predict"),
@@ -218,7 +216,7 @@ class _Service:
             model = self.model
             if model.example_outputs is None:
                 raise NotServing(f"model {model.name} is warming up")
-            signatures = _signature_map(protocol.metadata_response(
+            signatures = signature_defs.from_json(protocol.metadata_response(
                 model.name, model.inputs, model.takes_list, model.example_outputs)
                 ["metadata"]["signature_def"])
         answer = wire.serving("GetModelMetadataResponse")(model_spec=spec)
@@ -334,24 +332,3 @@ def _padded(value):
         return rows
     fill = next(("" if isinstance(x, str) else -1 for v in rows for x in v), -1)
     return [v + [fill] * (width - len(v)) for v in rows]
-
-
-def _signature_map(signatures: dict):
-    from google.protobuf import json_format
-
-    return json_format.ParseDict(signatures, wire.serving("SignatureDefMap")())
-
-
-def _saved_signatures(export_dir: str):
-    """The SignatureDefMap of the export's `saved_model.pb` (its first MetaGraphDef), or None."""
-    path = os.path.join(export_dir, "saved_model.pb")
-    try:
-        with open(path, "rb") as f:
-            saved = wire.message("tensorflow.SavedModel").FromString(f.read())
-    except OSError:
-        return None
-    answer = wire.serving("SignatureDefMap")()
-    if saved.meta_graphs:
-        for name, signature in saved.meta_graphs[0].signature_def.items():
-            answer.signature_def[name].CopyFrom(signature)
-    return answer

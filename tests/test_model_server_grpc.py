@@ -145,7 +145,7 @@ def test_the_messages_are_tf_servings_and_kserves_field_for_field():
                 assert (other.input_type.full_name, other.output_type.full_name) == (
                     method.input_type.full_name, method.output_type.full_name)
                 checked["methods"] += 1
-    assert checked == {"messages": 53, "fields": 126, "enums": 3, "methods": 11}, checked
+    assert checked == {"messages": 53, "fields": 127, "enums": 3, "methods": 11}, checked
     request = predict_request(text_a=["He said so.", "Ünïcode"], text_b=["So he said.", ""])
     request.model_spec.version.value = 1
     request.output_filter.append("label")
@@ -188,8 +188,9 @@ def test_outputs_are_tensor_protos_of_the_saved_models_dtypes_ragged_ones_padded
 def test_tf_serving_clients_get_the_rest_apis_answers(grpc_served, pair_export):
     """Predict (rows of pairs, version 1, either signature name, an output filter), Classify
     (examples with a shared context), GetModelMetadata (the SavedModel's own signatures, read by
-    TensorFlow) and GetModelStatus, against REST."""
+    TensorFlow, and REST's metadata the same map) and GetModelStatus, against REST."""
     import tensorflow as tf
+    from google.protobuf import json_format
     from tensorflow.core.protobuf import saved_model_pb2
     from tensorflow_serving.apis import (
         classification_pb2,
@@ -247,6 +248,12 @@ def test_tf_serving_clients_get_the_rest_apis_answers(grpc_served, pair_export):
     saved = saved_model_pb2.SavedModel.FromString((export / "saved_model.pb").read_bytes())
     assert dict(signatures.signature_def) == dict(saved.meta_graphs[0].signature_def)
     assert {"serving_default", "serve_text", "serve_token_ids"} <= set(signatures.signature_def)
+    # REST's metadata is the same map, in JSON as TF Serving writes the message.
+    assert call(base + "/v1/models/m/metadata")[2] == {
+        "model_spec": {"name": "m", "signature_name": "", "version": "1"},
+        "metadata": {"signature_def": json_format.MessageToDict(
+            signatures, preserving_proto_field_name=True,
+            always_print_fields_with_no_presence=True)}}
     status = models.GetModelStatus(get_model_status_pb2.GetModelStatusRequest(
         model_spec={"name": "m"}), timeout=30)
     assert [(s.version, get_model_status_pb2.ModelVersionStatus.State.Name(s.state),
