@@ -26,9 +26,8 @@ server should come close to.
    MRPC's train file, each text once per side and level. Throughput: answered requests over the
    level's wall time; p50/p99 over its requests; the CPU time (user and system) of the server's
    processes and of the generator over the level, a request (our server's also by thread); for
-   our server, the rows its model
-   ran together on average (its /metrics). Every answer is checked (200 or OK, a label); a
-   refusal or a failure is counted, not retried.
+   our server, the rows its model ran together on average (its /metrics). Every answer is
+   checked (200 or OK, a label); a refusal or a failure is counted, not retried.
    Then the open loop (--open_loop): --open_requests requests arriving as a Poisson process at
    each share of the side's capacity (its rate at the most clients, that round), sent at their
    times whatever is still unanswered; a latency runs from the scheduled arrival. Reported with
@@ -277,14 +276,18 @@ def batch_rows(port: int) -> tuple:
     return float(lines["bert_batch_rows_sum"]), float(lines["bert_batch_rows_count"])
 
 
+def stat_cpu_s(folder: pathlib.Path) -> float:
+    """User and system CPU seconds so far of the process or thread whose /proc folder this is."""
+    fields = (folder / "stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def process_cpu_s(pid: int) -> float:
     """User and system CPU seconds of process `pid` and its children so far (/proc)."""
     total = 0.0
     for member in process_tree(pid):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = (pathlib.Path("/proc") / str(member) / "stat").read_text().rsplit(")", 1)[1] \
-                .split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            total += stat_cpu_s(pathlib.Path("/proc") / str(member))
     return total
 
 
@@ -297,9 +300,7 @@ def thread_cpu_s(pid: int) -> dict:
         for task in (pathlib.Path("/proc") / str(member) / "task").glob("*"):
             with contextlib.suppress(OSError, ValueError, IndexError):
                 name = (task / "comm").read_text().strip()
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-                totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) \
-                    / os.sysconf("SC_CLK_TCK")
+                totals[name] = totals.get(name, 0.0) + stat_cpu_s(task)
     return totals
 
 
@@ -476,16 +477,17 @@ def main():
                         result["server_cpu_us"] = (process_cpu_s(pids[side]) - cpu[0]) / \
                             answered * 1e6
                         result["client_cpu_us"] = (time.process_time() - cpu[1]) / answered * 1e6
-                        if ours:  # where the server's CPU went, by thread
+                        if ours:
+                            # Where the server's CPU went, by thread.
                             after = thread_cpu_s(pids[side])
                             result["server_cpu_us_by_thread"] = {
                                 name: (after[name] - threads.get(name, 0.0)) / answered * 1e6
                                 for name in sorted(after, key=lambda n: threads.get(n, 0.0)
                                                    - after[n])}
-                        if ours:  # the rows the model ran together, on average
+                            # The rows the model ran together, on average.
                             ran, batches = np.subtract(batch_rows(ports["ours"]), batches)
                             result["mean_batch_rows"] = float(ran / max(batches, 1))
-                        if ours:  # the offline rate on either side of the level
+                            # The offline rate on either side of the level.
                             result["offline_batch32"] = (before + offline_batch32(
                                 fast, texts[:1024])) / 2
                             result["over_offline"] = result["per_s"] / result["offline_batch32"]

@@ -2,8 +2,8 @@
 Protocol on `--grpc_port`), each a `grpc.aio` server held to what the REST port holds to.
 
 - It listens on `--host` only, and a taken port is refused in one line before the model loads
-  (`app.bind`): SO_REUSEPORT is off (gRPC's default is on, which let a second server share the port and take
-  half of its connections).
+  (`app.bind`): SO_REUSEPORT is off (gRPC's default is on, which let a second server share the
+  port and take half of its connections).
 - A message over the size limit is RESOURCE_EXHAUSTED (gRPC's own check).
 - A client's mistake is its status code and one line, logged at INFO as the REST port logs a 400:
   `Refused` (a code of its choice), `protocol.RequestError` (INVALID_ARGUMENT); a full queue is
