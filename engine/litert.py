@@ -56,7 +56,7 @@ def convert(export_dir: str, quantization: str = "int8") -> tuple:
                      if spec.dtype != tf.string)
 
     @tf.function(input_signature=[{name: tf.TensorSpec(spec.shape, spec.dtype, name=name)
-                                   for name, spec in specs.items()}])
+                                   for name, spec in specs.items()}], autograph=False)
     def token_ids(inputs):
         outputs = signature(**inputs)
         return {name: outputs[name] for name in numeric}

@@ -132,7 +132,7 @@ class Trainer(TrainingLoop):
         embedding's IndexedSlices would compile it again for every batch width)."""
         if hasattr(optimizer, "compiled_apply"):  # AdamWeightDecay, Lamb
             return optimizer.compiled_apply(self.model.trainable_variables)
-        compiled = tf.function(self._apply_gradients, jit_compile=True)
+        compiled = tf.function(self._apply_gradients, jit_compile=True, autograph=False)
         return lambda grads: compiled([None if g is None else tf.convert_to_tensor(g)
                                        for g in grads])
 

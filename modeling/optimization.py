@@ -107,7 +107,8 @@ class _DecoupledDecayOptimizer(keras.optimizers.Optimizer):
         import tensorflow as tf
 
         self.clips_in_apply = False
-        compiled = tf.function(lambda grads: self.apply(grads, variables), jit_compile=True)
+        compiled = tf.function(lambda grads: self.apply(grads, variables), jit_compile=True,
+                               autograph=False)
         return lambda grads: compiled(self.clipped_dense(grads))
 
     def _moments(self, gradient, variable):

@@ -126,14 +126,15 @@ class ClassifierServing(tf.Module):
         return self.packer(segments), request
 
     def signatures(self) -> dict:
-        token_ids = tf.function(self.outputs, input_signature=[token_id_spec()])
+        token_ids = tf.function(self.outputs, input_signature=[token_id_spec()], autograph=False)
         if self.pair:
             text = tf.function(self.text_outputs, input_signature=[
                 tf.TensorSpec([None], tf.string, name="text_a"),
-                tf.TensorSpec([None], tf.string, name="text_b")])
+                tf.TensorSpec([None], tf.string, name="text_b")], autograph=False)
         else:
             text = tf.function(lambda text_a: self.text_outputs(text_a),
-                               input_signature=[tf.TensorSpec([None], tf.string, name="text_a")])
+                               input_signature=[tf.TensorSpec([None], tf.string, name="text_a")],
+                               autograph=False)
         return {"serving_default": text.get_concrete_function(),
                 "serve_text": text.get_concrete_function(),
                 "serve_token_ids": token_ids.get_concrete_function()}

@@ -179,7 +179,7 @@ class ShardExtractor:
 
             # One trace for every batch shape: the batcher pads each batch to its own longest row.
             traced = tf.function(lambda inputs: model(inputs, training=False),
-                                 input_signature=[token_id_spec()])
+                                 input_signature=[token_id_spec()], autograph=False)
             self.predict = lambda batch: {name: value.numpy()
                                           for name, value in traced(batch).items()}
         elif environment.backend() == "jax":  # compiled once per padded shape

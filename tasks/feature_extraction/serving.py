@@ -83,9 +83,10 @@ class EmbeddingServing(tf.Module):
         return {"embedding": l2_normalized(pooled) if self.normalize else pooled}
 
     def signatures(self) -> dict:
-        token_ids = tf.function(self.outputs, input_signature=[token_id_spec()])
+        token_ids = tf.function(self.outputs, input_signature=[token_id_spec()], autograph=False)
         text = tf.function(self.text_outputs,
-                           input_signature=[tf.TensorSpec([None], tf.string, name="text_a")])
+                           input_signature=[tf.TensorSpec([None], tf.string, name="text_a")],
+                           autograph=False)
         return {"serving_default": text.get_concrete_function(),
                 "serve_text": text.get_concrete_function(),
                 "serve_token_ids": token_ids.get_concrete_function()}

@@ -43,10 +43,10 @@ class MultipleChoiceServing(tf.Module):
         text = tf.function(self.choose, input_signature=[
             tf.TensorSpec([None], tf.string, name="context"),
             tf.TensorSpec([None], tf.string, name="question"),
-            tf.TensorSpec([None, None], tf.string, name="choices")])
+            tf.TensorSpec([None, None], tf.string, name="choices")], autograph=False)
         token_ids = tf.function(self.logits, input_signature=[{
             name: tf.TensorSpec([None, self.num_choices, None], tf.int32, name=name)
-            for name in INPUT_NAMES}])
+            for name in INPUT_NAMES}], autograph=False)
         return {"serving_default": text.get_concrete_function(),
                 "serve_text": text.get_concrete_function(),
                 "serve_token_ids": token_ids.get_concrete_function()}

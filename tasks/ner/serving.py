@@ -59,8 +59,8 @@ class NerServing(tf.Module):
 
     def signatures(self) -> dict:
         text = tf.function(self.tag, input_signature=[tf.TensorSpec([None], tf.string,
-                                                                    name="text")])
-        token_ids = tf.function(self.logits, input_signature=[token_id_spec()])
+                                                                    name="text")], autograph=False)
+        token_ids = tf.function(self.logits, input_signature=[token_id_spec()], autograph=False)
         return {"serving_default": text.get_concrete_function(),
                 "serve_text": text.get_concrete_function(),
                 "serve_token_ids": token_ids.get_concrete_function()}

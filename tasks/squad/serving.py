@@ -122,8 +122,8 @@ class SquadServing(tf.Module):
     def signatures(self) -> dict:
         text = tf.function(self.answer, input_signature=[
             tf.TensorSpec([None], tf.string, name="question"),
-            tf.TensorSpec([None], tf.string, name="context")])
-        token_ids = tf.function(self.logits, input_signature=[token_id_spec()])
+            tf.TensorSpec([None], tf.string, name="context")], autograph=False)
+        token_ids = tf.function(self.logits, input_signature=[token_id_spec()], autograph=False)
         return {"serving_default": text.get_concrete_function(),
                 "serve_text": text.get_concrete_function(),
                 "serve_token_ids": token_ids.get_concrete_function()}
