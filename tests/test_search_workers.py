@@ -31,7 +31,7 @@ def test_two_workers_share_one_study_and_run_each_trial_once(tmp_path, mrpc_sear
 def test_a_worker_killed_mid_trial_leaves_its_trial_to_the_other_worker(
         tmp_path, mrpc_search, tiny_checkpoint):
     search = tmp_path / "search"
-    command = search_command(search, "--grid=learning_rate=1e-3,5e-4,2e-4",
+    command = search_command(search, "--grid=learning_rate=1e-3,2e-4",
                              runner=runner_flags(mrpc_search, tiny_checkpoint, "--num_train_epochs=2"))
     doomed = warm_python.start(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
@@ -45,7 +45,7 @@ def test_a_worker_killed_mid_trial_leaves_its_trial_to_the_other_worker(
     assert survivor.returncode == 0, stderr
     assert f"its worker (pid {doomed.pid}) is gone; it will resume" in stderr
     rows = table(search / "trials.tsv")
-    assert [r["state"] for r in rows] == ["finished"] * 3
-    assert sorted(r["attempts"] for r in rows) == ["1", "1", "2"]
+    assert [r["state"] for r in rows] == ["finished"] * 2
+    assert sorted(r["attempts"] for r in rows) == ["1", "2"]
     for row in rows:  # every start of a runner is an attempt: none lost, none duplicated
         assert logged_runs(search / "trials" / f"{row['trial']}.log") == int(row["attempts"])
