@@ -129,8 +129,32 @@ def _import_ours() -> dict:
     import bert_tf2.engine.pretraining  # noqa: F401
     if environment.uses_tensorflow():
         import bert_tf2.engine.export  # noqa: F401
+        _import_lazily_imported()
     assert set(flags.FLAGS) == defined, "an imported module defined absl flags"
     return configured
+
+
+# What the runners import only once they run (`import` inside functions, tf.summary's lazy
+# module): about 500 modules, numba's and TensorBoard's among them, and 0.5 CPU-seconds of each
+# forked classifier run when they were imported there.
+LAZILY_IMPORTED = [
+    "bert_tf2.engine.checkpoint_writer", "bert_tf2.engine.training",
+    "bert_tf2.data_gen.datasets", "bert_tf2.data_gen.feature_cache",
+    "bert_tf2.data_gen.tokenization", "bert_tf2.modeling.checkpoints",
+    *(f"bert_tf2.tasks.{task}.{part}" for task in ("classification", "multiple_choice", "ner",
+                                                     "squad") for part in ("task", "serving")),
+    "bert_tf2.tasks.feature_extraction.serving", "bert_tf2.tasks.pretraining.task",
+]
+
+
+def _import_lazily_imported() -> None:
+    import importlib
+
+    import tensorflow as tf
+
+    for name in LAZILY_IMPORTED:
+        importlib.import_module(name)
+    tf.summary.scalar  # noqa: B018 - the attribute imports TensorBoard's summary modules
 
 
 def _fork_monitor(message, fds, configured, *sockets) -> None:
