@@ -1,25 +1,27 @@
 """This checkout's programs run as forks of a warmed-up Python instead of fresh interpreters.
 
 `make test` starts several hundred runner processes, and each one paid about 9 s of CPU (an
-AVX2-only EPYC) to import TensorFlow, Keras and tensorflow_text before reading its first flag.
-Here a server imports them once, the way a program does (`environment.configure()` first), and
-touches nothing else: no TensorFlow op or JAX computation runs in it, so it holds no thread pools
-or devices. Each program then runs in a fork of it (`start`, `run`): a process of its own, with its
-own pid, arguments, environment, working folder and standard streams, that signals and SIGSTOP
-reach, whose non-daemon threads and `atexit` functions finish as in `python SCRIPT ARGS`, and
-whose exit status (or killing signal) the caller gets, as from `subprocess`.
+AVX2-only EPYC) to import TensorFlow, Keras and tensorflow_text before reading its first flag. Here
+a server imports them once, the way a program does (`environment.configure()` first), with what the
+programs import only once they run, and sets up numba's code generator (one compiled call on a few
+bytes); it touches nothing else: no TensorFlow op or JAX computation runs in it, so it holds no
+thread pools or devices. Each program then runs in a fork of it (`start`, `run`): a process of its
+own, with its own pid, arguments, environment, working folder and standard streams, that signals
+and SIGSTOP reach, whose non-daemon threads and `atexit` functions finish as in `python SCRIPT
+ARGS`, and whose exit status (or killing signal) the caller gets, as from `subprocess`.
 
-What still differs from a fresh interpreter: the imports are done, and the string hash seed is the
-server's. So there is one server per set of variables read at import time (a test process has
-one for TensorFlow, and one for JAX without TensorFlow where test_jax_runners asks for it): a
-request may differ from its server's environment only in `RUN_TIME_VARIABLES`. This checkout's
-programs (`python SCRIPT.py`, `python -m bert_tf2...`) are forked; a test's own helper script or
-`python -c CODE` only when the caller asks (`warm=True`: the oracle runs, tests/backend_step.py);
-anything else runs as a fresh interpreter, as do the tests that prove a program starts from
-scratch (`warm=False`: test_package, test_demo, the fresh-interpreter imports), and everything when
-BERT_TEST_WARM_PROCESSES=0 (README, "Tests and benchmarks"). A second kind of server imports
-TensorFlow and tensorflow_text and nothing of this project (`imports="tensorflow"`): the scripts
-that load an export as a user's script does (conftest's `tensorflow_only`) are forked from it.
+What still differs from a fresh interpreter: the imports are done, numba's code generator is set
+up, and the string hash seed is the server's. So there is one server per set of variables read at
+import time (a test process has one for TensorFlow, and one for JAX without TensorFlow where
+test_jax_runners asks for it): a request may differ from its server's environment only in
+`RUN_TIME_VARIABLES`. This checkout's programs (`python SCRIPT.py`, `python -m bert_tf2...`) are
+forked; a test's own helper script or `python -c CODE` only when the caller asks (`warm=True`: the
+oracle runs, tests/backend_step.py); anything else runs as a fresh interpreter, as do the tests
+that prove a program starts from scratch (`warm=False`: test_package, test_demo, the
+fresh-interpreter imports), and everything when BERT_TEST_WARM_PROCESSES=0 (README, "Tests and
+benchmarks"). A second kind of server imports TensorFlow and tensorflow_text and nothing of this
+project (`imports="tensorflow"`): the scripts that load an export as a user's script does
+(conftest's `tensorflow_only`) are forked from it.
 
 Protocol: a server reads requests (JSON: argv, environment, folder) with four descriptors (stdin,
 stdout, stderr, reply) from a SOCK_SEQPACKET socket. For each it forks a monitor, which forks the
@@ -130,6 +132,11 @@ def _import_ours() -> dict:
     if environment.uses_tensorflow():
         import bert_tf2.engine.export  # noqa: F401
         _import_lazily_imported()
+    # numba's first compiled call in a process sets up its code generator: 0.26 CPU-seconds of
+    # each forked program that wrote a record, where a later function's machine code loads from
+    # numba's cache in 6 ms. (numba runs no thread of its own.)
+    from bert_tf2.modeling import crc32c
+    crc32c.masked(b"")
     assert set(flags.FLAGS) == defined, "an imported module defined absl flags"
     return configured
 
