@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import reference_runs
@@ -86,6 +87,20 @@ def pytest_collection_modifyitems(session, config, items):
         items[:] = kept
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+# With BERT_TEST_TIMELINE=FILE, one line per test: its worker, its start and end (seconds since
+# the epoch) and the CPU seconds of the test process itself over it (the programs it forked are in
+# BERT_TEST_PROGRAM_LOG's file): which tests ran side by side, when one took longer than alone.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    timeline = os.environ.get("BERT_TEST_TIMELINE")
+    start, cpu = time.time(), sum(os.times()[:2])
+    yield
+    if timeline:
+        with open(timeline, "a") as out:
+            out.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}\t{start:.2f}\t"
+                      f"{time.time():.2f}\t{sum(os.times()[:2]) - cpu:.2f}\t{item.nodeid}\n")
 
 
 class _UnitGuard:
