@@ -272,6 +272,7 @@ def test_the_servers_threads_are_named_for_top_and_py_spy(grpc_served):
     assert "warm-up" not in names and "MainThread" not in names, names
 
 
+@pytest.mark.integration
 def test_token_ids_are_answered_as_the_saved_models_serve_token_ids(grpc_served, pair_export):
     """Predict on `serve_token_ids` (the encoder's int32 inputs, as `tf.make_tensor_proto` writes
     arrays): the SavedModel's numeric outputs, from the float32 LiteRT file, within its
