@@ -25,10 +25,11 @@ def name_os_threads(but: tuple = ()) -> dict:
     for thread in threading.enumerate():
         if thread.native_id is None or thread.name in but or thread is threading.main_thread():
             continue
+        name = os_name(thread)
         try:
             with open(f"/proc/self/task/{thread.native_id}/comm", "w") as comm:
-                comm.write(os_name(thread))
+                comm.write(name)
         except OSError:  # not Linux, or the thread has just ended
             continue
-        named[thread.native_id] = os_name(thread)
+        named[thread.native_id] = name
     return named

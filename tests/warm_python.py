@@ -141,9 +141,8 @@ def _import_ours() -> dict:
     return configured
 
 
-# What the runners import only once they run (`import` inside functions, tf.summary's lazy
-# module): about 500 modules, numba's and TensorBoard's among them, and 0.5 CPU-seconds of each
-# forked classifier run when they were imported there.
+# What the runners import only once they run (`import` inside functions), numba among them:
+# 0.15-0.18 CPU-seconds of each forked program that imported them itself.
 LAZILY_IMPORTED = [
     "bert_tf2.engine.checkpoint_writer", "bert_tf2.engine.training",
     "bert_tf2.data_gen.datasets", "bert_tf2.data_gen.feature_cache",
@@ -157,11 +156,8 @@ LAZILY_IMPORTED = [
 def _import_lazily_imported() -> None:
     import importlib
 
-    import tensorflow as tf
-
     for name in LAZILY_IMPORTED:
         importlib.import_module(name)
-    tf.summary.scalar  # noqa: B018 - the attribute imports TensorBoard's summary modules
 
 
 def _fork_monitor(message, fds, configured, *sockets) -> None:
