@@ -142,18 +142,30 @@ class Trainer(TrainingLoop):
 
     @tf.function(autograph=False)
     def _train_loop(self, iterator, num_steps):
+        """`num_steps` updates (at least one; fewer if a stop is requested), their metric sums.
+
+        The loop's sums start at zero where their names are known before the loop is traced:
+        on one replica without accumulation, from the trace of `_grads` that the loop's step
+        then calls. Elsewhere the first step is taken before the loop, for its names, and the
+        step is traced and optimised twice (0.5 of a tiny classifier run's 4.2 CPU-seconds)."""
         def step():
             return self._sum_over_replicas(self.strategy.run(self._replica_update,
                                                              args=(next(iterator),)))
 
         def more(done, totals):
-            return tf.logical_and(done < num_steps, tf.logical_not(self._stop.read_value()))
+            return tf.logical_or(done < 1, tf.logical_and(
+                done < num_steps, tf.logical_not(self._stop.read_value())))
 
         def another(done, totals):
             update = step()
             return done + 1, {k: totals[k] + update[k] for k in totals}
 
-        return tf.while_loop(more, another, (tf.constant(1), step()))[1]
+        if self.strategy.num_replicas_in_sync == 1 and self.config.num_accumulation_steps == 1:
+            _, metrics = self._grads.get_concrete_function(iterator.element_spec).structured_outputs
+            start = (tf.constant(0), {k: tf.zeros([2]) for k in metrics})
+        else:
+            start = (tf.constant(1), step())
+        return tf.while_loop(more, another, start)[1]
 
     @tf.function(reduce_retracing=True, autograph=False)
     def _predict_step(self, batch):
