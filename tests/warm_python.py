@@ -3,15 +3,16 @@
 `make test` starts several hundred runner processes, and each one paid about 9 s of CPU (an
 AVX2-only EPYC) to import TensorFlow, Keras and tensorflow_text before reading its first flag. Here
 a server imports them once, the way a program does (`environment.configure()` first), with what the
-programs import only once they run, and sets up numba's code generator (one compiled call on a few
-bytes); it touches nothing else: no TensorFlow op or JAX computation runs in it, so it holds no
+programs import only once they run, sets up numba's code generator (one compiled call on a few
+bytes) and builds the graph tokenizer's character classes (a pure function of Unicode, cached per
+process); it touches nothing else: no TensorFlow op or JAX computation runs in it, so it holds no
 thread pools or devices. Each program then runs in a fork of it (`start`, `run`): a process of its
 own, with its own pid, arguments, environment, working folder and standard streams, that signals
 and SIGSTOP reach, whose non-daemon threads and `atexit` functions finish as in `python SCRIPT
 ARGS`, and whose exit status (or killing signal) the caller gets, as from `subprocess`.
 
 What still differs from a fresh interpreter: the imports are done, numba's code generator is set
-up, and the string hash seed is the server's. So there is one server per set of variables read at
+up, the character classes are built, and the string hash seed is the server's. So there is one server per set of variables read at
 import time (a test process has one for TensorFlow, and one for JAX without TensorFlow where
 test_jax_runners asks for it): a request may differ from its server's environment only in
 `RUN_TIME_VARIABLES`. This checkout's programs (`python SCRIPT.py`, `python -m bert_tf2...`) are
@@ -137,6 +138,11 @@ def _import_ours() -> dict:
     # numba's cache in 6 ms. (numba runs no thread of its own.)
     from bert_tf2.modeling import crc32c
     crc32c.masked(b"")
+    if environment.uses_tensorflow():
+        # The graph tokenizer's character classes, built once per process from a scan of
+        # Unicode: 0.13 CPU-seconds of each forked program that exports or serves raw text.
+        from bert_tf2.data_gen import graph_tokenizer
+        graph_tokenizer._patterns()
     assert set(flags.FLAGS) == defined, "an imported module defined absl flags"
     return configured
 
