@@ -112,7 +112,7 @@ def test_squad_and_multiple_choice_saved_models(shared_data, tiny_checkpoint, tm
                f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=128",
                "--doc_stride=64", "--num_train_epochs=3", "--learning_rate=1e-3",
                "--train_batch_size=8", "--do_train", "--do_predict",
-               f"--export_dir={tmp_path / 'sq_export'}")
+               f"--export_dir={tmp_path / 'sq_export'}", "--export_litert=none")
     questions = [(qa["id"], qa["question"], p["context"]) for p in dataset["data"][0]
                  ["paragraphs"] for qa in p["qas"]]
     (tmp_path / "questions.jsonl").write_text("".join(
@@ -137,7 +137,7 @@ def test_squad_and_multiple_choice_saved_models(shared_data, tiny_checkpoint, tm
                f"--output_dir={tmp_path / 'mc_out'}", f"--init_checkpoint={tiny_checkpoint}",
                "--max_seq_length=32", "--train_batch_size=8", "--num_train_steps=2", "--do_train",
                "--do_predict",
-               f"--export_dir={tmp_path / 'mc_export'}")
+               f"--export_dir={tmp_path / 'mc_export'}", "--export_litert=none")
     common = [f"--saved_model={tmp_path / 'mc_export'}", f"--input_file={data / 'test.jsonl'}",
               "--batch_size=4", "--lines_per_shard=4"]
     run_script("batch_predict.py", *common, f"--output_file={tmp_path / 'choices.jsonl'}")

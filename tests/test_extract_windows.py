@@ -159,8 +159,8 @@ def test_embedding_saved_model_reads_long_strings_as_the_tool(windowed, tiny_che
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     run_script("extract_features.py", f"--input_file={tmp_path / 'in.txt'}",
                f"--output_file={tmp_path / 'v.npy'}", f"--export_dir={tmp_path / 'export'}",
-               f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt", "--max_seq_length=32",
-               "--doc_stride=12", f"--pooling={pooling}", "--normalize")
+               "--export_litert=none", f"--init_checkpoint={tiny_checkpoint}/bert_model.ckpt",
+               "--max_seq_length=32", "--doc_stride=12", f"--pooling={pooling}", "--normalize")
     served = serve_texts(SERVE, str(tmp_path / "export"), texts, tmp_path)
     assert served["modules"] == []
     vectors = np.load(tmp_path / "v.npy")

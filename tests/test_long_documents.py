@@ -278,7 +278,7 @@ def long_run(tmp_path_factory, shared_data, tiny_checkpoint):
              "--train_batch_size=16", "--num_train_epochs=1", "--learning_rate=1e-3",
              "--eval_batch_size=16", "--doc_stride=32", "--threshold=0.2"]
     run = run_script("run_classifier.py", *flags, "--do_train", "--do_eval", "--do_predict",
-                     f"--export_dir={root / 'export'}")
+                     f"--export_dir={root / 'export'}", "--export_litert=none")
     return {"root": root, "data": data, "out": out, "flags": flags, "log": run.stderr}
 
 
