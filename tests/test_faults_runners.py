@@ -5,10 +5,10 @@ the method and the comparison are described there.)
 """
 import os
 import signal
-import subprocess
 import sys
 
 import pytest
+import warm_python
 from conftest import REPO, KillChain, assert_same_run, frozen, sizes
 from reference_runs import (
     classifier,
@@ -229,13 +229,9 @@ def test_a_full_disk_is_one_line_and_the_rerun_resumes(mrpc_small, tiny_checkpoi
     """A file size limit (RLIMIT_FSIZE: the same refusal as a full disk, without filling one)
     stops the first checkpoint write; the run says so in one line naming its folder, and the same
     command, with room again, removes the partial checkpoint and ends as an uninterrupted run."""
-    import resource
-
     out = tmp_path / "out"
-    limited = subprocess.run(
-        [sys.executable, *classifier(mrpc_small, tiny_checkpoint, out)], cwd=REPO, text=True,
-        capture_output=True, timeout=900,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (2_000_000, 2_000_000)))
+    limited = warm_python.run([sys.executable, *classifier(mrpc_small, tiny_checkpoint, out)],
+                              cwd=REPO, timeout=900, file_size_limit=2_000_000)
     assert limited.returncode == 1, limited.stderr[-3000:]
     assert "Traceback" not in limited.stderr
     assert limited.stderr.strip().splitlines()[-1] == (

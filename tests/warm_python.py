@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import functools
 import gc
 import json
 import os
 import pathlib
+import resource
 import runpy
 import select
 import shutil
@@ -226,6 +228,9 @@ def _program(request, configured, stdin, stdout, stderr) -> None:
         os.chdir(request["cwd"])
         if request.get("new_session"):
             os.setsid()
+        if request.get("file_size_limit") is not None:  # as a full disk refuses a write
+            limit = request["file_size_limit"]
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
         os.environ.clear()
         os.environ.update({**configured, **request["env"], SERVER_VARIABLE: _listening})
         argv = request["argv"]
@@ -394,9 +399,9 @@ class _Server:
         self.control.settimeout(None)
         self.lock = threading.Lock()
 
-    def start(self, argv, cwd, env, stdout, stderr, text) -> Program:
+    def start(self, argv, cwd, env, stdout, stderr, text, options) -> Program:
         with self.lock:
-            return _send(self.control, argv, cwd, env, None, stdout, stderr, text, {})
+            return _send(self.control, argv, cwd, env, None, stdout, stderr, text, options)
 
 
 def _send(connection, argv, cwd, env, stdin, stdout, stderr, text, options) -> Program:
@@ -507,17 +512,21 @@ def _stop_servers() -> None:
 
 
 def start(args, *, cwd=REPO, env=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-          text=True, warm=None, imports="all"):
+          text=True, warm=None, imports="all", file_size_limit=None):
     """`subprocess.Popen(args, ...)`, forked from a warm Python where the command allows
     (`_warm_argv`). With `imports="tensorflow"`, any command, from a Python that imported only
-    TensorFlow and tensorflow_text (`tensorflow_only`)."""
+    TensorFlow and tensorflow_text (`tensorflow_only`). `file_size_limit`: the program's
+    RLIMIT_FSIZE in bytes (a write past it fails as on a full disk)."""
     env = dict(os.environ) if env is None else dict(env)
     argv = _warm_argv(args, cwd, warm if imports == "all" else True)
     server = _server(env, imports) if argv else None
     if server is None:
+        limit = None if file_size_limit is None else functools.partial(
+            resource.setrlimit, resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
         return subprocess.Popen([os.fspath(a) for a in args], cwd=cwd, env=env, stdout=stdout,
-                                stderr=stderr, text=text)
-    return server.start(argv, cwd, env, stdout, stderr, text)
+                                stderr=stderr, text=text, preexec_fn=limit)
+    return server.start(argv, cwd, env, stdout, stderr, text,
+                        {"file_size_limit": file_size_limit})
 
 
 def launch(args, *, die_with_parent=False, cwd=None, env=None, stdin=None, stdout=None,
@@ -539,12 +548,13 @@ def launch(args, *, die_with_parent=False, cwd=None, env=None, stdin=None, stdou
 
 
 def run(args, *, cwd=REPO, env=None, timeout=None, check=False, text=True,
-        capture_output=True, warm=None, imports="all") -> subprocess.CompletedProcess:
+        capture_output=True, warm=None, imports="all",
+        file_size_limit=None) -> subprocess.CompletedProcess:
     """`subprocess.run(args, capture_output=True, ...)`, forked from a warm Python where the
     command allows (`start`)."""
     pipe = subprocess.PIPE if capture_output else None
     process = start(args, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=text, warm=warm,
-                    imports=imports)
+                    imports=imports, file_size_limit=file_size_limit)
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
