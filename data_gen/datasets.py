@@ -206,9 +206,13 @@ def without_autotune_model(dataset):
     background thread, which sleeps between optimization rounds whose period doubles up to 60 s;
     a finished training run then hung silently for up to a minute at the end (issue 29:
     bench/exit_latency.py). A pipeline of in-memory gathers, or of parsing with a fixed
-    parallelism, has nothing for the model to tune. Measured in docs/benchmarks.md."""
+    parallelism, has nothing for the model to tune. Measured in docs/benchmarks.md. A dataset
+    that has the model off already is returned as it is (no second options node: an iterator
+    checkpointed from it restores into the same pipeline)."""
     import tensorflow as tf
 
+    if dataset.options().autotune.enabled is False:
+        return dataset
     options = tf.data.Options()
     options.autotune.enabled = False
     return dataset.with_options(options)

@@ -33,6 +33,7 @@ from typing import Callable, Protocol
 import keras
 import tensorflow as tf
 
+from bert_tf2.data_gen.datasets import without_autotune_model
 from bert_tf2.engine.trainer_config import (  # noqa: F401
     CHECKPOINT_NAME,
     CHECKPOINT_PREFIXES,
@@ -230,8 +231,8 @@ class Trainer(TrainingLoop):
         # One replica: the input iterator's position is part of the checkpoint, so it is made
         # before the restore; several: the seeded pipeline is rebuilt and skipped instead.
         self._single = (self.strategy.num_replicas_in_sync == 1) and self.config.checkpoint_iterator
-        self._iterator = (iter(dataset_fn(tf.distribute.InputContext())) if self._single
-                          else None)
+        self._iterator = (iter(without_autotune_model(dataset_fn(tf.distribute.InputContext())))
+                          if self._single else None)
         self._saved, self._manager = self._checkpoint(self._iterator)
 
     def _restore_for_training(self) -> str | None:
@@ -292,9 +293,12 @@ class Trainer(TrainingLoop):
         dataset itself, on several a distributed dataset. Why not a distributed one on one
         replica too: its own pipeline does not carry the dataset's options and runs tf.data's
         autotuning model, whose thread can hold the iterator's deletion, at the end of training,
-        for up to a minute (issue 29; `data_gen.datasets.without_autotune_model`)."""
+        for up to a minute (issue 29; `data_gen.datasets.without_autotune_model`). On one replica
+        the model is off whatever `dataset_fn` gives: an iterator of a caller's own pipeline,
+        deleted when Python's garbage collector reaches it, held the caller for up to a minute
+        (tests/test_training_loop.py's trainers: 16-47 s of a 6 s test in `make test`)."""
         if self.strategy.num_replicas_in_sync == 1:
-            dataset = dataset_fn(tf.distribute.InputContext())
+            dataset = without_autotune_model(dataset_fn(tf.distribute.InputContext()))
             return dataset.skip(skip_updates) if skip_updates else dataset
         return self.strategy.distribute_datasets_from_function(
             lambda context: dataset_fn(context).skip(skip_updates * _elements_per_update(context)))
