@@ -231,8 +231,7 @@ class Trainer(TrainingLoop):
         # One replica: the input iterator's position is part of the checkpoint, so it is made
         # before the restore; several: the seeded pipeline is rebuilt and skipped instead.
         self._single = (self.strategy.num_replicas_in_sync == 1) and self.config.checkpoint_iterator
-        self._iterator = (iter(without_autotune_model(dataset_fn(tf.distribute.InputContext())))
-                          if self._single else None)
+        self._iterator = iter(self._input(dataset_fn)) if self._single else None
         self._saved, self._manager = self._checkpoint(self._iterator)
 
     def _restore_for_training(self) -> str | None:

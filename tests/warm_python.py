@@ -215,6 +215,11 @@ def _kill_when_abandoned(pid: int, reply: int) -> None:
                 return
 
 
+def _limit_file_size(limit: int) -> None:
+    """RLIMIT_FSIZE of this process: a write past `limit` bytes fails as on a full disk."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
 def _program(request, configured, stdin, stdout, stderr) -> None:
     """Become `python ARGV` (or `python -m MODULE ARGS`): never returns."""
     code = 1
@@ -228,9 +233,8 @@ def _program(request, configured, stdin, stdout, stderr) -> None:
         os.chdir(request["cwd"])
         if request.get("new_session"):
             os.setsid()
-        if request.get("file_size_limit") is not None:  # as a full disk refuses a write
-            limit = request["file_size_limit"]
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        if request.get("file_size_limit") is not None:
+            _limit_file_size(request["file_size_limit"])
         os.environ.clear()
         os.environ.update({**configured, **request["env"], SERVER_VARIABLE: _listening})
         argv = request["argv"]
@@ -521,8 +525,8 @@ def start(args, *, cwd=REPO, env=None, stdout=subprocess.PIPE, stderr=subprocess
     argv = _warm_argv(args, cwd, warm if imports == "all" else True)
     server = _server(env, imports) if argv else None
     if server is None:
-        limit = None if file_size_limit is None else functools.partial(
-            resource.setrlimit, resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+        limit = None if file_size_limit is None else functools.partial(_limit_file_size,
+                                                                       file_size_limit)
         return subprocess.Popen([os.fspath(a) for a in args], cwd=cwd, env=env, stdout=stdout,
                                 stderr=stderr, text=text, preexec_fn=limit)
     return server.start(argv, cwd, env, stdout, stderr, text,
