@@ -120,6 +120,22 @@ def test_convert_truncates_a_pair_as_the_original(tokenizer, vocab_ids, words_a,
     assert sum(features["input_mask"]) == min(MAX_LEN, words_a + words_b + 3)
 
 
+@pytest.mark.parametrize("max_seq_length, tokens, segment_ids", [
+    (3, ["[CLS]", "[SEP]"], [0, 0]), (4, ["[CLS]", "dog", "[SEP]"], [0, 0, 0]),
+    (5, ["[CLS]", "dog", "[SEP]", "cat", "[SEP]"], [0, 0, 0, 1, 1])])
+def test_a_second_text_the_truncation_empties_gets_no_second_sep(tokenizer, vocab_ids,
+                                                                  max_seq_length, tokens,
+                                                                  segment_ids):
+    # The original truncates the pair to max_seq_length - 3 tokens, then packs B only `if
+    # tokens_b:`: where nothing of B is left, `[CLS] A [SEP]` and padding.
+    features = cf.convert_example(example("dog dog dog dog dog", "cat cat cat"), 0,
+                                  {"0": 0, "1": 1}, max_seq_length, tokenizer)
+    padding = [0] * (max_seq_length - len(tokens))
+    assert features["input_ids"] == [vocab_ids[t] for t in tokens] + padding
+    assert features["input_mask"] == [1] * len(tokens) + padding
+    assert features["segment_ids"] == segment_ids + padding
+
+
 @pytest.mark.parametrize("text_b", ["", "   "])
 def test_an_empty_text_b_is_packed_as_a_single_sentence(tokenizer, vocab_ids, text_b):
     # The original: `if example.text_b: tokens_b = tokenize(...)` and `if tokens_b:` pair

@@ -249,6 +249,44 @@ def test_dynamic_length_pads_to_the_longest_row_only():
     assert capped["input_word_ids"].shape == (1, 16)
 
 
+def original_packing(tokens_a, tokens_b, max_seq_length):
+    """The original run_classifier.py `convert_single_example`'s ids and segment ids, unpadded."""
+    tokens_a, tokens_b = list(tokens_a), list(tokens_b) if tokens_b else None
+    if tokens_b:
+        original_truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
+    elif len(tokens_a) > max_seq_length - 2:
+        tokens_a = tokens_a[0:(max_seq_length - 2)]
+    ids, segment_ids = [101, *tokens_a, 102], [0] * (len(tokens_a) + 2)
+    if tokens_b:
+        ids += [*tokens_b, 102]
+        segment_ids += [1] * (len(tokens_b) + 1)
+    return ids, segment_ids
+
+
+@pytest.mark.parametrize("seq_length", [3, 4, 7, 16])
+def test_random_batches_pack_as_the_original(seq_length):
+    """Every row of random batches (empty texts, texts longer than the budget, an empty batch)
+    packs as the original's `convert_single_example`, one segment or two."""
+    rng = random.Random(seq_length)
+    packer = InputPacker(seq_length=seq_length, cls_id=101, sep_id=102, pad_id=0)
+    for rows in [0, 1, 3, 8, 8, 8]:
+        texts = [[[rng.randint(1000, 9999) for _ in range(rng.choice([0, 1, 2, 5, 9, 20]))]
+                  for _ in range(rows)] for _ in range(2)]
+        segments = [tf.RaggedTensor.from_row_lengths(
+            tf.constant([t for row in text for t in row], tf.int64),
+            [len(row) for row in text]) for text in texts]
+        for pair in (False, True):
+            out = packer(segments if pair else segments[0])
+            for i in range(rows):
+                ids, segment_ids = original_packing(texts[0][i], texts[1][i] if pair else None,
+                                                    seq_length)
+                pad = [0] * (seq_length - len(ids))
+                assert out["input_word_ids"][i].numpy().tolist() == ids + pad
+                assert out["input_mask"][i].numpy().tolist() == [1] * len(ids) + pad
+                assert out["input_type_ids"][i].numpy().tolist() == segment_ids + pad
+            assert out["input_word_ids"].shape == (rows, seq_length)
+
+
 def test_packer_refuses_what_the_original_cannot_pack():
     with pytest.raises(ValueError, match="seq_length=2"):
         InputPacker(seq_length=2, cls_id=1, sep_id=2)

@@ -42,6 +42,9 @@ def convert_example(example: InputExample, index: int, label_map: dict | None,
     tokens_a, tokens_b = _tokens(example, tokenizer, max_seq_length)
     if tokens_b is not None:
         truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
+        # As the original's second `if tokens_b:`: a B that the truncation emptied
+        # (max_seq_length 3 or 4) gets no second [SEP].
+        tokens_b = tokens_b or None
     else:
         del tokens_a[max_seq_length - 2:]
     return _row(tokens_a, tokens_b, _label_ids(example, label_map, multi_label), index,

@@ -82,7 +82,7 @@ class LiteRTClassifier:
             b = b_ids[i].tolist() if b_ids is not None else []
             if b:
                 truncate_seq_pair(a, b, self.max_seq_length - 3)
-                rows.append(([self.cls_id, *a, self.sep_id], [*b, self.sep_id]))
+                rows.append(([self.cls_id, *a, self.sep_id], [*b, self.sep_id] if b else []))
             else:
                 rows.append(([self.cls_id, *a[:self.max_seq_length - 2], self.sep_id], []))
         return padded_inputs(rows)

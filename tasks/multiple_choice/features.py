@@ -3,8 +3,8 @@
 Each choice makes a sentence pair (`ChoiceExample.pair_texts`): the context's WordPieces as the
 first segment, the question and the choice as the second, trimmed by the original's
 `truncate_seq_pair` to `max_seq_length - 3` and packed `[CLS] A [SEP] B [SEP]` (`data_gen.packing`;
-a second segment without tokens packs as a single text, as the original classifier and the
-in-graph `InputPacker` do). An example with fewer choices than the task's `num_choices` is padded
+a second segment without tokens, or that the truncation empties, packs as a single text, as
+the original classifier and the in-graph `InputPacker` do). An example with fewer choices than the task's `num_choices` is padded
 with all-zero pairs whose `choice_mask` is 0: their scores are masked out, so they can never be
 picked.
 
@@ -46,6 +46,7 @@ def convert_example(example: ChoiceExample, index: int, num_choices: int, max_se
             del tokens_a[max_seq_length - 2:]
         else:
             truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
+            tokens_b = tokens_b or None  # emptied by the truncation (max_seq_length 3 or 4)
         for name, values in pack(tokens_a, tokens_b, max_seq_length, tokenizer).items():
             features[name] += values
     padding = num_choices - len(example.choices)
