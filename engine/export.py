@@ -18,6 +18,7 @@ fifth of an export's time; a condition on a tensor fails at export instead of be
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -35,6 +36,30 @@ def token_id_spec() -> dict:
     return {name: tf.TensorSpec([None, None], tf.int32, name=name) for name in INPUT_NAMES}
 
 
+@contextlib.contextmanager
+def _no_keras_default_signature():
+    """Keras 3 gives every model on TensorFlow a property, `_default_save_signature`, that makes
+    a new `tf.function` of the model's call; `tf.saved_model.save` takes every function among an
+    object's attributes, so it traced each Keras model in the module again (with AutoGraph) and
+    stored it, a function no signature calls: 0.29 CPU-seconds of a tiny classifier's export,
+    and 200 KB of its 2.3 MB graph to load again. While the export is written, the property
+    gives None, as it does for a layer that is not a model."""
+    try:
+        from keras.src.backend.tensorflow.layer import TFLayer
+    except ImportError:  # another Keras layout: the export is as before
+        yield
+        return
+    before = TFLayer.__dict__.get("_default_save_signature")
+    if before is None:
+        yield
+        return
+    TFLayer._default_save_signature = property(lambda layer: None)
+    try:
+        yield
+    finally:
+        TFLayer._default_save_signature = before
+
+
 def save(module: tf.Module, export_dir: str, extra_files: dict | None = None,
          litert: str = "none") -> str:
     """Write `module` with its `signatures()` to `export_dir`, replacing it only when complete.
@@ -48,7 +73,8 @@ def save(module: tf.Module, export_dir: str, extra_files: dict | None = None,
     recover_directory(export_dir)
     signatures = module.signatures()  # traced once: each call traces the model again
     with staged_directory(export_dir, fault_point="export") as staging:
-        tf.saved_model.save(module, staging, signatures=signatures)
+        with _no_keras_default_signature():
+            tf.saved_model.save(module, staging, signatures=signatures)
         extra = os.path.join(staging, "assets.extra")
         os.makedirs(extra, exist_ok=True)
         for name, source in (extra_files or {}).items():

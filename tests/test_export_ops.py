@@ -46,6 +46,16 @@ def saved_model_ops(export_dir) -> set:
     return ops
 
 
+def saved_model_functions(export_dir) -> list:
+    """The names of the functions in a SavedModel's library."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((export_dir / "saved_model.pb").read_bytes())
+    return [function.signature.name for graph in saved.meta_graphs
+            for function in graph.graph_def.library.function]
+
+
 def serving_modules(vocab: str) -> dict:
     """One serving module of each task, on a tiny random BERT (the ops do not depend on the
     weights), with the options that add graph: windows, thresholds, SQuAD 2.0."""
@@ -98,6 +108,11 @@ def test_every_export_uses_only_ops_stock_tf_serving_has(allowed_ops, minilm_dir
         ops = saved_model_ops(folder)
         assert not ops - allowed_ops, f"{name}: ops outside core TF and tensorflow/text 2.20.0"
         seen[name] = ops
+        # Only what the signatures call is saved: not the function of the model's call that
+        # Keras offers every model (`_default_save_signature`), which is Keras's again after.
+        assert not [f for f in saved_model_functions(folder) if "serving_default" in f], name
+        model = getattr(module, "model", None) or module.encoder
+        assert model._default_save_signature is not None
     # The check sees the tokenizer's ops: every export tokenises raw strings in its graph.
     for name, ops in seen.items():
         assert {"FastWordpieceTokenizeWithOffsets", "RegexSplitWithOffsets"} <= ops, name
