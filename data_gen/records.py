@@ -63,8 +63,9 @@ def read_records(path, spec: dict) -> dict:
     if environment.uses_tensorflow():
         tf = _tf()
         tf_spec = _tf_spec(spec)
-        batches = list(tf.data.TFRecordDataset(files).batch(4096)
-                       .map(lambda batch: tf.io.parse_example(batch, tf_spec)).as_numpy_iterator())
+        parse = tf.autograph.experimental.do_not_convert(  # no Python to convert
+            lambda batch: tf.io.parse_example(batch, tf_spec))
+        batches = list(tf.data.TFRecordDataset(files).batch(4096).map(parse).as_numpy_iterator())
     else:
         batches = []
         for name in files:
