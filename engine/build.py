@@ -44,7 +44,8 @@ class RunSettings:
     num_accumulation_steps: int = TrainerConfig.num_accumulation_steps
     dtype: str = "float32"
     jit_compile: bool = TrainerConfig.jit_compile
-    compile_optimizer: bool = TrainerConfig.compile_optimizer  # XLA-compile the update (one device)
+    # XLA-compile the update (one device); None: where it pays for its compile.
+    compile_optimizer: bool | None = TrainerConfig.compile_optimizer
     distribution_strategy: str = "one_device"
     tpu_address: str | None = None
     random_seed: int = 12345

@@ -67,7 +67,8 @@ class TrainerConfig:
     jit_compile: bool = False
     # XLA-compile the optimizer's update alone (one fused pass over each variable's weights,
     # moments and gradient; 2.3x faster on a CPU); one device only (several replicas merge).
-    compile_optimizer: bool = True
+    # None: where it pays for its compile (`engine.training.update_pays_for_its_compile`).
+    compile_optimizer: bool | None = None
     examples_per_step: int = 0  # global batch of one update, for examples/s; 0 = unknown
     # Loops also end at the steps round(k * callback_every_steps), k = 1, 2, ..., so that
     # `on_loop_end` can act there (evaluate at each epoch's end: examples / batch, a fraction).

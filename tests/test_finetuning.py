@@ -78,10 +78,27 @@ def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
         np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+def test_the_update_is_compiled_unasked_only_where_it_pays_for_its_compile(tmp_path):
+    """`--compile_optimizer` unset: compiled from 5e8 weights x steps (MiniLM from 23 steps,
+    BERT-Base from 5), not for a tiny model's short run; set, it is obeyed either way."""
+    from bert_tf2.engine.training import update_pays_for_its_compile
+
+    def weights(count):
+        return [np.zeros((count // 2,)), np.zeros((count // 2,))]
+
+    assert not update_pays_for_its_compile(weights(22_700_000), 22)
+    assert update_pays_for_its_compile(weights(22_700_000), 23)
+    assert update_pays_for_its_compile(weights(110_000_000), 5)
+    tiny, _, _ = build(tmp_path / "unset", compile_optimizer=None)
+    assert tiny._apply == tiny._apply_gradients
+    forced, _, _ = build(tmp_path / "forced", compile_optimizer=True)
+    assert forced._apply != forced._apply_gradients
+
+
 @pytest.mark.integration
 def test_the_compiled_update_trains_to_the_plain_updates_weights(tmp_path):
-    """`--compile_optimizer` (the default) changes speed, not results: 12 steps with the update
-    XLA-compiled end at the weights of the plain Keras update, clip and decay included."""
+    """`--compile_optimizer` changes speed, not results: 12 steps with the update XLA-compiled
+    end at the weights of the plain Keras update, clip and decay included."""
     compiled, options, dataset_fn = build(tmp_path / "compiled")
     assert compiled._apply != compiled._apply_gradients
     finetuning.train_and_evaluate(compiled, dataset_fn, None, **options)
