@@ -20,16 +20,15 @@ Sequences/s, and MFU: the model's training FLOPs (3 x the forward's matrix produ
 L x T x (8 H^2 + 4 H I + 4 T H) per sequence, plus the heads) per second over the chip's dense
 bfloat16 peak (H100 SXM and H200: 989 TFLOP/s; H100 PCIe: 756).
 
-On the GPU machine (its image has JAX 0.11, PyTorch, transformers, absl-py, h5py, ml-dtypes and
-rich, not Keras), Keras and what the runners need beyond that image travel as wheels (keras with
-namex and optree; numba and llvmlite for the compiled input; safetensors for checkpoints;
-tensorboard and protobuf for the summaries). Here, once:
+On the GPU machine (its image has Python 3.12, JAX 0.11, PyTorch, transformers, absl-py, numba
+and llvmlite, numpy 2.5, safetensors, tensorboard and protobuf, not Keras), Keras travels as
+wheels: keras with namex and optree (2.8 MB; numba's llvmlite wheel alone, 60 MB, would not fit
+in what a call carries beside the checkout, and the image has it). Here, once:
 
     echo /.whl/ >> .git/info/exclude
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux2014_x86_64 -d .whl keras==3.15.1 namex optree numba llvmlite \
-        safetensors tensorboard protobuf
+        --platform manylinux2014_x86_64 -d .whl keras==3.15.1 namex optree
 
 then one call there, carrying `.whl`:
 
@@ -38,7 +37,8 @@ then one call there, carrying `.whl`:
     KERAS_BACKEND=jax python3 bench/gpu.py --out $OUT/gpu.json
 
 Every measurement runs as its own process (JAX and PyTorch never share the GPU's memory); the
-whole run takes 4-7 minutes. On a machine without a GPU, `--smoke` runs the same code on tiny
+whole run took 7m12s on an H200 (53b22ff, 2026-11-29; docs/benchmarks.md, "Accelerators").
+On a machine without a GPU, `--smoke` runs the same code on tiny
 shapes (2 layers, hidden 128, batch 8, sequence 32) to check it end to end, transformers from
 `bench/.venv-pytorch` where this Python lacks it; its figures are not accelerator figures.
 Prints a Markdown table; `--out` writes the JSON; exits 1 if any measurement failed.
