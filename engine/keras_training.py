@@ -246,8 +246,10 @@ class KerasTrainer(TrainingLoop):
 
     def gradients(self, batch) -> tuple:
         """The clipped gradients and metrics of one update on `batch`, without applying them
-        (for comparing backends)."""
-        grads, _, sums = self._clipped_gradients(self._state(), self.strategy.put(batch))
+        (for comparing backends). Jitted, as the step is: run op by op, JAX compiled each op
+        alone (393 of them for MiniLM under mixed_float16: 15 s of a 28 s run)."""
+        clipped = self._jitted("gradients", self._clipped_gradients)
+        grads, _, sums = clipped(self._state(), self.strategy.put(batch))
         return [np.asarray(g) for g in grads], ratios({k: np.asarray(v) for k, v in sums.items()})
 
     # ------------------------------------------------------------------------- bookkeeping
