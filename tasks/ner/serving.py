@@ -98,8 +98,10 @@ class NerServing(tf.Module):
                                  tf.ones_like(pieces.row_starts(), tf.bool),
                                  tf.shape(pieces.flat_values, out_type=tf.int64))
         read = max_context(layout, request, index, doc_start, length) & tf.gather(is_first, piece)
-        word = tf.gather(pieces.value_rowids(), tf.ragged.boolean_mask(piece, read).flat_values)
-        tag_ids = tf.scatter_nd(word[:, None], tf.ragged.boolean_mask(predicted, read).flat_values,
+        # `read` has the rows of `piece` and `predicted`: masking their flat values is enough.
+        word = tf.gather(pieces.value_rowids(), tf.boolean_mask(piece.flat_values, read.flat_values))
+        tag_ids = tf.scatter_nd(word[:, None], tf.boolean_mask(predicted.flat_values,
+                                                               read.flat_values),
                                 tf.shape(words.flat_values, out_type=tf.int64))
         tag_ids = words.with_flat_values(tag_ids)
         return {"words": words.to_tensor(""), "tag_ids": tag_ids.to_tensor(-1),
