@@ -372,6 +372,10 @@ class InputPacker(_PreprocessingLayer):
 
     def call(self, segments):
         segments = self._segment_list(segments)
+        if any(not isinstance(s, tf.RaggedTensor) or s.ragged_rank != 1 for s in segments):
+            raise ValueError("each segment must be ragged [batch, (tokens)]: merge a "
+                             "[batch, (words), (pieces)] tokenizer output first "
+                             "(merge_dims(-2, -1))")
         lengths = [segment.row_lengths() for segment in segments]
         single = tf.minimum(lengths[0], self.seq_length - 2)
         if len(segments) == 1:

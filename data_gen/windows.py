@@ -23,6 +23,8 @@ import numpy as np
 
 def fixed_stride_spans(num_tokens: int, window: int, doc_stride: int) -> list:
     """`(start, length)` windows over `num_tokens` tokens (one empty window for no tokens)."""
+    if window < 1 and num_tokens:
+        raise ValueError(f"windows of {window} tokens cannot cover {num_tokens}")
     spans, start = [], 0
     while True:
         length = min(num_tokens - start, window)

@@ -136,6 +136,15 @@ def test_a_second_text_the_truncation_empties_gets_no_second_sep(tokenizer, voca
     assert features["segment_ids"] == segment_ids + padding
 
 
+def test_a_window_keeping_nothing_of_the_second_text_gets_no_second_sep(tokenizer, vocab_ids):
+    # max_seq_length 4: the longer A is cut into windows of one token, B keeps none of its own.
+    rows = cf.convert_document(example("dog dog dog", "cat cat"), 0, {"0": 0, "1": 1}, 4,
+                               tokenizer, False, 1)
+    cls, sep, dog = vocab_ids["[CLS]"], vocab_ids["[SEP]"], vocab_ids["dog"]
+    assert [row["input_ids"] for row in rows] == [[cls, dog, sep, 0]] * 3
+    assert [row["segment_ids"] for row in rows] == [[0, 0, 0, 0]] * 3
+
+
 @pytest.mark.parametrize("text_b", ["", "   "])
 def test_an_empty_text_b_is_packed_as_a_single_sentence(tokenizer, vocab_ids, text_b):
     # The original: `if example.text_b: tokens_b = tokenize(...)` and `if tokens_b:` pair

@@ -292,6 +292,8 @@ def test_packer_refuses_what_the_original_cannot_pack():
         InputPacker(seq_length=2, cls_id=1, sep_id=2)
     with pytest.raises(ValueError, match="3 segments"):
         InputPacker(seq_length=8, cls_id=1, sep_id=2)([ragged([[1]])] * 3)
+    with pytest.raises(ValueError, match="merge a"):  # words of pieces: not one row of tokens
+        InputPacker(seq_length=8, cls_id=1, sep_id=2)(tf.ragged.constant([[[1, 2], [3]], [[4]]]))
 
 
 # ------------------------------------------------------------------ inside models and SavedModels

@@ -399,6 +399,7 @@ def test_max_pooling_rescored_from_the_same_weights(long_run, tmp_path):
 @pytest.mark.integration
 @pytest.mark.parametrize("flag,message", [
     ("--doc_stride=0", "--doc_stride=0: at least 1"),
+    ("--doc_stride=2 --max_seq_length=3", "--max_seq_length=3 with --doc_stride: at least 4"),
     ("--window_pooling=max", "--window_pooling and --max_windows_per_document apply to windows: "
                              "add --doc_stride"),
     ("--max_windows_per_document=2", "apply to windows: add --doc_stride"),

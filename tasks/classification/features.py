@@ -67,7 +67,9 @@ def convert_document(example: InputExample, index: int, label_map: dict | None,
     """The feature rows of one example's windows (the first `max_windows` of them, if set)."""
     windows = document_windows(*_tokens(example, tokenizer), max_seq_length, doc_stride)
     label = _label_ids(example, label_map, multi_label)
-    return [_row(a, b, label, index, max_seq_length, tokenizer)
+    # A window that keeps nothing of the shorter B (max_seq_length 4) packs as one text, as the
+    # in-graph packer packs it and as `convert_example` packs a B its truncation emptied.
+    return [_row(a, b or None, label, index, max_seq_length, tokenizer)
             for a, b in windows[:max_windows or None]]
 
 

@@ -102,6 +102,10 @@ class ClassificationTask(FinetuningTask):
         if self.doc_stride is not None and self.doc_stride < 1:
             raise SettingsError(f"--doc_stride={self.doc_stride}: at least 1 (leave it out to "
                                 "truncate as the original)")
+        if self.doc_stride is not None and settings.max_seq_length < 4:
+            raise SettingsError(f"--max_seq_length={settings.max_seq_length} with --doc_stride: "
+                                "at least 4 ([CLS], two [SEP] and a token of the text that is "
+                                "cut)")
         if self.window_pooling not in POOLINGS:
             raise SettingsError(f"--window_pooling={self.window_pooling}: one of "
                                 f"{', '.join(POOLINGS)}")
