@@ -314,7 +314,9 @@ def end_to_end(job: str, shape_name: str, batch: int, length: int, steps: int) -
                        f"--max_predictions_per_seq={PREDICTIONS}", "--num_warmup_steps=2",
                        *common]
         else:
-            data_dir, vocab = _classification_data(folder, batch * per_loop, length - 8)
+            # One epoch over all the loops: a fine-tuning run checkpoints at each epoch's end,
+            # and an epoch per loop (as before 2026-11-30) timed that write with the steps.
+            data_dir, vocab = _classification_data(folder, batch * per_loop * loops, length - 8)
             records_s = time.perf_counter() - start
             command = [str(REPO / "run_classifier.py"), "--task_name=generic",
                        f"--data_dir={data_dir}", "--text_a_column=sentence",
