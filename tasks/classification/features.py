@@ -42,9 +42,6 @@ def convert_example(example: InputExample, index: int, label_map: dict | None,
     tokens_a, tokens_b = _tokens(example, tokenizer, max_seq_length)
     if tokens_b is not None:
         truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
-        # As the original's second `if tokens_b:`: a B that the truncation emptied
-        # (max_seq_length 3 or 4) gets no second [SEP].
-        tokens_b = tokens_b or None
     else:
         del tokens_a[max_seq_length - 2:]
     return _row(tokens_a, tokens_b, _label_ids(example, label_map, multi_label), index,
@@ -67,9 +64,7 @@ def convert_document(example: InputExample, index: int, label_map: dict | None,
     """The feature rows of one example's windows (the first `max_windows` of them, if set)."""
     windows = document_windows(*_tokens(example, tokenizer), max_seq_length, doc_stride)
     label = _label_ids(example, label_map, multi_label)
-    # A window that keeps nothing of the shorter B (max_seq_length 4) packs as one text, as the
-    # in-graph packer packs it and as `convert_example` packs a B its truncation emptied.
-    return [_row(a, b or None, label, index, max_seq_length, tokenizer)
+    return [_row(a, b, label, index, max_seq_length, tokenizer)
             for a, b in windows[:max_windows or None]]
 
 
@@ -89,7 +84,10 @@ def _tokens(example: InputExample, tokenizer, max_seq_length: int | None = None)
 
 def _row(tokens_a: list, tokens_b: list | None, label_ids: list, index: int,
          max_seq_length: int, tokenizer) -> dict:
-    return {**pack(tokens_a, tokens_b, max_seq_length, tokenizer), "label_ids": label_ids,
+    """One feature row. As the original's second `if tokens_b:`, a B with no tokens left (its
+    pair truncation, or a window, kept none: max_seq_length 3 or 4) packs as one text, with no
+    second [SEP], as the in-graph `InputPacker` packs it."""
+    return {**pack(tokens_a, tokens_b or None, max_seq_length, tokenizer), "label_ids": label_ids,
             "is_real_example": [1], "example_index": [index]}
 
 
