@@ -3,7 +3,8 @@
 - `mersenne` against `random.Random`: every kind of draw, string and integer seeds, state round trips;
 - `compiled_instances` against `instances.create_pool_instances` (which the oracle tests hold
   against Google's script) on real WikiText-2 documents: every setting that changes the code path
-  (whole-word masking, no NSP, short sequences, all short targets), same instances, same draw
+  (whole-word masking, no NSP, packed sentences, short sequences, all short targets), same
+  instances, same draw
   counts, and the generator left in the same state;
 - `compiled_records` against `schema.serialize_example`, and `tfrecord_frames` against TensorFlow's
   own `TFRecordWriter`;
@@ -94,6 +95,11 @@ SETTINGS = {
     "no NSP, whole words, tiny": InstanceSettings(max_seq_length=12, max_predictions_per_seq=3,
                                                   no_nsp=True, do_whole_word_mask=True),
     "every target short": InstanceSettings(max_seq_length=32, short_seq_prob=1.0, dupe_factor=2),
+    "packed sentences": InstanceSettings(pack_sentences=True, no_nsp=True, dupe_factor=2,
+                                         masked_lm_prob=0.3, max_predictions_per_seq=40),
+    "packed sentences, whole words, tiny": InstanceSettings(
+        max_seq_length=12, max_predictions_per_seq=3, pack_sentences=True, no_nsp=True,
+        do_whole_word_mask=True, dupe_factor=1),
 }
 
 

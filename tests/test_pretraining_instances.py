@@ -9,6 +9,7 @@ from bert_tf2.data_gen.pretraining.instances import (
     DrawCounts,
     InstanceSettings,
     create_pool_instances,
+    packed_rows,
     truncate_seq_pair,
 )
 
@@ -135,6 +136,46 @@ def test_no_nsp_makes_one_segment_with_label_0():
         assert set(instance.segment_ids) == {0} and not instance.is_random_next
         assert len({doc for doc, _ in map(origin, tokens[1:-1])}) == 1
         assert len(tokens) <= 32
+
+
+@pytest.mark.parametrize("width, rows", [
+    (4, [["a", "b", "c"], ["d", "e", "f"]]),  # a [SEP] in the last slot: the row ends short
+    (5, [["a", "b", "c", "[SEP]", "d"], ["e", "f"]]),  # a sentence goes on in the next row
+    (3, [["a", "b", "c"], ["d", "e", "f"]]),  # a row ends with the document: no [SEP] opens one
+    (2, [["a", "b"], ["c"], ["d", "e"], ["f"]]),
+])
+def test_packed_rows_cut_the_stream_with_a_sep_between_documents(width, rows):
+    assert packed_rows([[["a", "b"], ["c"]], [["d", "e", "f"]]], width) == rows
+
+
+def test_packed_sentences_fill_rows_with_every_token_once_per_pass():
+    documents = synthetic_documents(random.Random(3), 12)
+    settings = InstanceSettings(max_seq_length=48, max_predictions_per_seq=20, dupe_factor=3,
+                                masked_lm_prob=0.3, no_nsp=True, pack_sentences=True)
+    instances = create_pool_instances(documents, settings, VOCAB, random.Random(7))
+    seen = collections.Counter()
+    short = 0
+    for instance in instances:
+        tokens = unmasked(instance)
+        assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and "[SEP]" not in tokens[:2]
+        assert set(instance.segment_ids) == {0} and not instance.is_random_next
+        short += len(tokens) < 48
+        body = tokens[1:-1]
+        for before, after in zip(body, body[1:]):  # in order within a document; [SEP] between
+            if "[SEP]" in (before, after):
+                assert before != after
+                continue
+            assert origin(before)[0] == origin(after)[0] and origin(before) <= origin(after)
+        for left, sep, right in zip(body, body[1:], body[2:]):
+            if sep == "[SEP]":
+                assert origin(left)[0] != origin(right)[0]
+        seen.update(token for token in body if token != "[SEP]")
+        assert "[SEP]" not in [tokens[p] for p in instance.masked_lm_positions]
+        assert len(instance.masked_lm_positions) == min(20, round(len(tokens) * 0.3))
+    every = [token for document in documents for sentence in document for token in sentence]
+    assert seen == collections.Counter(every * 3)
+    assert short <= 3 + len(documents) * 3  # a pass's last row, and a [SEP] in a last slot
+    assert len(instances) > 3 * len(every) / 46
 
 
 @pytest.mark.parametrize("change, message", [

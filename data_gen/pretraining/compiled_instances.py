@@ -107,7 +107,8 @@ def vocabulary_ids(vocab: dict, vocab_words: list) -> VocabularyIds:
 
 def create_pool_instances(pool: TokenizedPool, settings, vocabulary: VocabularyIds,
                           rng: random.Random, mask: bool = True) -> PoolInstances:
-    """`instances.create_pool_instances` on a pool of ids; `rng` ends as if it had drawn.
+    """`instances.create_pool_instances` (or with `settings.pack_sentences`,
+    `instances.create_packed_pool_instances`) on a pool of ids; `rng` ends as if it had drawn.
 
     `mask=False` leaves the instances unmasked (other draws, so other instances): it is there
     for `bench/pretraining_data.py` to tell the time of masking from that of making instances.
@@ -119,12 +120,20 @@ def create_pool_instances(pool: TokenizedPool, settings, vocabulary: VocabularyI
     # if a pool needs more.
     capacity = settings.dupe_factor * (2 * len(pool.token_ids) // settings.max_num_tokens
                                        + 2 * pool.documents) + 16
-    result = _pool_instances(
-        pool.token_ids, pool.sentence_starts, pool.document_starts, state, draws,
-        settings.max_seq_length, settings.max_predictions_per_seq, settings.masked_lm_prob,
-        settings.short_seq_prob, settings.dupe_factor, settings.do_whole_word_mask,
-        settings.no_nsp, vocabulary.cls_id, vocabulary.sep_id, vocabulary.mask_id,
-        vocabulary.random_word_ids, vocabulary.is_continuation, capacity, mask)
+    if settings.pack_sentences:
+        result = _packed_pool_instances(
+            pool.token_ids, pool.sentence_starts, pool.document_starts, state,
+            settings.max_seq_length, settings.max_predictions_per_seq, settings.masked_lm_prob,
+            settings.dupe_factor, settings.do_whole_word_mask, vocabulary.cls_id,
+            vocabulary.sep_id, vocabulary.mask_id, vocabulary.random_word_ids,
+            vocabulary.is_continuation, capacity, mask)
+    else:
+        result = _pool_instances(
+            pool.token_ids, pool.sentence_starts, pool.document_starts, state, draws,
+            settings.max_seq_length, settings.max_predictions_per_seq, settings.masked_lm_prob,
+            settings.short_seq_prob, settings.dupe_factor, settings.do_whole_word_mask,
+            settings.no_nsp, vocabulary.cls_id, vocabulary.sep_id, vocabulary.mask_id,
+            vocabulary.random_word_ids, vocabulary.is_continuation, capacity, mask)
     mersenne.restore(rng, state)
     return PoolInstances(*result, dict(zip(DRAW_COUNTERS, draws.tolist())))
 
@@ -267,7 +276,7 @@ def _pool_instances(token_ids, sentence_starts, document_starts, state, draws, m
                     first_lengths[n] = la + 2
                     random_next[n] = 1 if is_random else 0
                     if mask:
-                        counts[n] = _mask(row, length, la + 1, masked_lm_prob,
+                        counts[n] = _mask(row, length, sep_id, masked_lm_prob,
                                           max_predictions, whole_word, mask_id,
                                           random_word_ids, is_continuation, state,
                                           candidates, group_starts, group_order, chosen,
@@ -283,14 +292,98 @@ def _pool_instances(token_ids, sentence_starts, document_starts, state, draws, m
 
 
 @compiled.njit()
-def _mask(row, length, first_sep, masked_lm_prob, max_predictions, whole_word, mask_id,
+def _packed_pool_instances(token_ids, sentence_starts, document_starts, state, max_seq_length,
+                           max_predictions, masked_lm_prob, dupe_factor, whole_word, cls_id,
+                           sep_id, mask_id, random_word_ids, is_continuation, capacity, mask):
+    """`instances.create_packed_pool_instances` on a pool of ids."""
+    width = max_seq_length - 2
+    documents = len(document_starts) - 1
+    ids = np.zeros((capacity, max_seq_length), dtype=np.int32)
+    lengths = np.zeros(capacity, dtype=np.int32)
+    positions = np.zeros((capacity, max_predictions), dtype=np.int32)
+    labels = np.zeros((capacity, max_predictions), dtype=np.int32)
+    kinds = np.full((capacity, max_predictions), -1, dtype=np.int8)
+    counts = np.zeros(capacity, dtype=np.int32)
+    candidates = np.zeros(max_seq_length, dtype=np.int64)
+    group_starts = np.zeros(max_seq_length + 1, dtype=np.int64)
+    group_order = np.zeros(max_seq_length, dtype=np.int64)
+    chosen = np.zeros(max_seq_length, dtype=np.int64)
+    chosen_kinds = np.zeros(max_seq_length, dtype=np.int8)
+
+    order = np.arange(documents)
+    n = 0
+    for _ in range(dupe_factor):
+        shuffle(state, order)
+        filled = 0  # tokens in row n so far, [CLS] not counted
+        for position in range(documents):
+            first = sentence_starts[document_starts[order[position]]]
+            last = sentence_starts[document_starts[order[position] + 1]]
+            if filled:  # row n is open: a [SEP] between the documents, or the row ends
+                if filled < width - 1:
+                    ids[n, 1 + filled] = sep_id
+                    filled += 1
+                else:
+                    n = _end_row(ids, lengths, counts, positions, labels, kinds, n, filled,
+                                 cls_id, sep_id, masked_lm_prob, max_predictions, whole_word,
+                                 mask_id, random_word_ids, is_continuation, state, candidates,
+                                 group_starts, group_order, chosen, chosen_kinds, mask)
+                    filled = 0
+            for t in range(first, last):
+                if n == ids.shape[0]:  # row n is about to open: room for it
+                    rows = 2 * n
+                    ids, lengths, positions = _grow(ids, rows), _grow(lengths, rows), _grow(
+                        positions, rows)
+                    labels, counts = _grow(labels, rows), _grow(counts, rows)
+                    more_kinds = np.full((rows, max_predictions), -1, dtype=np.int8)
+                    more_kinds[:n] = kinds
+                    kinds = more_kinds
+                ids[n, 1 + filled] = token_ids[t]
+                filled += 1
+                if filled == width:
+                    n = _end_row(ids, lengths, counts, positions, labels, kinds, n, filled,
+                                 cls_id, sep_id, masked_lm_prob, max_predictions, whole_word,
+                                 mask_id, random_word_ids, is_continuation, state, candidates,
+                                 group_starts, group_order, chosen, chosen_kinds, mask)
+                    filled = 0
+        if filled:
+            n = _end_row(ids, lengths, counts, positions, labels, kinds, n, filled, cls_id,
+                         sep_id, masked_lm_prob, max_predictions, whole_word, mask_id,
+                         random_word_ids, is_continuation, state, candidates, group_starts,
+                         group_order, chosen, chosen_kinds, mask)
+    final = np.arange(n)
+    shuffle(state, final)
+    lengths = lengths[final]
+    return (ids[final], lengths, lengths.copy(), np.zeros(n, dtype=np.int8), positions[final],
+            labels[final], kinds[final], counts[final])
+
+
+@compiled.njit()
+def _end_row(ids, lengths, counts, positions, labels, kinds, n, filled, cls_id, sep_id,
+             masked_lm_prob, max_predictions, whole_word, mask_id, random_word_ids,
+             is_continuation, state, candidates, group_starts, group_order, chosen,
+             chosen_kinds, mask):
+    """Closes row `n` of `filled` tokens (`[CLS]` before, `[SEP]` after), masks it; returns n + 1."""
+    row = ids[n]
+    row[0] = cls_id
+    row[1 + filled] = sep_id
+    lengths[n] = filled + 2
+    if mask:
+        counts[n] = _mask(row, filled + 2, sep_id, masked_lm_prob, max_predictions, whole_word,
+                          mask_id, random_word_ids, is_continuation, state, candidates,
+                          group_starts, group_order, chosen, chosen_kinds, positions[n],
+                          labels[n], kinds[n])
+    return n + 1
+
+
+@compiled.njit()
+def _mask(row, length, sep_id, masked_lm_prob, max_predictions, whole_word, mask_id,
           random_word_ids, is_continuation, state, candidates, group_starts, group_order,
           chosen, chosen_kinds, out_positions, out_labels, out_kinds):
     """`masking.mask_tokens` on `row[:length]` in place; returns the number of predictions."""
     groups = 0
     count = 0
     for index in range(1, length - 1):  # [CLS] and the last [SEP] are never candidates
-        if index == first_sep:
+        if row[index] == sep_id:  # nor any other [SEP] (text never tokenizes to one)
             continue
         if whole_word and groups > 0 and is_continuation[row[index]]:
             candidates[count] = index

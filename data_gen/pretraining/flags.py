@@ -35,6 +35,9 @@ def define_flags() -> None:
     # New here.
     flags.DEFINE_bool("no_nsp", False, "The paper's 'No NSP' ablation: one segment [CLS] A [SEP] "
                       "filling the length; next_sentence_labels is always 0.")
+    flags.DEFINE_bool("pack_sentences", False, "MLM-only rows with no padding (implies --no_nsp): "
+                      "the documents' sentences one after another, [SEP] between two documents, "
+                      "cut into rows of exactly --max_seq_length; --short_seq_prob is not used.")
     flags.DEFINE_enum("input_format", "sentence_lines", list(documents.READERS),
                       "sentence_lines: the original's one sentence per line, blank line between "
                       "documents; wikitext: ' = Title = ' starts an article, paragraphs split into "
@@ -58,7 +61,7 @@ def instance_settings() -> InstanceSettings:
         max_seq_length=FLAGS.max_seq_length, max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,
         dupe_factor=FLAGS.dupe_factor, do_whole_word_mask=FLAGS.do_whole_word_mask,
-        no_nsp=FLAGS.no_nsp)
+        no_nsp=FLAGS.no_nsp or FLAGS.pack_sentences, pack_sentences=FLAGS.pack_sentences)
 
 
 def input_options() -> InputOptions:

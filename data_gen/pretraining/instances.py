@@ -18,6 +18,12 @@ front or the back with probability 0.5, until they fit `max_num_tokens`.
 `no_nsp` (the paper's "No NSP" ablation): `max_num_tokens = max_seq_length - 2`, the whole chunk is
 one segment `[CLS] A [SEP]` (segment ids 0, trimmed like A above), no A/B split or random document
 is drawn, and the label is always 0.
+
+`pack_sentences` (`create_packed_pool_instances`, RoBERTa's and Cramming's MLM-only rows): each
+pass shuffles the documents and streams their tokens, document after document with a [SEP] between
+two, into rows `[CLS] tokens [SEP]` of exactly `max_seq_length`; a sentence that does not fit
+goes on in the next row, so only a pass's last row (and a row where a document boundary would take
+its last slot) is shorter. No target lengths or truncation draws; the label is always 0.
 """
 import random
 from typing import NamedTuple
@@ -37,14 +43,16 @@ class InstanceSettings(NamedTuple):
     dupe_factor: int = 10
     do_whole_word_mask: bool = False
     no_nsp: bool = False
+    pack_sentences: bool = False  # implies no_nsp
 
     @property
     def max_num_tokens(self) -> int:
-        return self.max_seq_length - (2 if self.no_nsp else 3)
+        return self.max_seq_length - (2 if self.no_nsp or self.pack_sentences else 3)
 
     def check(self) -> "InstanceSettings":
         """Raise ValueError naming the flag of a setting that cannot work."""
-        layout, smallest = (("[CLS] A [SEP]", 4) if self.no_nsp else ("[CLS] A [SEP] B [SEP]", 5))
+        layout, smallest = (("[CLS] A [SEP]", 4) if self.no_nsp or self.pack_sentences
+                            else ("[CLS] A [SEP] B [SEP]", 5))
         if self.max_seq_length < smallest:
             raise SettingsError(
                 f"--max_seq_length={self.max_seq_length} is too small: {layout} with the shortest "
@@ -82,7 +90,11 @@ class DrawCounts:
 
 def create_pool_instances(documents: list, settings: InstanceSettings, vocab_words: list,
                           rng: random.Random, draws: DrawCounts = None) -> list:
-    """All instances of `documents` (lists of token lists), shuffled, as the original makes them."""
+    """All instances of `documents` (lists of token lists), shuffled, as the original makes them
+    (or with `settings.pack_sentences`, `create_packed_pool_instances`'s, which draws nothing that
+    `draws` counts)."""
+    if settings.pack_sentences:
+        return create_packed_pool_instances(documents, settings, vocab_words, rng)
     draws = draws or DrawCounts()
     documents = list(documents)
     rng.shuffle(documents)
@@ -93,6 +105,43 @@ def create_pool_instances(documents: list, settings: InstanceSettings, vocab_wor
                 documents, document_index, settings, vocab_words, rng, draws))
     rng.shuffle(instances)
     return instances
+
+
+def create_packed_pool_instances(documents: list, settings: InstanceSettings, vocab_words: list,
+                                 rng: random.Random) -> list:
+    """`--pack_sentences`: every pass packs the shuffled documents into full rows (see the module
+    docstring), masked as the original masks; all rows shuffled at the end."""
+    documents = list(documents)
+    instances = []
+    for _ in range(settings.dupe_factor):
+        rng.shuffle(documents)
+        for tokens in packed_rows(documents, settings.max_num_tokens):
+            instances.append(_instance(tokens, None, False, settings, vocab_words, rng))
+    rng.shuffle(instances)
+    return instances
+
+
+def packed_rows(documents: list, width: int) -> list:
+    """The documents' tokens in order, "[SEP]" between two documents, cut into rows of `width`
+    tokens. A "[SEP]" never opens or closes a row: where it would take a row's last slot, the
+    row ends one short instead."""
+    rows, row = [], []
+    for document in documents:
+        if row:
+            if len(row) < width - 1:
+                row.append("[SEP]")
+            else:
+                rows.append(row)
+                row = []
+        for sentence in document:
+            for token in sentence:
+                row.append(token)
+                if len(row) == width:
+                    rows.append(row)
+                    row = []
+    if row:
+        rows.append(row)
+    return rows
 
 
 def create_instances_from_document(documents: list, document_index: int,
