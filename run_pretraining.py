@@ -2,7 +2,8 @@
 
 The original's flags and defaults, plus: --optimizer=adamw|lamb, --num_accumulation_steps,
 --dtype, --jit_compile, --distribution_strategy, --steps_per_loop (alias of --iterations_per_loop),
---dynamic_masking, --keep_checkpoint_max. A restarted run resumes from the newest checkpoint in
+--dynamic_masking, --keep_checkpoint_max, and pretraining on a budget (--recipe=budget,
+--train_budget_minutes, --no_nsp, the dropout overrides). A restarted run resumes from the newest checkpoint in
 --output_dir by itself. At the end the model is also written as a Google TF1 checkpoint in
 `output_dir/tf1/` (bert_config.json, bert_model.ckpt.*), which fine-tuning and the original's tools
 load. The task lives in `tasks/pretraining/`; `engine.pretraining.pretrain` runs it.
@@ -54,9 +55,61 @@ flags.DEFINE_float("masked_lm_prob", 0.15, "--dynamic_masking: share of tokens m
 flags.DEFINE_integer("keep_checkpoint_max", D.keep_checkpoint_max, "How many checkpoints to keep.")
 flags.DEFINE_integer("random_seed", D.random_seed,
                      "Seed of initialisation, dropout and input order.")
+
+# Pretraining on a budget (docs/pretraining.md).
+flags.DEFINE_enum("recipe", "original", ["original", "budget"],
+                  "original: Google's recipe. budget: --no_nsp --dynamic_masking "
+                  "--masked_lm_prob=0.3, no dropout, --learning_rate=1e-3 on the budget's clock "
+                  "(--warmup_proportion=0.75 --warmup_start_fraction=0.25); needs "
+                  "--train_budget_minutes. Flags given on the command line win.")
+flags.DEFINE_bool("no_nsp", False, "Train the masked LM alone (records of create_pretraining_data "
+                  "--no_nsp or --pack_sentences); the NSP head stays in the model, untrained.")
+flags.DEFINE_float("hidden_dropout_prob", D.hidden_dropout_prob, "Dropout while pretraining "
+                   "instead of bert_config.json's (the TF1 export keeps the file's).")
+flags.DEFINE_float("attention_probs_dropout_prob", D.attention_probs_dropout_prob,
+                   "Attention dropout while pretraining instead of bert_config.json's.")
+flags.DEFINE_float("train_budget_minutes", D.train_budget_minutes,
+                   "Train for this much wall time: the learning rate follows the share of it "
+                   "spent, and the run checkpoints and ends when it is spent (or at "
+                   "--num_train_steps); a resumed run goes on with the time its checkpoint "
+                   "recorded.")
+flags.DEFINE_float("warmup_proportion", D.warmup_proportion, "With --train_budget_minutes: the "
+                   "share of the budget over which the learning rate rises to its peak (then "
+                   "falls linearly to 0 at the end).")
+flags.DEFINE_float("warmup_start_fraction", D.warmup_start_fraction,
+                   "With --train_budget_minutes: the first learning rate, as a fraction of "
+                   "--learning_rate.")
 runner_flags.check_training_flags()
 flag_ranges.at_least_one("max_seq_length", "max_predictions_per_seq", "max_eval_steps")
 flag_ranges.check("masked_lm_prob", 0, 1, above=True)
+flag_ranges.check("hidden_dropout_prob", 0, 1)
+flag_ranges.check("attention_probs_dropout_prob", 0, 1)
+flag_ranges.check("train_budget_minutes", 0, above=True)
+flag_ranges.check("warmup_proportion", 0, 1, above=True)
+flag_ranges.check("warmup_start_fraction", 0, 1)
+
+
+def apply_recipe() -> None:
+    """`--recipe`'s values for the flags the command line left unset (`tasks.pretraining.
+    recipes`), logged; the flags it needs from the user, checked."""
+    from absl import logging
+
+    from bert_tf2.tasks.pretraining.recipes import NEEDS, RECIPES
+
+    for name in NEEDS.get(FLAGS.recipe, ()):
+        if FLAGS[name].value is None:
+            raise app.UsageError(f"--recipe={FLAGS.recipe} needs --{name}")
+    applied = []
+    for name, value in RECIPES[FLAGS.recipe].items():
+        if not FLAGS[name].present:
+            FLAGS[name].value = value
+            applied.append(f"--{name}={value}")
+    if applied:
+        logging.info("--recipe=%s sets %s", FLAGS.recipe, " ".join(applied))
+    for name in ("warmup_proportion", "warmup_start_fraction"):
+        if FLAGS[name].present and FLAGS.train_budget_minutes is None:
+            raise app.UsageError(f"--{name} shapes the schedule of --train_budget_minutes; "
+                                 f"without a budget, set --num_warmup_steps")
 
 
 def main(argv):
@@ -70,8 +123,9 @@ def main(argv):
     if not (FLAGS.bert_config_file or FLAGS.init_checkpoint):
         raise app.UsageError("--bert_config_file is required (or --init_checkpoint with its "
                              "bert_config.json or config.json beside it)")
+    apply_recipe()
     task = PretrainingTask(FLAGS.input_file, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-                           FLAGS.dynamic_masking, FLAGS.masked_lm_prob)
+                           FLAGS.dynamic_masking, FLAGS.masked_lm_prob, nsp=not FLAGS.no_nsp)
     runner_flags.run(pretrain, task, runner_flags.pretrain_settings())
 
 

@@ -198,7 +198,12 @@ def finetune_settings(best_metric: str | None = None):
 def pretrain_settings():
     """run_pretraining's flags as `engine.pretraining.PretrainSettings`."""
     return PretrainSettings(**_engine_values(), do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
-                            max_eval_steps=FLAGS.max_eval_steps)
+                            max_eval_steps=FLAGS.max_eval_steps,
+                            hidden_dropout_prob=FLAGS.hidden_dropout_prob,
+                            attention_probs_dropout_prob=FLAGS.attention_probs_dropout_prob,
+                            train_budget_minutes=FLAGS.train_budget_minutes,
+                            warmup_proportion=FLAGS.warmup_proportion,
+                            warmup_start_fraction=FLAGS.warmup_start_fraction)
 
 
 def finetune(task, best_metric: str | None = None) -> None:

@@ -200,7 +200,8 @@ def build_trainer(model_fn: Callable, task, strategy, settings: RunSettings,
             report = checkpoints.load_initial_weights(model, settings.init_checkpoint,
                                                       allow_new_heads=True)  # logs it
         optimizer = create_optimizer(settings.learning_rate, num_train_steps, num_warmup_steps,
-                                     settings.optimizer)
+                                     settings.optimizer,
+                                     on_time=trainer_config.get("time_budget") is not None)
         if settings.dtype == "mixed_float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     trainer = Trainer(model, optimizer, task, strategy, TrainerConfig(

@@ -48,6 +48,13 @@ class PretrainSettings(RunSettings):
     do_train: bool = False
     do_eval: bool = False
     max_eval_steps: int = 100
+    # Pretraining on a budget (docs/pretraining.md): dropout while pretraining instead of
+    # bert_config.json's (the TF1 export keeps the file's), and a time budget for the schedule.
+    hidden_dropout_prob: float | None = None
+    attention_probs_dropout_prob: float | None = None
+    train_budget_minutes: float | None = None
+    warmup_proportion: float = 0.1  # with a budget: its share spent warming up
+    warmup_start_fraction: float = 0.0  # with a budget: the first learning rate / the peak
 
 
 # What tf.io.parse_example says of a record whose features are not the spec's.
@@ -75,6 +82,26 @@ def unreadable_input_reported(task):
         raise task.input_error(error) from None
 
 
+def _time_budget(settings: PretrainSettings):
+    """`--train_budget_minutes` and its schedule's shape as an `engine.time_budget.TimeBudget`
+    (None without a budget)."""
+    from bert_tf2.engine.time_budget import TimeBudget
+
+    if settings.train_budget_minutes is None:
+        return None
+    if settings.train_budget_minutes <= 0:
+        raise SettingsError(f"--train_budget_minutes={settings.train_budget_minutes}: must be "
+                            f"above 0")
+    if not 0 < settings.warmup_proportion <= 1:
+        raise SettingsError(f"--warmup_proportion={settings.warmup_proportion}: must be in "
+                            f"(0, 1] with --train_budget_minutes")
+    if not 0 <= settings.warmup_start_fraction <= 1:
+        raise SettingsError(f"--warmup_start_fraction={settings.warmup_start_fraction}: must be "
+                            f"in [0, 1]")
+    return TimeBudget(60.0 * settings.train_budget_minutes, settings.learning_rate,
+                      settings.warmup_proportion, settings.warmup_start_fraction)
+
+
 def pretrain(task, settings: PretrainSettings) -> None:
     """Train and evaluate as `settings` say, holding `output_dir` against other processes."""
     with output_lock.holding(held_outputs(settings)):
@@ -92,7 +119,11 @@ def _pretrain(task, settings: PretrainSettings) -> None:
     if settings.train_batch_size % settings.num_accumulation_steps:
         raise SettingsError(f"--train_batch_size={settings.train_batch_size} is not a multiple "
                             f"of --num_accumulation_steps={settings.num_accumulation_steps}")
-    config, vocab_file = model_files(settings, vocab_required=False)
+    file_config, vocab_file = model_files(settings, vocab_required=False)
+    config = dataclasses.replace(file_config, **{
+        name: value for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")
+        if (value := getattr(settings, name)) is not None})
+    budget = _time_budget(settings)
     task.prepare(config, vocab_file)
     run = start_run(settings, config, vocab_file)
     # One run per output_dir, as fine-tuning: the records' shape and the model decide the run,
@@ -105,14 +136,20 @@ def _pretrain(task, settings: PretrainSettings) -> None:
                  "num_warmup_steps": settings.num_warmup_steps,
                  "optimizer": settings.optimizer,
                  "num_accumulation_steps": settings.num_accumulation_steps,
-                 "random_seed": settings.random_seed} if settings.do_train else None)
+                 "random_seed": settings.random_seed,
+                 **({"time_budget": dataclasses.asdict(budget)} if budget else {})}
+                if settings.do_train else None)
     check_run_config(settings.output_dir, identity, training, kind=PRETRAINING)
     replicas = run.strategy.num_replicas_in_sync
     check_batch_split(settings, replicas)
     logger.info("%s, %s on %d replica(s), dtype %s", task.describe(),
                 settings.distribution_strategy, replicas, settings.dtype)
+    if budget and settings.distribution_strategy == "multi_worker_mirrored":
+        raise SettingsError("--train_budget_minutes runs on one machine: each machine's clock "
+                            "would set its own learning rate; use --num_train_steps on several")
     trainer = build_trainer(lambda: task.build_model(config), task, run.strategy, settings,
-                            settings.num_train_steps, settings.num_warmup_steps)
+                            settings.num_train_steps, settings.num_warmup_steps,
+                            time_budget=budget)
     open_output(run, settings)
     if run.chief:
         record_run_config(settings.output_dir, identity, training, kind=PRETRAINING)
@@ -132,7 +169,8 @@ def _pretrain(task, settings: PretrainSettings) -> None:
             recover_directory(export)
             interrupts.at(f"while exporting the TF1 checkpoint to {export}")
             with staged_directory(export, fault_point="tf1_export") as staging:
-                convert.save_any(trainer.model, staging, "tf1", global_step=trainer.global_step)
+                convert.save_any(trainer.model, staging, "tf1", global_step=trainer.global_step,
+                                 config=file_config)
                 if vocab_file:
                     checkpoints.copy_vocab(vocab_file, staging)
             logger.info("TF1 checkpoint of the trained model: %s", export)

@@ -77,6 +77,9 @@ class TrainerConfig:
     # Save the input iterator's state in checkpoints (one replica). False: on resume, rebuild the
     # (seeded, deterministic) pipeline and skip the batches already used, as several replicas do.
     checkpoint_iterator: bool = True
+    # A run on a time budget (`engine.time_budget.TimeBudget`): the learning rate follows the
+    # share of it spent, and training ends when it is spent (or at num_train_steps).
+    time_budget: object = None
 
 
 def ratios(metrics: dict) -> dict:

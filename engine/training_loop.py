@@ -8,6 +8,8 @@
   SIGTERM: `process.interrupts`) goes on exactly as an uninterrupted one;
 - loop boundaries: `steps_per_loop` steps at a time, cut at checkpoints and at
   `callback_every_steps` (each epoch's end), a stop request honoured after the step in flight;
+- a time budget (`engine.time_budget`): the learning rate set before each loop from the share
+  spent, loops cut to 1% of it, the checkpoint and the end when it is spent;
 - after each loop: the NaN stop (nothing saved; the last good checkpoint named), the log line
   and TensorBoard's `train/` summaries (metrics, learning rate, examples/s, and where the backend
   measures it the share of the loop spent waiting on input), the checkpoint cadence, then
@@ -33,6 +35,7 @@ import math
 import time
 from typing import Callable, Iterable
 
+from bert_tf2.engine import time_budget
 from bert_tf2.engine.checkpoint_writer import CheckpointWriter
 from bert_tf2.engine.trainer_config import (
     EmptyInputError,
@@ -68,6 +71,7 @@ class TrainingLoop:
         self.work_dir = worker_dir(strategy, config.output_dir)
         self._writers = {}  # TensorBoard's, by kind
         self._checkpoints = CheckpointWriter()
+        self.clock = time.monotonic  # the time budget's clock (the tests give their own)
 
     # ------------------------------------------------------------------ the backend's interface
     @property
@@ -179,18 +183,35 @@ class TrainingLoop:
             interrupts.forget(stop)
             self._close_input(batches)
 
+    def _budget_clock(self, step: int) -> time_budget.BudgetClock | None:
+        """The time budget's clock, from what the checkpoint of `step` recorded (None: no
+        budget)."""
+        if self.config.time_budget is None:
+            return None
+        folder = self._checkpoint_folder() or self.config.output_dir
+        return time_budget.BudgetClock(self.config.time_budget,
+                                       time_budget.read_spent(folder, step), self.clock)
+
     def _train_to_end(self, batches, step: int, on_loop_end: Callable | None) -> dict:
         cfg = self.config
         metrics = {}
         where = lambda: f"at training step {self.global_step} of {cfg.num_train_steps}"  # noqa
-        while step < cfg.num_train_steps:
+        budget = self._budget_clock(step)
+        seconds_per_step = None
+        while step < cfg.num_train_steps and not (budget and budget.done()):
             interrupts.at(where)  # again after each evaluation, which says its own
             n = min(cfg.steps_per_loop, cfg.num_train_steps - step,
                     cfg.save_checkpoints_steps - step % cfg.save_checkpoints_steps,
                     next_boundary(step, cfg.callback_every_steps) - step)
+            if budget:
+                n = budget.loop_steps(n, seconds_per_step)
+                self.optimizer.learning_rate = budget.learning_rate()
+                spent = budget.spent()
             start, waited = time.time(), self._input_waited(batches)
             metrics = ratios(self._run_steps(batches, n))
             elapsed = time.time() - start
+            if budget:
+                seconds_per_step = (budget.spent() - spent) / n
             step = self.global_step
             if not math.isfinite(metrics["loss"]):
                 self.wait_for_checkpoint()  # so that the message names the last one written
@@ -209,15 +230,23 @@ class TrainingLoop:
                 wait = f" | input wait {100 * share:.1f}%"
             self.write_summary("train", scalars, step)
             eta = (cfg.num_train_steps - step) * elapsed / n
-            logger.info("step %d/%d | %s | lr %.3g | %.1f examples/s%s | eta %s", step,
+            share = ""
+            if budget:
+                eta = min(eta, budget.remaining())
+                share = f" | budget {100 * budget.share():.1f}% spent"
+            logger.info("step %d/%d | %s | lr %.3g | %.1f examples/s%s%s | eta %s", step,
                         cfg.num_train_steps,
                         " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), lr, speed, wait,
-                        format_duration(eta))
+                        share, format_duration(eta))
             fault_points.reached("train_loop")
             if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
-                    or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))):
+                    or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))
+                    or (budget and budget.done())):
                 start = time.perf_counter()
                 self._checkpoints.wait()  # the previous checkpoint's write, if still going
+                folder = self._checkpoint_folder()
+                if budget and folder:  # before the checkpoint: each complete one has its figure
+                    time_budget.record_spent(folder, step, budget.spent())
                 write = self._save(step)
                 self._checkpoints.submit(write, then=_saved(step, time.perf_counter() - start))
             if on_loop_end:

@@ -66,13 +66,15 @@ def load_any(path: str, fmt: str, bert_config_file: str | None = None):
     return model
 
 
-def save_any(model, output: str, fmt: str, global_step: int = 0) -> list[str]:
-    """Write `model` in `fmt` into the folder `output`; returns the files written."""
+def save_any(model, output: str, fmt: str, global_step: int = 0, config=None) -> list[str]:
+    """Write `model` in `fmt` into the folder `output`; returns the files written. `config`: the
+    TF1 export's bert_config.json, if not the model's (a run that trained with other dropout
+    writes the file's own)."""
     from bert_tf2.modeling import checkpoints
 
     os.makedirs(output, exist_ok=True)
     if fmt == "tf1":
-        model.config.to_json_file(os.path.join(output, checkpoints.TF1_CONFIG))
+        (config or model.config).to_json_file(os.path.join(output, checkpoints.TF1_CONFIG))
         checkpoints.save_tf1_checkpoint(model, os.path.join(output, checkpoints.TF1_PREFIX),
                                         global_step)
         files = [checkpoints.TF1_CONFIG, checkpoints.TF1_PREFIX + ".index",

@@ -44,6 +44,22 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "end_learning_rate": self.end_learning_rate, "power": self.power}
 
 
+def budget_learning_rate(progress: float, peak: float, warmup_proportion: float,
+                         warmup_start_fraction: float = 0.0) -> float:
+    """The learning rate of a run on a time budget at `progress`, the share of the budget spent
+    (clipped to [0, 1]): a line from `warmup_start_fraction * peak` up to `peak` at
+    `warmup_proportion`, then a line down to 0 at the budget's end. (0.75, 0.25): Cramming's
+    "budget-triangle2". (Unlike `WarmupPolynomialDecay`, the original's, the decay starts from
+    the peak: the original decays from step 0, so its rate drops at the warm-up's end.)"""
+    p = min(max(float(progress), 0.0), 1.0)
+    if p < warmup_proportion:
+        return peak * (warmup_start_fraction
+                       + (1.0 - warmup_start_fraction) * p / warmup_proportion)
+    if warmup_proportion >= 1.0:
+        return peak
+    return peak * (1.0 - p) / (1.0 - warmup_proportion)
+
+
 def _matches(variable, patterns) -> bool:
     return any(p in variable.path for p in patterns)
 
@@ -188,9 +204,12 @@ class Lamb(_DecoupledDecayOptimizer):
 
 
 def create_optimizer(init_lr, num_train_steps, num_warmup_steps, optimizer="adamw",
-                     weight_decay_rate=0.01):
-    """The original's `create_optimizer`: the schedule above driving AdamWeightDecay (or LAMB)."""
-    schedule = WarmupPolynomialDecay(init_lr, num_train_steps, num_warmup_steps)
+                     weight_decay_rate=0.01, on_time: bool = False):
+    """The original's `create_optimizer`: the schedule above driving AdamWeightDecay (or LAMB).
+    `on_time`: a plain learning-rate variable instead, which the training loop sets before each
+    of its loops (`budget_learning_rate`, a run on a time budget)."""
+    schedule = (float(init_lr) if on_time
+                else WarmupPolynomialDecay(init_lr, num_train_steps, num_warmup_steps))
     classes = {"adamw": AdamWeightDecay, "lamb": Lamb}
     if optimizer not in classes:
         raise ValueError(f"unknown optimizer {optimizer!r}; one of {', '.join(classes)}")

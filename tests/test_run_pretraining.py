@@ -1,5 +1,5 @@
 """run_pretraining.py end to end on records made from the shared corpus: train, evaluate, export,
-survive SIGKILL, continue as phase 2, start from real weights."""
+survive SIGKILL, continue as phase 2, start from real weights, the budget recipe."""
 import json
 import os
 import signal
@@ -133,10 +133,49 @@ def test_start_from_real_hugging_face_weights_with_dynamic_masking(corpus, minil
     assert (out / "tf1" / "vocab.txt").exists()
 
 
+def test_budget_recipe_on_packed_records_stops_on_time(corpus, minilm_dir, tmp_path):
+    vocab = f"--vocab_file={minilm_dir}/vocab.txt"
+    result = python("-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
+                    f"--input_file={corpus}/wiki.txt", f"--output_file={tmp_path}/packed.tfrecord",
+                    vocab, "--pack_sentences", "--max_seq_length=64",
+                    "--max_predictions_per_seq=20", "--masked_lm_prob=0.3", "--dupe_factor=1")
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "run"
+    result = python("run_pretraining.py", "--recipe=budget", "--train_budget_minutes=0.1",
+                    f"--input_file={tmp_path}/packed.tfrecord", f"--output_dir={out}",
+                    f"--bert_config_file={corpus}/bert_config.json", vocab,
+                    "--max_seq_length=64", "--max_predictions_per_seq=20",
+                    "--train_batch_size=8", "--save_checkpoints_steps=100000", "--do_train",
+                    "--do_eval", "--max_eval_steps=2")
+    assert result.returncode == 0, result.stderr
+    assert ("--recipe=budget sets --no_nsp=True --dynamic_masking=True --masked_lm_prob=0.3 "
+            "--hidden_dropout_prob=0.0 --attention_probs_dropout_prob=0.0 "
+            "--warmup_proportion=0.75 --warmup_start_fraction=0.25 --learning_rate=0.001"
+            ) in result.stderr
+    assert "step 1/100000 | loss" in result.stderr and "| lr 0.00025 |" in result.stderr
+    results = dict(line.split(" = ") for line in (out / "eval_results.txt").read_text().split(
+        "\n") if line)
+    assert set(results) == {"global_step", "loss", "masked_lm_accuracy", "masked_lm_loss"}
+    steps = int(results["global_step"])
+    spent = json.loads((out / "time_budget.json").read_text())
+    assert list(spent) == [str(steps)] and 6.0 <= spent[str(steps)] < 9.0  # one 6 s budget
+    assert "budget 100.0% spent" in result.stderr
+    # The export keeps bert_config.json's dropout (0.1), which fine-tuning wants.
+    assert checkpoints.read_config(out / "tf1").hidden_dropout_prob == 0.1
+    assert tf1_tensors(out / "tf1")["global_step"] == steps
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--input_file=/nonexistent/*.tfrecord"], "--input_file: no file matches"),
     (["--dynamic_masking"], "--dynamic_masking needs --vocab_file"),
     (["--num_accumulation_steps=3"], "is not a multiple of --num_accumulation_steps=3"),
+    (["--recipe=budget"], "--recipe=budget needs --train_budget_minutes"),
+    (["--warmup_proportion=0.5"], "--warmup_proportion shapes the schedule of "
+                                  "--train_budget_minutes; without a budget, set "
+                                  "--num_warmup_steps"),
+    (["--dynamic_masking", "--masked_lm_prob=0.3"],
+     "--masked_lm_prob=0.3 masks up to 19 of 64 tokens, but the records hold "
+     "--max_predictions_per_seq=10: make the records with --max_predictions_per_seq=19 or more"),
 ])
 def test_bad_flags_are_clear(corpus, tmp_path, flags, message):
     result = python(*pretrain(corpus, tmp_path / "run", "--do_train"), *flags)

@@ -1,4 +1,6 @@
-"""The shared training loop: accumulation, exact resume, non-finite stop, exact metrics."""
+"""The shared training loop: accumulation, exact resume, non-finite stop, exact metrics, a time
+budget."""
+import json
 import os
 
 import keras
@@ -6,7 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bert_tf2.engine import time_budget
 from bert_tf2.engine.distribution import get_strategy
+from bert_tf2.engine.time_budget import TimeBudget
 from bert_tf2.engine.training import NonFiniteLossError, Trainer, TrainerConfig
 from bert_tf2.modeling.checkpoint_names import tf1_variable_map
 from bert_tf2.modeling.config import BertConfig
@@ -39,16 +43,18 @@ def config(dropout=0.1):
 
 
 def trainer(output_dir, steps, batch, accumulation=1, dropout=0.1, lr=1e-3, warmup=2,
-            save_every=5, steps_per_loop=5, seed=7, sgd=False, jit=False):
+            save_every=5, steps_per_loop=5, seed=7, sgd=False, jit=False, budget=None,
+            task=None):
     keras.utils.set_random_seed(seed)
     strategy = get_strategy("one_device")
     with strategy.scope():
         model = BertPretrainer(BertEncoder(config(dropout)))
-        optimizer = keras.optimizers.SGD(lr) if sgd else create_optimizer(lr, 100, warmup)
-    loop = Trainer(model, optimizer, PretrainingTask(), strategy, TrainerConfig(
+        optimizer = (keras.optimizers.SGD(lr) if sgd
+                     else create_optimizer(lr, 100, warmup, on_time=budget is not None))
+    loop = Trainer(model, optimizer, task or PretrainingTask(), strategy, TrainerConfig(
         str(output_dir), num_train_steps=steps, steps_per_loop=steps_per_loop,
         save_checkpoints_steps=save_every, num_accumulation_steps=accumulation,
-        jit_compile=jit, examples_per_step=batch, keep_checkpoint_max=5))
+        jit_compile=jit, examples_per_step=batch, keep_checkpoint_max=5, time_budget=budget))
     data = records()
 
     def dataset_fn(context):
@@ -103,6 +109,57 @@ def test_interrupted_and_resumed_run_ends_at_the_same_weights(tmp_path):
     assert sorted(f for f in os.listdir(tmp_path / "resumed") if f.endswith(".index")) == [
         "model.ckpt-10.index", "model.ckpt-15.index", "model.ckpt-20.index",
         "model.ckpt-5.index"]
+
+
+def on_a_step_clock(loop):
+    """The budget's clock reads one second per step taken; the learning rate of each step is
+    kept in `loop.rates`."""
+    loop.clock = lambda: float(loop.global_step)
+    loop.rates = []
+    run_steps = loop._run_steps
+
+    def recorded(batches, count):
+        loop.rates += [loop.current_learning_rate()] * count
+        return run_steps(batches, count)
+    loop._run_steps = recorded
+    return loop
+
+
+@pytest.mark.integration
+def test_a_time_budget_sets_each_steps_rate_and_a_resumed_run_keeps_to_it(tmp_path):
+    budget = TimeBudget(10.0, 1e-3, warmup_proportion=0.75, warmup_start_fraction=0.25)
+    no_nsp = PretrainingTask(nsp=False)
+    straight, data = trainer(tmp_path / "straight", steps=1000, batch=8, budget=budget,
+                             save_every=1000, task=no_nsp)
+    on_a_step_clock(straight).train(data)
+    # Spent at step 10; a loop is 1% of the budget (under one step here), so one step each.
+    assert straight.global_step == 10
+    cramming = [min(0.25 + s / 10, 4 - 4 * s / 10) * 1e-3 for s in range(10)]
+    np.testing.assert_allclose(straight.rates, cramming, rtol=1e-6)
+    assert json.loads((tmp_path / "straight" / time_budget.RECORD_FILE).read_text()) == {
+        "10": 10.0}
+    # Stopped at step 6 (as a killed run's last checkpoint), then resumed by fresh objects.
+    first, data = trainer(tmp_path / "resumed", steps=6, batch=8, budget=budget, save_every=3,
+                          task=no_nsp)
+    on_a_step_clock(first).train(data)
+    second, data = trainer(tmp_path / "resumed", steps=1000, batch=8, budget=budget,
+                           save_every=1000, seed=99, task=no_nsp)
+    on_a_step_clock(second).train(data)
+    assert second.global_step == 10
+    np.testing.assert_allclose(first.rates + second.rates, cramming, rtol=1e-6)
+    for name, value in weights(straight.model).items():
+        np.testing.assert_allclose(weights(second.model)[name], value, rtol=0, atol=1e-6,
+                                   err_msg=name)
+    # Without NSP, the NSP head is left as initialised (its gradients are zero; AdamW's decay
+    # still shrinks it), and the metrics are the masked LM's.
+    fresh, _ = trainer(tmp_path / "fresh", steps=1, batch=8, task=no_nsp)
+    head = "cls/seq_relationship/output_weights"
+    np.testing.assert_allclose(weights(straight.model)[head], weights(fresh.model)[head],
+                               rtol=1e-4)
+    assert weights(straight.model)["bert/embeddings/word_embeddings"] != pytest.approx(
+        weights(fresh.model)["bert/embeddings/word_embeddings"], abs=1e-4)
+    assert set(straight.evaluate(data, max_steps=2)) == {"loss", "masked_lm_accuracy",
+                                                          "masked_lm_loss"}
 
 
 @pytest.mark.integration

@@ -4,9 +4,11 @@ Batches are the pretraining records' features (`input_ids`, `input_mask`, `segme
 `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`, `next_sentence_labels`), read as the
 original's input function reads them (`data_gen.pretraining.dataset`), optionally masked afresh
 at input time (`--dynamic_masking`, `data_gen.pretraining.dynamic_masking`). The loss is the
-original's MLM + NSP sum; metrics are (sum, count) pairs as `engine.training.Trainer` wants them:
-`masked_lm_accuracy` and `masked_lm_loss` weighted by `masked_lm_weights`, as the original's
-`metric_fn` computes them. `engine.pretraining.pretrain` drives it.
+original's MLM + NSP sum, or with `nsp=False` (`--no_nsp`) the masked LM's alone: the NSP head
+stays in the model, so that its checkpoints load wherever BERT's do, and gets zero gradients.
+Metrics are (sum, count) pairs as `engine.training.Trainer` wants them: `masked_lm_accuracy` and
+`masked_lm_loss` weighted by `masked_lm_weights`, as the original's `metric_fn` computes them
+(and the next-sentence pair where it is trained). `engine.pretraining.pretrain` drives it.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ class PretrainingTask:
     max_predictions_per_seq: int = 20
     dynamic_masking: bool = False
     masked_lm_prob: float = 0.15
+    nsp: bool = True  # False: --no_nsp, the masked LM's loss alone
     files: list = dataclasses.field(default_factory=list, init=False)
     masking: dict | None = dataclasses.field(default=None, init=False)
 
@@ -63,6 +66,13 @@ class PretrainingTask:
         check_record_files(self.files, self.max_seq_length, self.max_predictions_per_seq)
         if not self.dynamic_masking:
             return
+        wanted = round(self.max_seq_length * self.masked_lm_prob)
+        if wanted > self.max_predictions_per_seq:
+            raise SettingsError(
+                f"--masked_lm_prob={self.masked_lm_prob} masks up to {wanted} of "
+                f"{self.max_seq_length} tokens, but the records hold "
+                f"--max_predictions_per_seq={self.max_predictions_per_seq}: make the records "
+                f"with --max_predictions_per_seq={wanted} or more")
         if not vocab_file:
             raise SettingsError("--dynamic_masking needs --vocab_file (for the [MASK], [CLS], "
                                 "[SEP] ids)")
@@ -78,7 +88,8 @@ class PretrainingTask:
         return {"task": "pretraining", "max_seq_length": self.max_seq_length,
                 "max_predictions_per_seq": self.max_predictions_per_seq,
                 "dynamic_masking": self.dynamic_masking,
-                "masked_lm_prob": self.masked_lm_prob if self.dynamic_masking else None}
+                "masked_lm_prob": self.masked_lm_prob if self.dynamic_masking else None,
+                **({} if self.nsp else {"nsp": False})}
 
     def input_error(self, error) -> Exception:
         """A `DataError` naming the input file and the byte or record where reading broke
@@ -136,14 +147,18 @@ class PretrainingTask:
         mlm_loss = losses.masked_lm_loss(mlm_logits, ids, weights)
         nsp_loss = losses.next_sentence_loss(nsp_logits, labels)
         mlm_nll = losses.token_nll(mlm_logits, ids)
-        nsp_nll = losses.token_nll(nsp_logits, labels)
         mlm_hits = ops.cast(ops.equal(ops.argmax(mlm_logits, -1), ids), "float32")
-        nsp_hits = ops.cast(ops.equal(ops.argmax(nsp_logits, -1), labels), "float32")
-        examples = ops.cast(ops.shape(labels)[0], "float32")
         metrics = {
             "masked_lm_accuracy": (ops.sum(mlm_hits * weights), ops.sum(weights)),
             "masked_lm_loss": (ops.sum(mlm_nll * weights), ops.sum(weights)),
-            "next_sentence_accuracy": (ops.sum(nsp_hits), examples),
-            "next_sentence_loss": (ops.sum(nsp_nll), examples),
         }
+        if not self.nsp:
+            # Zero, not absent: TensorFlow would give the NSP head no gradient at all (None),
+            # JAX zeros; both now give zeros, and the weights' updates are the same.
+            return mlm_loss + 0.0 * nsp_loss, metrics
+        nsp_nll = losses.token_nll(nsp_logits, labels)
+        nsp_hits = ops.cast(ops.equal(ops.argmax(nsp_logits, -1), labels), "float32")
+        examples = ops.cast(ops.shape(labels)[0], "float32")
+        metrics["next_sentence_accuracy"] = (ops.sum(nsp_hits), examples)
+        metrics["next_sentence_loss"] = (ops.sum(nsp_nll), examples)
         return mlm_loss + nsp_loss, metrics
