@@ -94,13 +94,19 @@ def apply_recipe() -> None:
     recipes`), logged; the flags it needs from the user, checked."""
     from absl import logging
 
-    from bert_tf2.tasks.pretraining.recipes import NEEDS, RECIPES
+    from bert_tf2.tasks.pretraining.recipes import NEEDS, ON_BFLOAT16_HARDWARE, RECIPES
 
     for name in NEEDS.get(FLAGS.recipe, ()):
         if FLAGS[name].value is None:
             raise app.UsageError(f"--recipe={FLAGS.recipe} needs --{name}")
     applied = []
-    for name, value in RECIPES[FLAGS.recipe].items():
+    values = dict(RECIPES[FLAGS.recipe])
+    if FLAGS.recipe in ON_BFLOAT16_HARDWARE and not FLAGS["dtype"].present:
+        from bert_tf2.engine.distribution import bfloat16_in_hardware
+
+        if FLAGS.use_tpu or bfloat16_in_hardware():
+            values.update(ON_BFLOAT16_HARDWARE[FLAGS.recipe])
+    for name, value in values.items():
         if not FLAGS[name].present:
             FLAGS[name].value = value
             applied.append(f"--{name}={value}")

@@ -65,6 +65,27 @@ def writes_outputs(name: str) -> bool:
                                        and "chief" not in (config.get("cluster") or {}))
 
 
+def bfloat16_in_hardware() -> bool:
+    """Whether this process trains on a device with bfloat16 arithmetic: a TPU, or a GPU of
+    compute capability 8.0 or more (A100, H100, ...); not a CPU (the budget recipe's dtype)."""
+    from bert_tf2.process import environment
+
+    if environment.uses_tensorflow():
+        import tensorflow as tf
+
+        if tf.config.list_physical_devices("TPU"):
+            return True
+        return any(tf.config.experimental.get_device_details(gpu).get(
+            "compute_capability", (0, 0)) >= (8, 0)
+            for gpu in tf.config.list_physical_devices("GPU"))
+    import jax
+
+    device = jax.devices()[0]
+    if device.platform == "tpu":
+        return True
+    return device.platform == "gpu" and float(getattr(device, "compute_capability", 0)) >= 8.0
+
+
 def set_precision(dtype: str) -> None:
     """Set the global Keras dtype policy; variables stay float32 under the mixed ones."""
     import keras

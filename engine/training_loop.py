@@ -141,7 +141,8 @@ class TrainingLoop:
 
     def train(self, dataset_fn: Callable, on_loop_end: Callable | None = None,
               on_resume: Callable | None = None) -> dict:
-        """Train to `num_train_steps` updates from wherever the newest checkpoint left off.
+        """Train to `num_train_steps` updates (or to the end of `time_budget`) from wherever the
+        newest checkpoint left off.
 
         `dataset_fn(input_context)` returns this input pipeline's batches, per replica with
         `num_accumulation_steps` micro-batches per element. `on_loop_end(step, metrics)` runs after

@@ -13,6 +13,8 @@ after Cramming (Geiping and Goldstein, 2022) and MosaicBERT (2023); it needs
 - no dropout while pretraining (Cramming; the TF1 export keeps bert_config.json's dropout);
 - the learning rate on the budget's clock: from a quarter of its peak up to the peak at 75% of
   the budget, then down to 0 at its end (Cramming's "budget-triangle2"), peak 1e-3 (Cramming's).
+- bfloat16 (`--dtype=mixed_bfloat16`) where the device computes in it (`ON_BFLOAT16_HARDWARE`:
+  a TPU, or a GPU from the A100 on; not a CPU).
 The encoder stays BERT's, so its checkpoints load wherever BERT's load.
 """
 ORIGINAL = {}
@@ -27,4 +29,5 @@ BUDGET = {
     "learning_rate": 1e-3,
 }
 RECIPES = {"original": ORIGINAL, "budget": BUDGET}
+ON_BFLOAT16_HARDWARE = {"budget": {"dtype": "mixed_bfloat16"}}  # where the device has it
 NEEDS = {"budget": ("train_budget_minutes",)}  # flags a recipe cannot set for the user
