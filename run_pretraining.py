@@ -63,7 +63,8 @@ flags.DEFINE_enum("recipe", "original", ["original", "budget"],
                   "(--warmup_proportion=0.75 --warmup_start_fraction=0.25); needs "
                   "--train_budget_minutes. Flags given on the command line win.")
 flags.DEFINE_bool("no_nsp", False, "Train the masked LM alone (records of create_pretraining_data "
-                  "--no_nsp or --pack_sentences); the NSP head stays in the model, untrained.")
+                  "--no_nsp or --pack_sentences); the pooler and the NSP head stay in the "
+                  "model with their initial weights.")
 flags.DEFINE_float("hidden_dropout_prob", D.hidden_dropout_prob, "Dropout while pretraining "
                    "instead of bert_config.json's (the TF1 export keeps the file's).")
 flags.DEFINE_float("attention_probs_dropout_prob", D.attention_probs_dropout_prob,
@@ -96,7 +97,7 @@ def apply_recipe() -> None:
 
     from bert_tf2.tasks.pretraining.recipes import NEEDS, ON_BFLOAT16_HARDWARE, RECIPES
 
-    for name in NEEDS.get(FLAGS.recipe, ()):
+    for name in NEEDS.get(FLAGS.recipe, ()) if FLAGS.do_train else ():
         if FLAGS[name].value is None:
             raise app.UsageError(f"--recipe={FLAGS.recipe} needs --{name}")
     applied = []
@@ -104,7 +105,9 @@ def apply_recipe() -> None:
     if FLAGS.recipe in ON_BFLOAT16_HARDWARE and not FLAGS["dtype"].present:
         from bert_tf2.engine.distribution import bfloat16_in_hardware
 
-        if FLAGS.use_tpu or bfloat16_in_hardware():
+        # (not before several processes join: the budget is refused there anyway)
+        if FLAGS.use_tpu or (FLAGS.distribution_strategy != "multi_worker_mirrored"
+                             and bfloat16_in_hardware()):
             values.update(ON_BFLOAT16_HARDWARE[FLAGS.recipe])
     for name, value in values.items():
         if not FLAGS[name].present:

@@ -24,7 +24,8 @@ What, with the project's own command lines (everything under `--work_dir`, never
      then linear decay;
    - budget: `run_pretraining.py --recipe=budget` (NSP off, 30% dynamic masks, no dropout, peak
      1e-3 on Cramming's triangle); it keeps a checkpoint every `--curve_every` steps, each scored
-     on the held-out masks, so the bench can say when it passed the original's final score;
+     on the held-out masks, so the bench can say when it passed the original's final score (the
+     checkpoints' writes count against its budget: the comparison handicaps it, not the others);
    - transformers: `bench/_hf_pretrain.py` in the peer's environment (bench/.venv-pytorch, made on
      first use as bench/finetune_vs_pytorch.py makes it): `BertForMaskedLM` with
      `DataCollatorForLanguageModeling` (15%) and its `Trainer`, on the budget recipe's own rows,

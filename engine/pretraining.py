@@ -26,6 +26,7 @@ from bert_tf2.engine.build import (
     open_output,
     start_run,
 )
+from bert_tf2.engine.distribution import processes_of
 from bert_tf2.engine.results import RESULTS_FILE, log_results, write_eval_results
 from bert_tf2.engine.run_config import PRETRAINING, check_run_config, record_run_config
 from bert_tf2.engine.trainer_config import EmptyInputError
@@ -128,7 +129,7 @@ def _pretrain(task, settings: PretrainSettings) -> None:
     run = start_run(settings, config, vocab_file)
     # One run per output_dir, as fine-tuning: the records' shape and the model decide the run,
     # the schedule must match to resume.
-    identity = {**task.identity(), "model": config.to_dict()}
+    identity = {**task.identity(), "model": file_config.to_dict()}
     training = ({"init_checkpoint": settings.init_checkpoint,
                  "learning_rate": settings.learning_rate,
                  "train_batch_size": settings.train_batch_size,
@@ -137,16 +138,19 @@ def _pretrain(task, settings: PretrainSettings) -> None:
                  "optimizer": settings.optimizer,
                  "num_accumulation_steps": settings.num_accumulation_steps,
                  "random_seed": settings.random_seed,
-                 **({"time_budget": dataclasses.asdict(budget)} if budget else {})}
+                 "dropout": [config.hidden_dropout_prob, config.attention_probs_dropout_prob],
+                 "time_budget": dataclasses.asdict(budget) if budget else None}
                 if settings.do_train else None)
     check_run_config(settings.output_dir, identity, training, kind=PRETRAINING)
     replicas = run.strategy.num_replicas_in_sync
     check_batch_split(settings, replicas)
     logger.info("%s, %s on %d replica(s), dtype %s", task.describe(),
                 settings.distribution_strategy, replicas, settings.dtype)
-    if budget and settings.distribution_strategy == "multi_worker_mirrored":
-        raise SettingsError("--train_budget_minutes runs on one machine: each machine's clock "
-                            "would set its own learning rate; use --num_train_steps on several")
+    if budget and (settings.distribution_strategy == "multi_worker_mirrored"
+                   or processes_of(run.strategy) > 1):
+        raise SettingsError("--train_budget_minutes runs in one process: each machine's clock "
+                            "would set its own learning rate and its own end; use "
+                            "--num_train_steps on several")
     trainer = build_trainer(lambda: task.build_model(config), task, run.strategy, settings,
                             settings.num_train_steps, settings.num_warmup_steps,
                             time_budget=budget)

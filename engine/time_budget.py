@@ -6,8 +6,8 @@ budget_learning_rate`), set before each of the training loop's loops; loops are 
 within about 1% of the budget. When the budget is spent the run checkpoints and ends, as at
 `num_train_steps` (which stays an upper bound).
 
-The time spent is the training's wall time in this process (the loops, the waits for
-checkpoints, evaluations), added over every process that trained the run. Each checkpoint
+The time spent is the training's wall time in this process (the loops and the waits for
+checkpoints, from the first loop on), added over every process that trained the run. Each checkpoint
 records it: `time_budget.json` beside the checkpoints, written before the checkpoint itself, so
 every complete checkpoint has its figure. A resumed run goes on from the figure of the checkpoint
 it restored, into the same schedule; what a killed run spent after its last checkpoint is not
@@ -26,7 +26,6 @@ from bert_tf2.process import atomic_files
 from bert_tf2.process.errors import SettingsError
 
 RECORD_FILE = "time_budget.json"
-RECORDS_KEPT = 32  # the newest checkpoints' figures (runs keep at most a few checkpoints)
 LOOP_SHARE = 0.01  # the longest loop, as a share of the budget
 
 
@@ -57,8 +56,9 @@ def read_spent(folder: str, step: int) -> float:
             f"removed: use a new --output_dir") from None
 
 
-def record_spent(folder: str, step: int, seconds: float) -> None:
-    """Adds `step`'s figure to the record (atomically; the newest `RECORDS_KEPT` kept)."""
+def record_spent(folder: str, step: int, seconds: float, keep: int) -> None:
+    """Adds `step`'s figure to the record (atomically; the newest `keep` kept: the checkpoints
+    kept, and the one being written)."""
     path = os.path.join(folder, RECORD_FILE)
     try:
         with open(path, encoding="utf-8") as f:
@@ -66,7 +66,7 @@ def record_spent(folder: str, step: int, seconds: float) -> None:
     except (OSError, ValueError):
         record = {}
     record[str(step)] = round(seconds, 3)
-    newest = sorted(record, key=int)[-RECORDS_KEPT:]
+    newest = sorted(record, key=int)[-keep:]
     atomic_files.write_text(path, json.dumps({k: record[k] for k in newest}, indent=1) + "\n")
 
 

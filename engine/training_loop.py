@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from typing import Callable, Iterable
 
@@ -154,6 +155,7 @@ class TrainingLoop:
         for path in remove_partial_checkpoints(folder) if folder else ():
             logger.info("removed %s, a partial checkpoint left by an interrupted run", path)
         self._open(dataset_fn)
+        self._check_budget_record()
         resumed = self._restore_for_training()
         if resumed:
             logger.info("resumed from %s at step %d", resumed, self.global_step)
@@ -184,6 +186,15 @@ class TrainingLoop:
             interrupts.forget(stop)
             self._close_input(batches)
 
+    def _check_budget_record(self) -> None:
+        """Before a restore: a run on a time budget needs its checkpoint's figure (a folder
+        trained without a budget has none, and the restore would fail on the optimiser's
+        learning-rate variable with a less clear message)."""
+        latest = self.latest_checkpoint() if self.config.time_budget is not None else None
+        if latest:
+            step = int(os.path.basename(latest).split("-")[-1].split(".")[0])
+            time_budget.read_spent(self._checkpoint_folder() or self.config.output_dir, step)
+
     def _budget_clock(self, step: int) -> time_budget.BudgetClock | None:
         """The time budget's clock, from what the checkpoint of `step` recorded (None: no
         budget)."""
@@ -199,7 +210,8 @@ class TrainingLoop:
         where = lambda: f"at training step {self.global_step} of {cfg.num_train_steps}"  # noqa
         budget = self._budget_clock(step)
         seconds_per_step = None
-        while step < cfg.num_train_steps and not (budget and budget.done()):
+        finished = budget is not None and budget.done()
+        while step < cfg.num_train_steps and not finished:
             interrupts.at(where)  # again after each evaluation, which says its own
             n = min(cfg.steps_per_loop, cfg.num_train_steps - step,
                     cfg.save_checkpoints_steps - step % cfg.save_checkpoints_steps,
@@ -208,12 +220,14 @@ class TrainingLoop:
                 n = budget.loop_steps(n, seconds_per_step)
                 self.optimizer.learning_rate = budget.learning_rate()
                 spent = budget.spent()
-            start, waited = time.time(), self._input_waited(batches)
+            start, waited, before = time.time(), self._input_waited(batches), step
             metrics = ratios(self._run_steps(batches, n))
             elapsed = time.time() - start
-            if budget:
-                seconds_per_step = (budget.spent() - spent) / n
             step = self.global_step
+            # Decided once: the budget checkpoint below and the loop's end agree.
+            finished = budget is not None and budget.done()
+            if budget:
+                seconds_per_step = (budget.spent() - spent) / max(step - before, 1)
             if not math.isfinite(metrics["loss"]):
                 self.wait_for_checkpoint()  # so that the message names the last one written
                 raise NonFiniteLossError(
@@ -242,12 +256,13 @@ class TrainingLoop:
             fault_points.reached("train_loop")
             if (step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps
                     or (cfg.save_at_callbacks and is_boundary(step, cfg.callback_every_steps))
-                    or (budget and budget.done())):
+                    or finished):
                 start = time.perf_counter()
                 self._checkpoints.wait()  # the previous checkpoint's write, if still going
                 folder = self._checkpoint_folder()
                 if budget and folder:  # before the checkpoint: each complete one has its figure
-                    time_budget.record_spent(folder, step, budget.spent())
+                    time_budget.record_spent(folder, step, budget.spent(),
+                                             keep=cfg.keep_checkpoint_max + 1)
                 write = self._save(step)
                 self._checkpoints.submit(write, then=_saved(step, time.perf_counter() - start))
             if on_loop_end:

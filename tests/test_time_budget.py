@@ -50,7 +50,7 @@ def test_the_clock_counts_from_what_the_checkpoint_recorded_and_cuts_loops():
 def test_the_record_keeps_each_checkpoints_time_and_refuses_a_missing_one(tmp_path):
     assert time_budget.read_spent(str(tmp_path), 0) == 0.0
     for step in range(1, 41):
-        time_budget.record_spent(str(tmp_path), step * 10, step * 1.5)
+        time_budget.record_spent(str(tmp_path), step * 10, step * 1.5, keep=32)
     record = json.loads((tmp_path / time_budget.RECORD_FILE).read_text())
     assert list(record) == [str(10 * s) for s in range(9, 41)]  # the newest 32
     assert time_budget.read_spent(str(tmp_path), 400) == 60.0

@@ -17,6 +17,7 @@ from bert_tf2.modeling.config import BertConfig
 from bert_tf2.modeling.encoder import BertEncoder
 from bert_tf2.modeling.models import BertPretrainer
 from bert_tf2.modeling.optimization import create_optimizer
+from bert_tf2.process.errors import SettingsError
 from bert_tf2.tasks.pretraining.task import PretrainingTask, pretrainer_inputs
 
 VOCAB, LENGTH, PREDICTIONS = 60, 16, 3
@@ -48,7 +49,8 @@ def trainer(output_dir, steps, batch, accumulation=1, dropout=0.1, lr=1e-3, warm
     keras.utils.set_random_seed(seed)
     strategy = get_strategy("one_device")
     with strategy.scope():
-        model = BertPretrainer(BertEncoder(config(dropout)))
+        model = (task.build_model(config(dropout)) if task
+                 else BertPretrainer(BertEncoder(config(dropout))))
         optimizer = (keras.optimizers.SGD(lr) if sgd
                      else create_optimizer(lr, 100, warmup, on_time=budget is not None))
     loop = Trainer(model, optimizer, task or PretrainingTask(), strategy, TrainerConfig(
@@ -128,7 +130,7 @@ def on_a_step_clock(loop):
 @pytest.mark.integration
 def test_a_time_budget_sets_each_steps_rate_and_a_resumed_run_keeps_to_it(tmp_path):
     budget = TimeBudget(10.0, 1e-3, warmup_proportion=0.75, warmup_start_fraction=0.25)
-    no_nsp = PretrainingTask(nsp=False)
+    no_nsp = PretrainingTask(nsp=False, max_predictions_per_seq=PREDICTIONS)
     straight, data = trainer(tmp_path / "straight", steps=1000, batch=8, budget=budget,
                              save_every=1000, task=no_nsp)
     on_a_step_clock(straight).train(data)
@@ -150,16 +152,22 @@ def test_a_time_budget_sets_each_steps_rate_and_a_resumed_run_keeps_to_it(tmp_pa
     for name, value in weights(straight.model).items():
         np.testing.assert_allclose(weights(second.model)[name], value, rtol=0, atol=1e-6,
                                    err_msg=name)
-    # Without NSP, the NSP head is left as initialised (its gradients are zero; AdamW's decay
-    # still shrinks it), and the metrics are the masked LM's.
+    # Without NSP, the pooler and the NSP head keep their initial weights exactly (nothing
+    # trains them, and weight decay leaves them too), and the metrics are the masked LM's.
     fresh, _ = trainer(tmp_path / "fresh", steps=1, batch=8, task=no_nsp)
-    head = "cls/seq_relationship/output_weights"
-    np.testing.assert_allclose(weights(straight.model)[head], weights(fresh.model)[head],
-                               rtol=1e-4)
+    for name in ("cls/seq_relationship/output_weights", "bert/pooler/dense/kernel"):
+        np.testing.assert_array_equal(weights(straight.model)[name], weights(fresh.model)[name])
     assert weights(straight.model)["bert/embeddings/word_embeddings"] != pytest.approx(
         weights(fresh.model)["bert/embeddings/word_embeddings"], abs=1e-4)
     assert set(straight.evaluate(data, max_steps=2)) == {"loss", "masked_lm_accuracy",
                                                           "masked_lm_loss"}
+    # A folder trained without a budget is refused by a run with one, naming the record.
+    plain, data = trainer(tmp_path / "plain", steps=2, batch=8, task=no_nsp)
+    plain.train(data)
+    later, data = trainer(tmp_path / "plain", steps=1000, batch=8, budget=budget, task=no_nsp)
+    with pytest.raises(SettingsError, match=r"time_budget.json: no time spent recorded for "
+                                            r"the checkpoint of step 2"):
+        later.train(data)
 
 
 @pytest.mark.integration

@@ -4,8 +4,9 @@ Batches are the pretraining records' features (`input_ids`, `input_mask`, `segme
 `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`, `next_sentence_labels`), read as the
 original's input function reads them (`data_gen.pretraining.dataset`), optionally masked afresh
 at input time (`--dynamic_masking`, `data_gen.pretraining.dynamic_masking`). The loss is the
-original's MLM + NSP sum, or with `nsp=False` (`--no_nsp`) the masked LM's alone: the NSP head
-stays in the model, so that its checkpoints load wherever BERT's do, and gets zero gradients.
+original's MLM + NSP sum, or with `nsp=False` (`--no_nsp`) the masked LM's alone: the pooler and
+the NSP head stay in the model, so that its checkpoints load wherever BERT's do, but are not
+trained (not trainable, so neither updated nor decayed: they keep their initial weights).
 Metrics are (sum, count) pairs as `engine.training.Trainer` wants them: `masked_lm_accuracy` and
 `masked_lm_loss` weighted by `masked_lm_weights`, as the original's `metric_fn` computes them
 (and the next-sentence pair where it is trained). `engine.pretraining.pretrain` drives it.
@@ -89,7 +90,7 @@ class PretrainingTask:
                 "max_predictions_per_seq": self.max_predictions_per_seq,
                 "dynamic_masking": self.dynamic_masking,
                 "masked_lm_prob": self.masked_lm_prob if self.dynamic_masking else None,
-                **({} if self.nsp else {"nsp": False})}
+                "nsp": self.nsp}
 
     def input_error(self, error) -> Exception:
         """A `DataError` naming the input file and the byte or record where reading broke
@@ -135,8 +136,12 @@ class PretrainingTask:
         from bert_tf2.modeling.encoder import BertEncoder
         from bert_tf2.modeling.models import BertPretrainer
 
-        return BertPretrainer(BertEncoder(config),
-                              max_predictions_per_seq=self.max_predictions_per_seq)
+        model = BertPretrainer(BertEncoder(config),
+                               max_predictions_per_seq=self.max_predictions_per_seq)
+        if not self.nsp:  # nothing trains them: not trainable, so weight decay leaves them too
+            model.encoder.pooler.trainable = False
+            model.next_sentence.trainable = False
+        return model
 
     def loss_and_metrics(self, model, batch, training: bool):
         outputs = model(pretrainer_inputs(batch), training=training)
@@ -145,7 +150,6 @@ class PretrainingTask:
         weights = ops.cast(batch["masked_lm_weights"], "float32")
         labels = ops.reshape(ops.cast(batch["next_sentence_labels"], "int32"), (-1,))
         mlm_loss = losses.masked_lm_loss(mlm_logits, ids, weights)
-        nsp_loss = losses.next_sentence_loss(nsp_logits, labels)
         mlm_nll = losses.token_nll(mlm_logits, ids)
         mlm_hits = ops.cast(ops.equal(ops.argmax(mlm_logits, -1), ids), "float32")
         metrics = {
@@ -153,9 +157,8 @@ class PretrainingTask:
             "masked_lm_loss": (ops.sum(mlm_nll * weights), ops.sum(weights)),
         }
         if not self.nsp:
-            # Zero, not absent: TensorFlow would give the NSP head no gradient at all (None),
-            # JAX zeros; both now give zeros, and the weights' updates are the same.
-            return mlm_loss + 0.0 * nsp_loss, metrics
+            return mlm_loss, metrics
+        nsp_loss = losses.next_sentence_loss(nsp_logits, labels)
         nsp_nll = losses.token_nll(nsp_logits, labels)
         nsp_hits = ops.cast(ops.equal(ops.argmax(nsp_logits, -1), labels), "float32")
         examples = ops.cast(ops.shape(labels)[0], "float32")
