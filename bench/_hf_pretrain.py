@@ -81,7 +81,7 @@ def main():
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--budget_seconds", type=float, required=True)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--learning_rate", type=float, default=1e-3)
+    parser.add_argument("--learning_rate", type=float, default=3e-4)
     parser.add_argument("--warmup_ratio", type=float, default=0.1)
     parser.add_argument("--train_batch_size", type=int, default=32)
     parser.add_argument("--probe_steps", type=int, default=13)

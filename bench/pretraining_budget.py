@@ -23,13 +23,13 @@ What, with the project's own command lines (everything under `--work_dir`, never
      static masks, dropout 0.1, peak 1e-4 (the original's pretraining rate), warm-up over a tenth
      then linear decay;
    - budget: `run_pretraining.py --recipe=budget` (NSP off, 30% dynamic masks, no dropout, peak
-     1e-3 on Cramming's triangle); it keeps a checkpoint every `--curve_every` steps, each scored
+     3e-4 on Cramming's triangle); it keeps a checkpoint every `--curve_every` steps, each scored
      on the held-out masks, so the bench can say when it passed the original's final score (the
      checkpoints' writes count against its budget: the comparison handicaps it, not the others);
    - transformers: `bench/_hf_pretrain.py` in the peer's environment (bench/.venv-pytorch, made on
      first use as bench/finetune_vs_pytorch.py makes it): `BertForMaskedLM` with
      `DataCollatorForLanguageModeling` (15%) and its `Trainer`, on the budget recipe's own rows,
-     peak 1e-3 with a tenth of warm-up (the budget recipe's peak: transformers' 5e-5 default would
+     peak 3e-4 with a tenth of warm-up (the budget recipe's peak: transformers' 5e-5 default would
      hardly move in minutes), dropout 0.1;
 5. each model fine-tuned by `run_classifier.py` with one recipe: MRPC 3 epochs at 128, SST-2 600
    steps at 64, batch 32, learning rate 1e-4; the dev score of each.

@@ -150,9 +150,9 @@ def test_budget_recipe_on_packed_records_stops_on_time(corpus, minilm_dir, tmp_p
     assert result.returncode == 0, result.stderr
     assert ("--recipe=budget sets --no_nsp=True --dynamic_masking=True --masked_lm_prob=0.3 "
             "--hidden_dropout_prob=0.0 --attention_probs_dropout_prob=0.0 "
-            "--warmup_proportion=0.75 --warmup_start_fraction=0.25 --learning_rate=0.001"
+            "--warmup_proportion=0.75 --warmup_start_fraction=0.25 --learning_rate=0.0003"
             ) in result.stderr
-    assert "step 1/100000 | loss" in result.stderr and "| lr 0.00025 |" in result.stderr
+    assert "step 1/100000 | loss" in result.stderr and "| lr 7.5e-05 |" in result.stderr
     results = dict(line.split(" = ") for line in (out / "eval_results.txt").read_text().split(
         "\n") if line)
     assert set(results) == {"global_step", "loss", "masked_lm_accuracy", "masked_lm_loss"}
