@@ -150,10 +150,19 @@ def python_round(value: float) -> int:
 
 
 @compiled.njit()
-def _grow(array, rows):
-    bigger = np.zeros((rows,) + array.shape[1:], dtype=array.dtype)
+def _grow(array, rows, fill=0):
+    bigger = np.full((rows,) + array.shape[1:], fill, dtype=array.dtype)
     bigger[:array.shape[0]] = array
     return bigger
+
+
+@compiled.njit()
+def _mask_scratch(max_seq_length):
+    """Scratch arrays for one row's masking (`_mask`): candidates, group starts, group order,
+    chosen positions and their kinds."""
+    return (np.zeros(max_seq_length, dtype=np.int64), np.zeros(max_seq_length + 1, dtype=np.int64),
+            np.zeros(max_seq_length, dtype=np.int64), np.zeros(max_seq_length, dtype=np.int64),
+            np.zeros(max_seq_length, dtype=np.int8))
 
 
 @compiled.njit()
@@ -171,12 +180,7 @@ def _pool_instances(token_ids, sentence_starts, document_starts, state, draws, m
     labels = np.zeros((capacity, max_predictions), dtype=np.int32)
     kinds = np.full((capacity, max_predictions), -1, dtype=np.int8)
     counts = np.zeros(capacity, dtype=np.int32)
-    # scratch for one instance's masking
-    candidates = np.zeros(max_seq_length, dtype=np.int64)
-    group_starts = np.zeros(max_seq_length + 1, dtype=np.int64)
-    group_order = np.zeros(max_seq_length, dtype=np.int64)
-    chosen = np.zeros(max_seq_length, dtype=np.int64)
-    chosen_kinds = np.zeros(max_seq_length, dtype=np.int8)
+    candidates, group_starts, group_order, chosen, chosen_kinds = _mask_scratch(max_seq_length)
 
     order = np.arange(documents)
     shuffle(state, order)
@@ -256,9 +260,7 @@ def _pool_instances(token_ids, sentence_starts, document_starts, state, draws, m
                                                        _grow(first_lengths, rows))
                         random_next, positions = _grow(random_next, rows), _grow(positions, rows)
                         labels, counts = _grow(labels, rows), _grow(counts, rows)
-                        more_kinds = np.full((rows, max_predictions), -1, dtype=np.int8)
-                        more_kinds[:n] = kinds
-                        kinds = more_kinds
+                        kinds = _grow(kinds, rows, -1)
                     row = ids[n]
                     la = a_end - a_start
                     row[0] = cls_id
@@ -304,11 +306,7 @@ def _packed_pool_instances(token_ids, sentence_starts, document_starts, state, m
     labels = np.zeros((capacity, max_predictions), dtype=np.int32)
     kinds = np.full((capacity, max_predictions), -1, dtype=np.int8)
     counts = np.zeros(capacity, dtype=np.int32)
-    candidates = np.zeros(max_seq_length, dtype=np.int64)
-    group_starts = np.zeros(max_seq_length + 1, dtype=np.int64)
-    group_order = np.zeros(max_seq_length, dtype=np.int64)
-    chosen = np.zeros(max_seq_length, dtype=np.int64)
-    chosen_kinds = np.zeros(max_seq_length, dtype=np.int8)
+    candidates, group_starts, group_order, chosen, chosen_kinds = _mask_scratch(max_seq_length)
 
     order = np.arange(documents)
     n = 0
@@ -334,9 +332,7 @@ def _packed_pool_instances(token_ids, sentence_starts, document_starts, state, m
                     ids, lengths, positions = _grow(ids, rows), _grow(lengths, rows), _grow(
                         positions, rows)
                     labels, counts = _grow(labels, rows), _grow(counts, rows)
-                    more_kinds = np.full((rows, max_predictions), -1, dtype=np.int8)
-                    more_kinds[:n] = kinds
-                    kinds = more_kinds
+                    kinds = _grow(kinds, rows, -1)
                 ids[n, 1 + filled] = token_ids[t]
                 filled += 1
                 if filled == width:
