@@ -80,6 +80,9 @@ def train(minilm_dir, batch, out, dtype="float32"):
         from bert_tf2.engine.training import Trainer
 
         trainer = Trainer(model, optimizer, task, strategy, config)
+        # Grappler's MatMul+BiasAdd fusion (off under mixed_float16 on a CPU: set_precision).
+        results["remapping"] = tf.config.optimizer.get_experimental_options().get("remapping",
+                                                                                  True)
         grads, metrics = trainer._grads(inputs)
         # The norm the original clips by (embedding lookups' IndexedSlices counted per row), and
         # the norm of the summed dense gradients, which JAX would give without the lookup tap.
