@@ -3,8 +3,8 @@
 The original's flags and defaults, plus: --optimizer=adamw|lamb, --num_accumulation_steps,
 --dtype, --jit_compile, --distribution_strategy, --steps_per_loop (alias of --iterations_per_loop),
 --dynamic_masking, --keep_checkpoint_max, and pretraining on a budget (--recipe=budget,
---train_budget_minutes, --no_nsp, the dropout overrides). A restarted run resumes from the newest checkpoint in
---output_dir by itself. At the end the model is also written as a Google TF1 checkpoint in
+--train_budget_minutes, --batch_size_ramp, --no_nsp, the dropout overrides). A restarted run
+resumes from the newest checkpoint in --output_dir by itself. At the end the model is also written as a Google TF1 checkpoint in
 `output_dir/tf1/` (bert_config.json, bert_model.ckpt.*), which fine-tuning and the original's tools
 load. The task lives in `tasks/pretraining/`; `engine.pretraining.pretrain` runs it.
 
@@ -80,6 +80,11 @@ flags.DEFINE_float("warmup_proportion", D.warmup_proportion, "With --train_budge
 flags.DEFINE_float("warmup_start_fraction", D.warmup_start_fraction,
                    "With --train_budget_minutes: the first learning rate, as a fraction of "
                    "--learning_rate.")
+flags.DEFINE_float("batch_size_ramp", D.batch_size_ramp,
+                   "With --train_budget_minutes and --num_accumulation_steps=K: each update "
+                   "starts as one micro-batch (--train_batch_size / K) and grows linearly with "
+                   "the time spent to K of them (the full --train_batch_size) at this share of "
+                   "the budget (Cramming: 0.6). 0: no ramp.")
 runner_flags.check_training_flags()
 flag_ranges.at_least_one("max_seq_length", "max_predictions_per_seq", "max_eval_steps")
 flag_ranges.check("masked_lm_prob", 0, 1, above=True)
@@ -88,6 +93,7 @@ flag_ranges.check("attention_probs_dropout_prob", 0, 1)
 flag_ranges.check("train_budget_minutes", 0, above=True)
 flag_ranges.check("warmup_proportion", 0, 1, above=True)
 flag_ranges.check("warmup_start_fraction", 0, 1)
+flag_ranges.check("batch_size_ramp", 0, 1)
 
 
 def apply_recipe() -> None:
@@ -115,10 +121,12 @@ def apply_recipe() -> None:
             applied.append(f"--{name}={value}")
     if applied:
         logging.info("--recipe=%s sets %s", FLAGS.recipe, " ".join(applied))
-    for name in ("warmup_proportion", "warmup_start_fraction"):
+    for name, otherwise in (("warmup_proportion", "set --num_warmup_steps"),
+                            ("warmup_start_fraction", "set --num_warmup_steps"),
+                            ("batch_size_ramp", "the batch is --train_batch_size throughout")):
         if FLAGS[name].present and FLAGS.train_budget_minutes is None:
             raise app.UsageError(f"--{name} shapes the schedule of --train_budget_minutes; "
-                                 f"without a budget, set --num_warmup_steps")
+                                 f"without a budget, {otherwise}")
 
 
 def main(argv):

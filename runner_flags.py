@@ -203,7 +203,8 @@ def pretrain_settings():
                             attention_probs_dropout_prob=FLAGS.attention_probs_dropout_prob,
                             train_budget_minutes=FLAGS.train_budget_minutes,
                             warmup_proportion=FLAGS.warmup_proportion,
-                            warmup_start_fraction=FLAGS.warmup_start_fraction)
+                            warmup_start_fraction=FLAGS.warmup_start_fraction,
+                            batch_size_ramp=FLAGS.batch_size_ramp)
 
 
 def finetune(task, best_metric: str | None = None) -> None:

@@ -26,6 +26,10 @@ What, with the project's own command lines (everything under `--work_dir`, never
      3e-4 on Cramming's triangle); it keeps a checkpoint every `--curve_every` steps, each scored
      on the held-out masks, so the bench can say when it passed the original's final score (the
      checkpoints' writes count against its budget: the comparison handicaps it, not the others);
+   - ablations, where `--sides` names them (`ABLATIONS`): the budget recipe with one choice
+     turned back to the original's (15% masks, dropout 0.1, a tenth of warm-up from 0, static
+     masks), or with Cramming's batch-size ramp added (32 rows per update at first, 128 from 60%
+     of the budget);
    - transformers: `bench/_hf_pretrain.py` in the peer's environment (bench/.venv-pytorch, made on
      first use as bench/finetune_vs_pytorch.py makes it): `BertForMaskedLM` with
      `DataCollatorForLanguageModeling` (15%) and its `Trainer`, on the budget recipe's own rows,
@@ -36,6 +40,8 @@ What, with the project's own command lines (everything under `--work_dir`, never
 
     python bench/pretraining_budget.py                              # 3 seeds x 5 minutes
     python bench/pretraining_budget.py --budget_minutes 1 --seeds 1 # a smoke run, about 8 minutes
+    python bench/pretraining_budget.py --seeds 1 --tasks '' \
+        --sides budget,mask15,dropout,schedule,static,ramp          # the ablation rows
 
 Writes bench/results/pretraining_budget.json and prints a Markdown table (mean and min..max over
 the seeds).
@@ -68,6 +74,18 @@ MINI = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
         "attention_probs_dropout_prob": 0.1, "max_position_embeddings": LENGTH,
         "type_vocab_size": 2, "initializer_range": 0.02}
 SIDES = ("original", "budget", "transformers")
+# Ablations (`--sides budget,mask15,...`): the budget recipe with one choice turned back to the
+# original's (or, for `ramp`, one choice added), on the same packed records.
+ABLATIONS = {
+    "mask15": ["--masked_lm_prob=0.15"],
+    "dropout": ["--hidden_dropout_prob=0.1", "--attention_probs_dropout_prob=0.1"],
+    "schedule": ["--warmup_proportion=0.1", "--warmup_start_fraction=0"],  # the original's shape
+    "static": ["--dynamic_masking=false"],  # the records' own 30% masks, the same every epoch
+    # Cramming's ramp: from one micro-batch of 32 (the other sides' batch) to 4 of them (128)
+    # at 60% of the budget.
+    "ramp": [f"--train_batch_size={4 * BATCH}", "--num_accumulation_steps=4",
+             "--batch_size_ramp=0.6"],
+}
 FINETUNE = {"MRPC": ["--max_seq_length=128", "--num_train_epochs=3"],
             "SST-2": ["--max_seq_length=64", "--num_train_steps=600"]}
 DEV_METRIC = {"MRPC": "eval_f1", "SST-2": "eval_accuracy"}
@@ -181,9 +199,10 @@ def pretrain(side: str, seed: int, data: dict, args, work: Path, logs: str) -> d
         flags = [f"--input_file={','.join(data['records']['original'])}",
                  "--max_predictions_per_seq=20", "--learning_rate=1e-4",
                  "--save_checkpoints_steps=10000000"]
-    elif side == "budget":
+    elif side == "budget" or side in ABLATIONS:
         flags = [f"--input_file={','.join(data['records']['packed'])}", "--recipe=budget",
-                 "--max_predictions_per_seq=40", f"--save_checkpoints_steps={args.curve_every}"]
+                 "--max_predictions_per_seq=40", f"--save_checkpoints_steps={args.curve_every}",
+                 *ABLATIONS.get(side, [])]
     if side != "transformers":
         wall, output = timed([sys.executable, "run_pretraining.py", *common, *flags],
                              f"{logs}/pretrain-{side}-{seed}.log")
@@ -202,7 +221,8 @@ def pretrain(side: str, seed: int, data: dict, args, work: Path, logs: str) -> d
     row.update(side=side, seed=seed, held_out=evaluate(data, row["checkpoint"], work, logs,
                                                          f"{side}-{seed}"))
     if side == "budget":  # the held-out curve: each checkpoint's score at its time spent
-        spent = json.loads((out / "time_budget.json").read_text())
+        spent = {step: figure["seconds"] if isinstance(figure, dict) else figure
+                 for step, figure in json.loads((out / "time_budget.json").read_text()).items()}
         row["curve"] = [{"step": int(step), "seconds": seconds,
                          **evaluate(data, str(out / f"model.ckpt-{step}"), work, logs,
                                     f"{side}-{seed}-{step}")}
@@ -233,7 +253,7 @@ def table(rows: list, tasks: list) -> str:
     lines = ["| side | steps | held-out MLM accuracy | held-out MLM loss | "
              + " | ".join(f"{t} dev {DEV_METRIC[t][5:]}" for t in tasks) + " |",
              "|---" * (4 + len(tasks)) + "|"]
-    for side in SIDES:
+    for side in dict.fromkeys(r["side"] for r in rows):
         mine = [r for r in rows if r["side"] == side]
         if not mine:
             continue
@@ -283,6 +303,10 @@ def main():
     tasks = [t for t in args.tasks.split(",") if t]
     rows = []
     sides = args.sides.split(",")
+    unknown = [side for side in sides if side not in SIDES and side not in ABLATIONS]
+    if unknown:
+        parser.error(f"--sides: {', '.join(unknown)} unknown; sides are "
+                     f"{', '.join(SIDES + tuple(ABLATIONS))}")
     for seed in range(1, args.seeds + 1):
         order = sides if seed % 2 else sides[::-1]  # alternate who runs first
         for side in order:

@@ -9,7 +9,9 @@ both alike (`build_trainer` picks by Keras's backend). What this backend supplie
   where XLA adds the cross-device sums), which also counts the step's wait for input;
 - one update is one `jax.jit` function of the variables' values: the task's
   `loss_and_metrics` under `keras.StatelessScope` (dropout's generators advance in it), gradients
-  by `jax.value_and_grad`, micro-batches averaged (`num_accumulation_steps`), the original's clip
+  by `jax.value_and_grad`, micro-batches averaged (`num_accumulation_steps`; with a batch-size
+  ramp, a jitted step per micro-batch and one for the update, so no count compiles again), the
+  original's clip
   to global norm 1 (counting an embedding lookup's gradient per looked-up row, as TensorFlow's
   IndexedSlices do: `modeling.layers.lookup_gradient_tap`), then the optimiser's
   `stateless_apply` (AdamWeightDecay or LAMB, and under mixed_float16 Keras's loss scaling); the
@@ -132,6 +134,7 @@ class KerasTrainer(TrainingLoop):
         self._tap = _lookup_tap()
         self._steps = {}  # jitted functions, made on first use
         self._stop = False
+        self._micro_batches = 1  # with a batch-size ramp: the loop sets it
         # The step counted on the host while a loop runs: its steps donate the variables'
         # buffers (`iterations` among them) until the loop assigns the new state back, and a
         # Ctrl-C or SIGTERM in between must still be able to say which step the run was at.
@@ -184,17 +187,18 @@ class KerasTrainer(TrainingLoop):
                                                                      trainable)
         return (trainable, frozen, optimizer_values), sums
 
-    def _clipped_gradients(self, state, batch):
-        """The gradients of one update (micro-batches averaged), clipped as the original clips
-        them; the new values of the non-trainable variables; the metric sums."""
+    def _scale(self, optimizer_values):
+        """The loss scale under mixed_float16 (None otherwise)."""
+        return (optimizer_values[self._scale_index] if self._scale_index is not None
+                else None)
+
+    def _loss_gradients(self, trainable, frozen, scale, batch, tapped: set | None = None):
+        """The gradients of the (scaled) task loss on one (micro-)batch, the squared norm of its
+        tapped lookups' gradients, the new non-trainable values and the metric sums. `tapped`:
+        a set that collects the paths of the tables whose lookups were tapped (known once
+        traced); None: no tap (accumulated gradients are dense in TensorFlow too)."""
         import jax
         import jax.numpy as jnp
-
-        trainable, frozen, optimizer_values = state
-        k = self.config.num_accumulation_steps
-        scale = (optimizer_values[self._scale_index] if self._scale_index is not None
-                 else None)
-        tapped = set()  # the paths of the tables whose lookups were tapped (known once traced)
 
         def loss_of(values, probe, frozen, micro):
             def tap(rows, table):
@@ -204,27 +208,45 @@ class KerasTrainer(TrainingLoop):
             (loss, metrics), new_frozen = self._call(
                 values, frozen, micro,
                 lambda model, b: self.task.loss_and_metrics(model, b, training=True),
-                tap if k == 1 else None)  # accumulated gradients are dense in TensorFlow too
+                tap if tapped is not None else None)
             scaled = loss if scale is None else loss * scale.astype(loss.dtype)
             return scaled, (loss, metrics, new_frozen)
 
         gradient_of = jax.value_and_grad(loss_of, argnums=(0, 1), has_aux=True)
+        (_, (loss, metrics, frozen)), (grads, lookup_square) = gradient_of(
+            trainable, jnp.float32(0.0), frozen, batch)
+        return grads, lookup_square, frozen, _metric_sums(loss, metrics)
+
+    def _clipped_gradients(self, state, batch):
+        """The gradients of one update (micro-batches averaged), clipped as the original clips
+        them; the new values of the non-trainable variables; the metric sums."""
+        import jax
+        import jax.numpy as jnp
+
+        trainable, frozen, optimizer_values = state
+        k = self.config.num_accumulation_steps
+        scale = self._scale(optimizer_values)
+        tapped = set()
         if k == 1:
-            (_, (loss, metrics, frozen)), (grads, lookup_square) = gradient_of(
-                trainable, jnp.float32(0.0), frozen, batch)
-            sums = _metric_sums(loss, metrics)
+            grads, lookup_square, frozen, sums = self._loss_gradients(trainable, frozen, scale,
+                                                                      batch, tapped)
         else:
             micro = jax.tree_util.tree_map(
                 lambda x: x.reshape((k, x.shape[0] // k) + x.shape[1:]), batch)
             grads, sums, lookup_square = None, None, jnp.float32(0.0)
             for i in range(k):
-                (_, (loss, metrics, frozen)), (g, _) = gradient_of(
-                    trainable, jnp.float32(0.0), frozen,
-                    jax.tree_util.tree_map(lambda x: x[i], micro))
-                m = _metric_sums(loss, metrics)
+                g, _, frozen, m = self._loss_gradients(
+                    trainable, frozen, scale, jax.tree_util.tree_map(lambda x: x[i], micro))
                 grads = g if grads is None else [a + b for a, b in zip(grads, g)]
                 sums = m if sums is None else {n: sums[n] + m[n] for n in sums}
             grads = [g / k for g in grads]
+        return self._clip(grads, lookup_square, tapped, scale), frozen, sums
+
+    def _clip(self, grads, lookup_square, tapped: set, scale):
+        """`grads` clipped to the original's global norm (the tapped tables' rows counted as
+        `lookup_square`)."""
+        import jax.numpy as jnp
+
         if self._clip_norm:
             square = lookup_square
             for variable, g in zip(self._trainable, grads):
@@ -235,7 +257,31 @@ class KerasTrainer(TrainingLoop):
                 norm = norm / scale
             factor = self._clip_norm / jnp.maximum(norm, self._clip_norm)
             grads = [g * factor.astype(g.dtype) for g in grads]
-        return grads, frozen, sums
+        return grads
+
+    def _micro_step(self, trainable, frozen, scale, batch):
+        """A batch-size ramp's micro-batch: the new non-trainable values, its gradients (dense)
+        and metric sums."""
+        grads, _, frozen, sums = self._loss_gradients(trainable, frozen, scale, batch)
+        return frozen, (grads, sums)
+
+    @staticmethod
+    def _add(total, more):
+        import jax
+
+        return jax.tree_util.tree_map(lambda a, b: a + b, total, more)
+
+    def _ramped_update(self, state, grads, count):
+        """A batch-size ramp's update: the summed gradients of `count` micro-batches averaged,
+        clipped and applied."""
+        import jax.numpy as jnp
+
+        trainable, frozen, optimizer_values = state
+        grads = [g / count.astype(g.dtype) for g in grads]
+        grads = self._clip(grads, jnp.float32(0.0), set(), self._scale(optimizer_values))
+        trainable, optimizer_values = self.optimizer.stateless_apply(optimizer_values, grads,
+                                                                     trainable)
+        return trainable, frozen, optimizer_values
 
     def _jitted(self, name: str, fn: Callable, **options):
         if name not in self._steps:
@@ -298,9 +344,10 @@ class KerasTrainer(TrainingLoop):
     def _restore_for_training(self) -> str | None:
         return self.restore_latest()  # the whole state, as for any other use
 
-    def _training_input(self, dataset_fn: Callable, step: int) -> DeviceFeed:
+    def _training_input(self, dataset_fn: Callable, elements: int) -> DeviceFeed:
         batches = dataset_fn(self.strategy.input_context())
-        return DeviceFeed(iter(batches.skip(step) if step else batches), self.strategy.put)
+        return DeviceFeed(iter(batches.skip(elements) if elements else batches),
+                          self.strategy.put)
 
     def _close_input(self, batches: DeviceFeed) -> None:
         batches.close()
@@ -309,7 +356,23 @@ class KerasTrainer(TrainingLoop):
         return batches.waited
 
     def _run_steps(self, batches: DeviceFeed, count: int) -> dict:
-        train_step = self._jitted("train", self._train_step, donate_argnums=0)
+        if self.ramp:
+            micro_step = self._jitted("micro", self._micro_step)
+            add = self._jitted("add", self._add, donate_argnums=0)
+            update = self._jitted("ramped", self._ramped_update, donate_argnums=(0, 1))
+            k = self._micro_batches
+
+            def train_step(state, batch):
+                trainable, frozen, optimizer_values = state
+                scale = self._scale(optimizer_values)
+                frozen, total = micro_step(trainable, frozen, scale, batch)
+                for _ in range(k - 1):
+                    frozen, more = micro_step(trainable, frozen, scale, next(batches))
+                    total = add(total, more)
+                grads, sums = total
+                return update((trainable, frozen, optimizer_values), grads, np.float32(k)), sums
+        else:
+            train_step = self._jitted("train", self._train_step, donate_argnums=0)
         # Read before the first step donates it; left set if an interrupt unwinds the loop, for
         # its message. Under mixed_float16 a step skipped for overflowing gradients counts here,
         # though `iterations` does not move: the message may then name a later step.
@@ -329,6 +392,9 @@ class KerasTrainer(TrainingLoop):
 
     def _request_stop(self, stop: bool) -> None:
         self._stop = stop
+
+    def _set_micro_batches(self, count: int) -> None:
+        self._micro_batches = count
 
     def _save(self, step: int) -> Callable[[], str]:
         """The state of `step` copied to the host now; the returned function writes it through a

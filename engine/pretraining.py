@@ -56,6 +56,9 @@ class PretrainSettings(RunSettings):
     train_budget_minutes: float | None = None
     warmup_proportion: float = 0.1  # with a budget: its share spent warming up
     warmup_start_fraction: float = 0.0  # with a budget: the first learning rate / the peak
+    # With a budget: the share of it at which the updates reach the full train_batch_size, from
+    # one micro-batch (train_batch_size / num_accumulation_steps) at the start; 0: no ramp.
+    batch_size_ramp: float = 0.0
 
 
 # What tf.io.parse_example says of a record whose features are not the spec's.
@@ -99,8 +102,16 @@ def _time_budget(settings: PretrainSettings):
     if not 0 <= settings.warmup_start_fraction <= 1:
         raise SettingsError(f"--warmup_start_fraction={settings.warmup_start_fraction}: must be "
                             f"in [0, 1]")
+    if not 0 <= settings.batch_size_ramp <= 1:
+        raise SettingsError(f"--batch_size_ramp={settings.batch_size_ramp}: must be in [0, 1]")
+    if settings.batch_size_ramp and settings.num_accumulation_steps == 1:
+        raise SettingsError(f"--batch_size_ramp={settings.batch_size_ramp} grows each update "
+                            f"from one micro-batch to --num_accumulation_steps of them: set "
+                            f"--num_accumulation_steps above 1 (the micro-batch is "
+                            f"--train_batch_size / --num_accumulation_steps)")
     return TimeBudget(60.0 * settings.train_budget_minutes, settings.learning_rate,
-                      settings.warmup_proportion, settings.warmup_start_fraction)
+                      settings.warmup_proportion, settings.warmup_start_fraction,
+                      settings.batch_size_ramp)
 
 
 def pretrain(task, settings: PretrainSettings) -> None:
@@ -165,9 +176,13 @@ def _pretrain(task, settings: PretrainSettings) -> None:
             is_training, settings.random_seed, context)
 
     if settings.do_train:
-        # Each dataset element holds the micro-batches of one update.
+        # Each dataset element holds the micro-batches of one update; with a batch-size ramp,
+        # one micro-batch (an update takes as many as the budget's share spent says).
+        batch = settings.train_batch_size
+        if trainer.ramp:
+            batch //= settings.num_accumulation_steps
         with unreadable_input_reported(task):
-            trainer.train(dataset_fn(settings.train_batch_size, True))
+            trainer.train(dataset_fn(batch, True))
         export = os.path.join(settings.output_dir, TF1_EXPORT)
         if run.chief:  # staged and swapped in: tf1/ is complete or absent, whatever the kill
             recover_directory(export)

@@ -12,11 +12,20 @@ records it: `time_budget.json` beside the checkpoints, written before the checkp
 every complete checkpoint has its figure. A resumed run goes on from the figure of the checkpoint
 it restored, into the same schedule; what a killed run spent after its last checkpoint is not
 counted (its steps are done again), nor is starting a process (imports, building the model).
+
+A batch-size ramp (`--batch_size_ramp`, Cramming's `batch_size_ramp`) is also set against the
+budget: each update averages the gradients of `ramp_micro_batches(share)` micro-batches, from 1
+at the start up to `num_accumulation_steps` at the share `batch_size_ramp` of the budget, so the
+batch grows linearly with the time spent; the input then yields one micro-batch per element.
+Each checkpoint's figure also records the micro-batches used so far, since with the batch set by
+time they are not a function of the step: a backend that rebuilds its input on resume skips
+that many.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from typing import Callable
@@ -35,37 +44,62 @@ class TimeBudget:
     peak_learning_rate: float
     warmup_proportion: float = 0.1
     warmup_start_fraction: float = 0.0
+    batch_size_ramp: float = 0.0  # the share at which updates reach their full batch; 0: none
 
     def learning_rate(self, spent: float) -> float:
         return budget_learning_rate(spent / self.seconds, self.peak_learning_rate,
                                     self.warmup_proportion, self.warmup_start_fraction)
 
 
+def ramp_micro_batches(share: float, ramp: float, most: int) -> int:
+    """Micro-batches per update at `share` of the budget spent: 1 at the start, rising linearly
+    (in equal shares of the ramp per count) to `most` at the share `ramp` and after it."""
+    if ramp <= 0 or share >= ramp:
+        return most
+    return max(1, min(most, 1 + math.floor((most - 1) * share / ramp)))
+
+
 def read_spent(folder: str, step: int) -> float:
     """The seconds spent up to the checkpoint of `step` (0 at step 0)."""
+    return _read(folder, step)[0]
+
+
+def read_micro_batches(folder: str, step: int) -> int | None:
+    """The micro-batches used up to the checkpoint of `step` (0 at step 0; None: the run did
+    not ramp its batch, so they were not recorded)."""
+    return _read(folder, step)[1]
+
+
+def _read(folder: str, step: int) -> tuple[float, int | None]:
     if step == 0:
-        return 0.0
+        return 0.0, 0
     path = os.path.join(folder, RECORD_FILE)
     try:
         with open(path, encoding="utf-8") as f:
-            return float(json.load(f)[str(step)])
-    except (OSError, KeyError, ValueError) as error:
+            figure = json.load(f)[str(step)]
+        if isinstance(figure, dict):  # a ramped run's: {"seconds": ..., "micro_batches": ...}
+            return float(figure["seconds"]), int(figure["micro_batches"])
+        return float(figure), None
+    except (OSError, KeyError, ValueError, TypeError) as error:
         raise SettingsError(
             f"{path}: no time spent recorded for the checkpoint of step {step} ({error}); "
             f"this output_dir was trained without --train_budget_minutes, or the file was "
             f"removed: use a new --output_dir") from None
 
 
-def record_spent(folder: str, step: int, seconds: float, keep: int) -> None:
+def record_spent(folder: str, step: int, seconds: float, keep: int,
+                 micro_batches: int | None = None) -> None:
     """Adds `step`'s figure to the record (atomically; the newest `keep` kept: the checkpoints
-    kept, and the one being written)."""
+    kept, and the one being written): its seconds, and with a batch-size ramp the micro-batches
+    used."""
     path = os.path.join(folder, RECORD_FILE)
     try:
         with open(path, encoding="utf-8") as f:
             record = json.load(f)
     except (OSError, ValueError):
         record = {}
-    record[str(step)] = round(seconds, 3)
+    record[str(step)] = (round(seconds, 3) if micro_batches is None
+                         else {"seconds": round(seconds, 3), "micro_batches": micro_batches})
     newest = sorted(record, key=int)[-keep:]
     atomic_files.write_text(path, json.dumps({k: record[k] for k in newest}, indent=1) + "\n")
 
@@ -91,6 +125,10 @@ class BudgetClock:
 
     def learning_rate(self) -> float:
         return self.budget.learning_rate(self.spent())
+
+    def micro_batches(self, most: int) -> int:
+        """Micro-batches per update now, of at most `most` (`ramp_micro_batches`)."""
+        return ramp_micro_batches(self.share(), self.budget.batch_size_ramp, most)
 
     def remaining(self) -> float:
         return max(self.budget.seconds - self.spent(), 0.0)

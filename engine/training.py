@@ -5,7 +5,7 @@ exact evaluation sums; the JAX backend is `engine.keras_training`).
 A `Trainer` runs a task's loss on batches from a `tf.data` dataset under a `tf.distribute` strategy:
 `steps_per_loop` updates inside one `tf.function` (the original's `iterations_per_loop`), optional
 gradient accumulation (k micro-batches, one averaged update, so the schedule advances once per real
-update), optional XLA (`jit_compile`) for the forward/backward pass, loss scaling under
+update; with a batch-size ramp k is a variable the loop sets, one replica only), optional XLA (`jit_compile`) for the forward/backward pass, loss scaling under
 mixed_float16. Every `save_checkpoints_steps` it writes a checkpoint of the model, the optimiser
 (with its step) and, on one replica, the input iterator's state, keeping the newest
 `keep_checkpoint_max`; a new Trainer on the same `output_dir` resumes from the newest one in the
@@ -48,6 +48,7 @@ from bert_tf2.engine.trainer_config import (  # noqa: F401
 )
 from bert_tf2.engine.training_loop import TrainingLoop
 from bert_tf2.process import fault_points
+from bert_tf2.process.errors import SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,14 @@ class Trainer(TrainingLoop):
         # Set by Ctrl-C or SIGTERM (`process.interrupts`) from another thread: a training loop
         # stops after the step it is in, not after `steps_per_loop` steps. Not checkpointed.
         self._stop = tf.Variable(False, trainable=False, name="stop_requested")
+        if self.ramp:
+            if strategy.num_replicas_in_sync > 1:
+                raise SettingsError(
+                    f"--batch_size_ramp trains on one replica on TensorFlow, not "
+                    f"{strategy.num_replicas_in_sync}: on several devices use the JAX backend "
+                    f"(KERAS_BACKEND=jax), or a fixed --num_accumulation_steps")
+            # Set by the loop before each of its loops; not checkpointed (the budget sets it).
+            self._micro_batches = tf.Variable(1, trainable=False, name="micro_batches")
 
     # ------------------------------------------------------------------------- replica math
     def _replica_gradients(self, batch):
@@ -129,20 +138,30 @@ class Trainer(TrainingLoop):
         else:
             micro = tf.nest.map_structure(
                 lambda x: tf.reshape(x, tf.concat([[k, -1], tf.shape(x)[1:]], 0)), batch)
-
-            def micro_batch(i):
-                return self._grads(tf.nest.map_structure(lambda x: x[i], micro))
-
-            def add(i, grads, metrics):
-                g, m = micro_batch(i)
-                return (i + 1, [a + b for a, b in zip(grads, g)],
-                        {name: metrics[name] + m[name] for name in metrics})
-
-            _, grads, metrics = tf.while_loop(lambda i, *_: i < k, add,
-                                              (tf.constant(1), *micro_batch(0)))
-            grads = [g / k for g in grads]
+            grads, metrics = self._averaged_gradients(
+                lambda i: tf.nest.map_structure(lambda x: x[i], micro), k)
         self._apply(grads)
         return metrics
+
+    def _ramped_update(self, iterator):
+        """One update of a batch-size ramp: `_micro_batches` input elements, their gradients
+        averaged."""
+        grads, metrics = self._averaged_gradients(lambda i: next(iterator),
+                                                  self._micro_batches.read_value())
+        self._apply(grads)
+        return metrics
+
+    def _averaged_gradients(self, micro_batch: Callable, k):
+        """The gradients of `k` micro-batches (`micro_batch(i)`, i = 0 .. k-1) averaged, and
+        their metrics summed."""
+        def add(i, grads, metrics):
+            g, m = self._grads(micro_batch(i))
+            return (i + 1, [a + b for a, b in zip(grads, g)],
+                    {name: metrics[name] + m[name] for name in metrics})
+
+        _, grads, metrics = tf.while_loop(lambda i, *_: i < k, add,
+                                          (tf.constant(1), *self._grads(micro_batch(0))))
+        return [g / tf.cast(k, g.dtype) for g in grads], metrics
 
     def _apply_gradients(self, grads):
         self.optimizer.apply(grads, self.model.trainable_variables)
@@ -170,6 +189,9 @@ class Trainer(TrainingLoop):
         then calls. Elsewhere the first step is taken before the loop, for its names, and the
         step is traced and optimised twice (0.45 of a tiny classifier run's 4.05 CPU-seconds)."""
         def step():
+            if self.ramp:  # one replica: the update reads its micro-batches itself
+                return self._sum_over_replicas(self.strategy.run(
+                    lambda: self._ramped_update(iterator)))
             return self._sum_over_replicas(self.strategy.run(self._replica_update,
                                                              args=(next(iterator),)))
 
@@ -260,16 +282,19 @@ class Trainer(TrainingLoop):
             self._saved.restore(latest).assert_existing_objects_matched()
         return latest
 
-    def _training_input(self, dataset_fn: Callable, step: int):
+    def _training_input(self, dataset_fn: Callable, elements: int):
         if self._single:
             return self._iterator
-        return iter(self._input(dataset_fn, skip_updates=step))
+        return iter(self._input(dataset_fn, skip_updates=elements))
 
     def _run_steps(self, batches, count: int) -> dict:
         return self._train_loop(batches, tf.constant(count))
 
     def _request_stop(self, stop: bool) -> None:
         self._stop.assign(stop)
+
+    def _set_micro_batches(self, count: int) -> None:
+        self._micro_batches.assign(count)
 
     def _save(self, step: int) -> Callable[[], str]:
         # Written here, in the training thread: tf.train.Checkpoint reads the variables as it

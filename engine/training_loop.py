@@ -8,8 +8,9 @@
   SIGTERM: `process.interrupts`) goes on exactly as an uninterrupted one;
 - loop boundaries: `steps_per_loop` steps at a time, cut at checkpoints and at
   `callback_every_steps` (each epoch's end), a stop request honoured after the step in flight;
-- a time budget (`engine.time_budget`): the learning rate set before each loop from the share
-  spent, loops cut to 1% of it, the checkpoint and the end when it is spent;
+- a time budget (`engine.time_budget`): the learning rate, and with a batch-size ramp the
+  micro-batches per update, set before each loop from the share spent, loops cut to 1% of it,
+  the checkpoint and the end when it is spent;
 - after each loop: the NaN stop (nothing saved; the last good checkpoint named), the log line
   and TensorBoard's `train/` summaries (metrics, learning rate, examples/s, and where the backend
   measures it the share of the loop spent waiting on input), the checkpoint cadence, then
@@ -26,7 +27,7 @@ A backend supplies the rest, a small interface: where its checkpoints are (`late
 the function that writes it), its training input (`_training_input`, `_close_input`,
 `_input_waited`), `_run_steps` (n updates, their metric sums), the stop flag (`_request_stop`),
 the evaluation step and input, `predict`, `restore_latest`, `write_summary`, `write_weights`,
-`global_step` and `current_learning_rate`.
+`global_step` and `current_learning_rate`, and for a batch-size ramp `_set_micro_batches`.
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ from bert_tf2.engine.trainer_config import (
     worker_dir,
 )
 from bert_tf2.process import fault_points, interrupts
+from bert_tf2.process.errors import SettingsError
 from bert_tf2.process.progress import format_duration
 
 logger = logging.getLogger(__name__)
@@ -73,6 +75,12 @@ class TrainingLoop:
         self._writers = {}  # TensorBoard's, by kind
         self._checkpoints = CheckpointWriter()
         self.clock = time.monotonic  # the time budget's clock (the tests give their own)
+        # A batch-size ramp (`engine.time_budget`): each input element is one micro-batch, and
+        # an update takes as many as the share of the budget spent says.
+        self.ramp = bool(config.time_budget is not None
+                         and getattr(config.time_budget, "batch_size_ramp", 0) > 0
+                         and config.num_accumulation_steps > 1)
+        self._micro_batches_used = 0  # with a ramp: the input elements used so far
 
     # ------------------------------------------------------------------ the backend's interface
     @property
@@ -97,8 +105,9 @@ class TrainingLoop:
         """Restores the newest checkpoint, if any, for training on; returns its path."""
         raise NotImplementedError
 
-    def _training_input(self, dataset_fn: Callable, step: int):
-        """The batches of the updates after `step` (what `_run_steps` takes them from)."""
+    def _training_input(self, dataset_fn: Callable, elements: int):
+        """The input after its first `elements` elements (an update's batch each, or with a
+        batch-size ramp a micro-batch each): what `_run_steps` takes them from."""
         raise NotImplementedError
 
     def _close_input(self, batches) -> None:
@@ -115,6 +124,11 @@ class TrainingLoop:
 
     def _request_stop(self, stop: bool) -> None:
         """Sets or clears the flag that ends `_run_steps` after the step in flight."""
+        raise NotImplementedError
+
+    def _set_micro_batches(self, count: int) -> None:
+        """With a batch-size ramp: the micro-batches (input elements) each update of the next
+        `_run_steps` takes."""
         raise NotImplementedError
 
     def _save(self, step: int) -> Callable[[], str]:
@@ -163,7 +177,15 @@ class TrainingLoop:
             if on_resume:
                 on_resume(self.global_step)
         step = self.global_step
-        batches = self._training_input(dataset_fn, step)
+        if self.ramp:
+            self._micro_batches_used = time_budget.read_micro_batches(
+                self._checkpoint_folder() or self.config.output_dir, step)
+            if self._micro_batches_used is None:
+                raise SettingsError(f"{self.config.output_dir}: its checkpoint of step {step} "
+                                    f"was trained without --batch_size_ramp; use a new "
+                                    f"--output_dir")
+        batches = self._training_input(dataset_fn, self._micro_batches_used if self.ramp
+                                       else step)
         self._request_stop(False)
 
         def stop():
@@ -209,7 +231,8 @@ class TrainingLoop:
         metrics = {}
         where = lambda: f"at training step {self.global_step} of {cfg.num_train_steps}"  # noqa
         budget = self._budget_clock(step)
-        seconds_per_step = None
+        seconds_per_micro_batch = None  # the budget's measure of speed (an update's batch: 1)
+        micro_batches = 1  # the next loop's micro-batches per update, with a ramp
         finished = budget is not None and budget.done()
         while step < cfg.num_train_steps and not finished:
             interrupts.at(where)  # again after each evaluation, which says its own
@@ -217,7 +240,11 @@ class TrainingLoop:
                     cfg.save_checkpoints_steps - step % cfg.save_checkpoints_steps,
                     next_boundary(step, cfg.callback_every_steps) - step)
             if budget:
-                n = budget.loop_steps(n, seconds_per_step)
+                if self.ramp:
+                    micro_batches = budget.micro_batches(cfg.num_accumulation_steps)
+                    self._set_micro_batches(micro_batches)
+                n = budget.loop_steps(n, None if seconds_per_micro_batch is None
+                                      else seconds_per_micro_batch * micro_batches)
                 self.optimizer.learning_rate = budget.learning_rate()
                 spent = budget.spent()
             start, waited, before = time.time(), self._input_waited(batches), step
@@ -227,7 +254,10 @@ class TrainingLoop:
             # Decided once: the budget checkpoint below and the loop's end agree.
             finished = budget is not None and budget.done()
             if budget:
-                seconds_per_step = (budget.spent() - spent) / max(step - before, 1)
+                seconds_per_micro_batch = ((budget.spent() - spent)
+                                           / max((step - before) * micro_batches, 1))
+            if self.ramp:
+                self._micro_batches_used += (step - before) * micro_batches
             if not math.isfinite(metrics["loss"]):
                 self.wait_for_checkpoint()  # so that the message names the last one written
                 raise NonFiniteLossError(
@@ -236,8 +266,13 @@ class TrainingLoop:
                     f"{self.latest_checkpoint() or 'none'}). Lower --learning_rate or check the "
                     f"data, then run again")
             lr = self.current_learning_rate()
-            speed = cfg.examples_per_step * n / elapsed if cfg.examples_per_step else 0.0
+            examples = cfg.examples_per_step  # an update's, at this loop's micro-batches
+            if self.ramp:
+                examples = examples * micro_batches // cfg.num_accumulation_steps
+            speed = examples * n / elapsed if examples else 0.0
             scalars = {**metrics, "learning_rate": lr, "examples_per_second": speed}
+            if self.ramp:
+                scalars["batch_size"] = examples
             wait = ""
             if waited is not None:
                 scalars["input_wait_share"] = share = (
@@ -249,6 +284,8 @@ class TrainingLoop:
             if budget:
                 eta = min(eta, budget.remaining())
                 share = f" | budget {100 * budget.share():.1f}% spent"
+            if self.ramp:
+                share = f" | batch {examples}{share}"
             logger.info("step %d/%d | %s | lr %.3g | %.1f examples/s%s%s | eta %s", step,
                         cfg.num_train_steps,
                         " | ".join(f"{k} {v:.4f}" for k, v in metrics.items()), lr, speed, wait,
@@ -261,8 +298,9 @@ class TrainingLoop:
                 self._checkpoints.wait()  # the previous checkpoint's write, if still going
                 folder = self._checkpoint_folder()
                 if budget and folder:  # before the checkpoint: each complete one has its figure
-                    time_budget.record_spent(folder, step, budget.spent(),
-                                             keep=cfg.keep_checkpoint_max + 1)
+                    time_budget.record_spent(
+                        folder, step, budget.spent(), keep=cfg.keep_checkpoint_max + 1,
+                        micro_batches=self._micro_batches_used if self.ramp else None)
                 write = self._save(step)
                 self._checkpoints.submit(write, then=_saved(step, time.perf_counter() - start))
             if on_loop_end:

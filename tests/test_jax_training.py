@@ -234,3 +234,31 @@ def test_two_processes_train_as_one_process(mrpc_small, tiny_checkpoint, no_tens
     assert not list((tmp_path / "two").glob("*_temp"))
     assert not list((tmp_path / "two" / "worker_1_scratch").glob("model.ckpt-*"))
     assert not (tmp_path / "two" / "worker_1_scratch" / "eval_results.txt").exists()
+
+
+def test_a_batch_size_ramp_on_jax_as_on_tensorflow(no_tensorflow, tmp_path):
+    """tests/test_training_loop.py's two checks of the ramp, on JAX: held at 4 micro-batches it
+    equals accumulating 4 (plain SGD, the same rows), it grows to 4 at 60% of the budget, and a
+    run stopped at step 6 resumes past the 12 micro-batches used to the uninterrupted weights."""
+    run_jax(no_tensorflow, "tests/ramp_training.py", tmp_path)
+    runs = json.loads((tmp_path / "runs.json").read_text())
+    weights = np.load(tmp_path / "weights.npz")
+
+    def of(run):
+        return {k.split("/", 1)[1]: weights[k] for k in weights.files if k.startswith(run + "/")}
+
+    assert not runs["fixed"]["ramp"] and runs["forced"]["ramp"]
+    assert runs["fixed"]["step"] == runs["forced"]["step"] == 10
+    np.testing.assert_allclose(runs["forced"]["rates"], runs["fixed"]["rates"], rtol=1e-6)
+    fixed, forced = of("fixed"), of("forced")
+    assert fixed.keys() == forced.keys() and len(fixed) > 10
+    for name, value in fixed.items():
+        np.testing.assert_allclose(forced[name], value, rtol=0, atol=5e-7, err_msg=name)
+    assert runs["forced"]["record"] == {"10": {"seconds": 10.0, "micro_batches": 40}}
+    assert runs["straight"]["counts"] == [1, 1, 2, 2, 3, 3, 4, 4, 4, 4]
+    assert runs["straight"]["record"] == {"10": {"seconds": 10.0, "micro_batches": 28}}
+    assert runs["first"]["counts"] + runs["resumed"]["counts"] == runs["straight"]["counts"]
+    assert runs["first"]["record"]["6"] == {"seconds": 6.0, "micro_batches": 12}
+    straight, resumed = of("straight"), of("resumed")
+    for name, value in straight.items():
+        np.testing.assert_allclose(resumed[name], value, rtol=0, atol=1e-6, err_msg=name)

@@ -133,7 +133,8 @@ def test_start_from_real_hugging_face_weights_with_dynamic_masking(corpus, minil
     assert (out / "tf1" / "vocab.txt").exists()
 
 
-def test_budget_recipe_on_packed_records_stops_on_time(corpus, minilm_dir, tmp_path):
+def test_budget_recipe_on_packed_records_ramps_its_batch_and_stops_on_time(corpus, minilm_dir,
+                                                                          tmp_path):
     vocab = f"--vocab_file={minilm_dir}/vocab.txt"
     result = python("-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
                     f"--input_file={corpus}/wiki.txt", f"--output_file={tmp_path}/packed.tfrecord",
@@ -145,20 +146,28 @@ def test_budget_recipe_on_packed_records_stops_on_time(corpus, minilm_dir, tmp_p
                     f"--input_file={tmp_path}/packed.tfrecord", f"--output_dir={out}",
                     f"--bert_config_file={corpus}/bert_config.json", vocab,
                     "--max_seq_length=64", "--max_predictions_per_seq=20",
-                    "--train_batch_size=8", "--save_checkpoints_steps=100000", "--do_train",
-                    "--do_eval", "--max_eval_steps=2")
+                    "--train_batch_size=8", "--num_accumulation_steps=2", "--batch_size_ramp=0.6",
+                    "--save_checkpoints_steps=100000", "--do_train", "--do_eval",
+                    "--max_eval_steps=2")
     assert result.returncode == 0, result.stderr
     assert ("--recipe=budget sets --no_nsp=True --dynamic_masking=True --masked_lm_prob=0.3 "
             "--hidden_dropout_prob=0.0 --attention_probs_dropout_prob=0.0 "
             "--warmup_proportion=0.75 --warmup_start_fraction=0.25 --learning_rate=0.0003"
             ) in result.stderr
-    assert "step 1/100000 | loss" in result.stderr and "| lr 7.5e-05 |" in result.stderr
+    first = next(line for line in result.stderr.splitlines() if "step 1/100000 | loss" in line)
+    assert float(first.split("| lr ")[1].split()[0]) == pytest.approx(7.5e-5, rel=0.01)
+    # One micro-batch of 4 rows per update at first, two (the batch of 8) from 60% of the budget.
+    batches = [int(line.split("| batch ")[1].split()[0]) for line in result.stderr.splitlines()
+               if "| batch " in line]
+    assert batches[0] == 4 and batches[-1] == 8 and batches == sorted(batches)
     results = dict(line.split(" = ") for line in (out / "eval_results.txt").read_text().split(
         "\n") if line)
     assert set(results) == {"global_step", "loss", "masked_lm_accuracy", "masked_lm_loss"}
     steps = int(results["global_step"])
     spent = json.loads((out / "time_budget.json").read_text())
-    assert list(spent) == [str(steps)] and 6.0 <= spent[str(steps)] < 9.0  # one 6 s budget
+    assert list(spent) == [str(steps)] and 6.0 <= spent[str(steps)]["seconds"] < 9.0  # one 6 s
+    used = spent[str(steps)]["micro_batches"]
+    assert steps < used < 2 * steps
     assert "budget 100.0% spent" in result.stderr
     # The export keeps bert_config.json's dropout (0.1), which fine-tuning wants.
     assert checkpoints.read_config(out / "tf1").hidden_dropout_prob == 0.1
@@ -173,6 +182,12 @@ def test_budget_recipe_on_packed_records_stops_on_time(corpus, minilm_dir, tmp_p
     (["--warmup_proportion=0.5"], "--warmup_proportion shapes the schedule of "
                                   "--train_budget_minutes; without a budget, set "
                                   "--num_warmup_steps"),
+    (["--batch_size_ramp=0.6"], "--batch_size_ramp shapes the schedule of "
+                                "--train_budget_minutes; without a budget, the batch is "
+                                "--train_batch_size throughout"),
+    (["--train_budget_minutes=1", "--batch_size_ramp=0.6"],
+     "--batch_size_ramp=0.6 grows each update from one micro-batch to --num_accumulation_steps "
+     "of them: set --num_accumulation_steps above 1"),
     (["--dynamic_masking", "--masked_lm_prob=0.3"],
      "--masked_lm_prob=0.3 masks up to 19 of 64 tokens, but the records hold "
      "--max_predictions_per_seq=10: make the records with --max_predictions_per_seq=19 or more"),

@@ -58,3 +58,28 @@ def test_the_record_keeps_each_checkpoints_time_and_refuses_a_missing_one(tmp_pa
                                             r"checkpoint of step 50 .*use a new --output_dir"):
         time_budget.read_spent(str(tmp_path), 50)
     assert [p.name for p in tmp_path.iterdir()] == [time_budget.RECORD_FILE]  # no temporary
+
+
+def test_the_batch_size_ramp_rises_linearly_to_its_full_count_at_its_share():
+    # 1 + floor((most - 1) x share / ramp): equal shares of the ramp for each count below `most`.
+    counts = [time_budget.ramp_micro_batches(p, 0.6, 4) for p in PROGRESS]
+    expected = np.minimum(4, 1 + np.floor(3 * PROGRESS / 0.6 + 1e-12)).astype(int)
+    assert counts == list(expected)
+    assert counts[:41] == [1] * 40 + [2] and counts[120:] == [4] * 81  # 0.2 -> 2, 0.6 -> 4
+    assert time_budget.ramp_micro_batches(0.3, 0.0, 8) == 8  # no ramp: the full batch
+    assert time_budget.ramp_micro_batches(0.99, 1.0, 16) == 15
+    clock = BudgetClock(TimeBudget(100.0, 1e-3, batch_size_ramp=0.5), 25.0, clock=lambda: 0.0)
+    assert clock.micro_batches(3) == 2  # half-way up the ramp
+
+
+def test_a_ramped_runs_record_keeps_its_micro_batches_and_reads_the_older_figures(tmp_path):
+    folder = str(tmp_path)
+    time_budget.record_spent(folder, 10, 4.5, keep=3)  # a run without a ramp: seconds alone
+    time_budget.record_spent(folder, 20, 9.25, keep=3, micro_batches=57)
+    assert json.loads((tmp_path / time_budget.RECORD_FILE).read_text()) == {
+        "10": 4.5, "20": {"seconds": 9.25, "micro_batches": 57}}
+    assert time_budget.read_spent(folder, 20) == 9.25
+    assert time_budget.read_micro_batches(folder, 20) == 57
+    assert time_budget.read_spent(folder, 10) == 4.5
+    assert time_budget.read_micro_batches(folder, 10) is None
+    assert time_budget.read_micro_batches(folder, 0) == 0

@@ -1,5 +1,6 @@
 """The shared training loop: accumulation, exact resume, non-finite stop, exact metrics, a time
 budget."""
+import dataclasses
 import json
 import os
 
@@ -7,45 +8,23 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tiny_pretraining import PREDICTIONS, config, on_a_step_clock, records
 
 from bert_tf2.engine import time_budget
 from bert_tf2.engine.distribution import get_strategy
 from bert_tf2.engine.time_budget import TimeBudget
 from bert_tf2.engine.training import NonFiniteLossError, Trainer, TrainerConfig
 from bert_tf2.modeling.checkpoint_names import tf1_variable_map
-from bert_tf2.modeling.config import BertConfig
 from bert_tf2.modeling.encoder import BertEncoder
 from bert_tf2.modeling.models import BertPretrainer
 from bert_tf2.modeling.optimization import create_optimizer
 from bert_tf2.process.errors import SettingsError
 from bert_tf2.tasks.pretraining.task import PretrainingTask, pretrainer_inputs
 
-VOCAB, LENGTH, PREDICTIONS = 60, 16, 3
-
-
-def records(n=128, seed=0):
-    """Static pretraining records with every prediction slot used (equal weights per row)."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(5, VOCAB, (n, LENGTH)).astype(np.int32)
-    positions = np.sort(np.stack([rng.choice(np.arange(1, LENGTH), PREDICTIONS, replace=False)
-                                  for _ in range(n)]), axis=1).astype(np.int32)
-    return {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids),
-            "masked_lm_positions": positions,
-            "masked_lm_ids": np.take_along_axis(ids, positions, 1),
-            "masked_lm_weights": np.ones((n, PREDICTIONS), np.float32),
-            "next_sentence_labels": rng.integers(0, 2, (n, 1)).astype(np.int32)}
-
-
-def config(dropout=0.1):
-    return BertConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2,
-                      num_attention_heads=2, intermediate_size=32, max_position_embeddings=32,
-                      type_vocab_size=2, hidden_dropout_prob=dropout,
-                      attention_probs_dropout_prob=dropout)
-
 
 def trainer(output_dir, steps, batch, accumulation=1, dropout=0.1, lr=1e-3, warmup=2,
             save_every=5, steps_per_loop=5, seed=7, sgd=False, jit=False, budget=None,
-            task=None):
+            task=None, checkpoint_iterator=True):
     keras.utils.set_random_seed(seed)
     strategy = get_strategy("one_device")
     with strategy.scope():
@@ -56,7 +35,8 @@ def trainer(output_dir, steps, batch, accumulation=1, dropout=0.1, lr=1e-3, warm
     loop = Trainer(model, optimizer, task or PretrainingTask(), strategy, TrainerConfig(
         str(output_dir), num_train_steps=steps, steps_per_loop=steps_per_loop,
         save_checkpoints_steps=save_every, num_accumulation_steps=accumulation,
-        jit_compile=jit, examples_per_step=batch, keep_checkpoint_max=5, time_budget=budget))
+        jit_compile=jit, examples_per_step=batch, keep_checkpoint_max=5, time_budget=budget,
+        checkpoint_iterator=checkpoint_iterator))
     data = records()
 
     def dataset_fn(context):
@@ -113,20 +93,6 @@ def test_interrupted_and_resumed_run_ends_at_the_same_weights(tmp_path):
         "model.ckpt-5.index"]
 
 
-def on_a_step_clock(loop):
-    """The budget's clock reads one second per step taken; the learning rate of each step is
-    kept in `loop.rates`."""
-    loop.clock = lambda: float(loop.global_step)
-    loop.rates = []
-    run_steps = loop._run_steps
-
-    def recorded(batches, count):
-        loop.rates += [loop.current_learning_rate()] * count
-        return run_steps(batches, count)
-    loop._run_steps = recorded
-    return loop
-
-
 @pytest.mark.integration
 def test_a_time_budget_sets_each_steps_rate_and_a_resumed_run_keeps_to_it(tmp_path):
     budget = TimeBudget(10.0, 1e-3, warmup_proportion=0.75, warmup_start_fraction=0.25)
@@ -168,6 +134,61 @@ def test_a_time_budget_sets_each_steps_rate_and_a_resumed_run_keeps_to_it(tmp_pa
     with pytest.raises(SettingsError, match=r"time_budget.json: no time spent recorded for "
                                             r"the checkpoint of step 2"):
         later.train(data)
+
+
+@pytest.mark.integration
+def test_a_ramped_update_of_k_micro_batches_equals_accumulating_k(tmp_path, monkeypatch):
+    """A batch-size ramp's update reads k micro-batches from the input and applies their mean
+    gradient: held at k = 4, the run equals a run accumulating 4 micro-batches of a batch 4 times
+    larger (the same rows in the same order), step for step (plain SGD: equal updates)."""
+    budget = TimeBudget(10.0, 0.5, batch_size_ramp=0.6)
+    fixed, data = trainer(tmp_path / "fixed", steps=1000, batch=16, accumulation=4, dropout=0.0,
+                          sgd=True, save_every=1000, budget=dataclasses.replace(
+                              budget, batch_size_ramp=0.0))
+    assert not fixed.ramp
+    on_a_step_clock(fixed).train(data)
+    monkeypatch.setattr(time_budget.BudgetClock, "micro_batches", lambda clock, most: most)
+    ramped, micro = trainer(tmp_path / "ramped", steps=1000, batch=4, accumulation=4,
+                            dropout=0.0, sgd=True, save_every=1000, budget=budget)
+    assert ramped.ramp
+    on_a_step_clock(ramped).train(micro)
+    assert ramped.global_step == fixed.global_step == 10
+    np.testing.assert_allclose(ramped.rates, fixed.rates, rtol=1e-6)
+    for name, value in weights(fixed.model).items():
+        np.testing.assert_allclose(weights(ramped.model)[name], value, rtol=0, atol=5e-7,
+                                   err_msg=name)
+    assert json.loads((tmp_path / "ramped" / time_budget.RECORD_FILE).read_text()) == {
+        "10": {"seconds": 10.0, "micro_batches": 40}}
+
+
+@pytest.mark.integration
+def test_a_batch_size_ramp_grows_with_the_budget_and_resumes_past_its_micro_batches(tmp_path):
+    """At 60% of a 10-step budget the updates reach 4 micro-batches, from 1: k = 1 + floor(3 x
+    share / 0.6), set before each loop (one step each here). A run stopped at step 6 and
+    resumed by fresh objects that rebuild the input (no iterator in the checkpoint) skips the 12
+    micro-batches used, and ends at the uninterrupted run's weights."""
+    budget = TimeBudget(10.0, 1e-3, 0.75, 0.25, batch_size_ramp=0.6)
+    task = PretrainingTask(nsp=False, max_predictions_per_seq=PREDICTIONS)
+
+    def run(folder, steps, save_every):
+        loop, micro = trainer(tmp_path / folder, steps=steps, batch=4, accumulation=4,
+                              budget=budget, save_every=save_every, task=task,
+                              checkpoint_iterator=False)
+        on_a_step_clock(loop)
+        loop.train(micro)
+        return loop
+
+    straight = run("straight", 1000, 1000)
+    assert straight.counts == [1, 1, 2, 2, 3, 3, 4, 4, 4, 4]
+    assert json.loads((tmp_path / "straight" / time_budget.RECORD_FILE).read_text()) == {
+        "10": {"seconds": 10.0, "micro_batches": 28}}
+    first = run("resumed", 6, 3)
+    second = run("resumed", 1000, 1000)  # the seed of the input's order stays the run's
+    assert first.counts + second.counts == straight.counts
+    assert time_budget.read_micro_batches(str(tmp_path / "resumed"), 6) == 12
+    for name, value in weights(straight.model).items():
+        np.testing.assert_allclose(weights(second.model)[name], value, rtol=0, atol=1e-6,
+                                   err_msg=name)
 
 
 @pytest.mark.integration
