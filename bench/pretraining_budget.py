@@ -250,8 +250,8 @@ def spread(values: list) -> str:
 
 
 def table(rows: list, tasks: list) -> str:
-    lines = ["| side | steps | held-out MLM accuracy | held-out MLM loss | "
-             + " | ".join(f"{t} dev {DEV_METRIC[t][5:]}" for t in tasks) + " |",
+    lines = ["| side | steps | held-out MLM accuracy | held-out MLM loss |"
+             + "".join(f" {t} dev {DEV_METRIC[t][5:]} |" for t in tasks),
              "|---" * (4 + len(tasks)) + "|"]
     for side in dict.fromkeys(r["side"] for r in rows):
         mine = [r for r in rows if r["side"] == side]
@@ -259,8 +259,8 @@ def table(rows: list, tasks: list) -> str:
             continue
         lines.append(f"| {side} | {spread([r['steps'] for r in mine])} | "
                      f"{spread([r['held_out']['masked_lm_accuracy'] for r in mine])} | "
-                     f"{spread([r['held_out']['masked_lm_loss'] for r in mine])} | "
-                     + " | ".join(spread([r['dev'][t] for r in mine]) for t in tasks) + " |")
+                     f"{spread([r['held_out']['masked_lm_loss'] for r in mine])} |"
+                     + "".join(f" {spread([r['dev'][t] for r in mine])} |" for t in tasks))
     return "\n".join(lines)
 
 
