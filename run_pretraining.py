@@ -4,9 +4,9 @@ The original's flags and defaults, plus: --optimizer=adamw|lamb, --num_accumulat
 --dtype, --jit_compile, --distribution_strategy, --steps_per_loop (alias of --iterations_per_loop),
 --dynamic_masking, --keep_checkpoint_max, and pretraining on a budget (--recipe=budget,
 --train_budget_minutes, --batch_size_ramp, --no_nsp, the dropout overrides). A restarted run
-resumes from the newest checkpoint in --output_dir by itself. At the end the model is also written as a Google TF1 checkpoint in
-`output_dir/tf1/` (bert_config.json, bert_model.ckpt.*), which fine-tuning and the original's tools
-load. The task lives in `tasks/pretraining/`; `engine.pretraining.pretrain` runs it.
+resumes from the newest checkpoint in --output_dir by itself. At the end the model is also written
+as a Google TF1 checkpoint in `output_dir/tf1/` (bert_config.json, bert_model.ckpt.*), which
+fine-tuning and the original's tools load. The task lives in `tasks/pretraining/`; `engine.pretraining.pretrain` runs it.
 
     python run_pretraining.py --input_file=out/records/*.tfrecord --output_dir=out/pretrain \
         --bert_config_file=bert_config.json --do_train --do_eval --num_train_steps=10000
@@ -16,6 +16,7 @@ from __future__ import annotations
 from absl import app, flags
 
 from bert_tf2 import runner_flags
+from bert_tf2.engine.pretraining import BUDGET_ONLY, pretrain
 from bert_tf2.process import flag_ranges
 
 FLAGS = flags.FLAGS
@@ -80,11 +81,9 @@ flags.DEFINE_float("warmup_proportion", D.warmup_proportion, "With --train_budge
 flags.DEFINE_float("warmup_start_fraction", D.warmup_start_fraction,
                    "With --train_budget_minutes: the first learning rate, as a fraction of "
                    "--learning_rate.")
-flags.DEFINE_float("batch_size_ramp", D.batch_size_ramp,
-                   "With --train_budget_minutes and --num_accumulation_steps=K: each update "
-                   "starts as one micro-batch (--train_batch_size / K) and grows linearly with "
-                   "the time spent to K of them (the full --train_batch_size) at this share of "
-                   "the budget (Cramming: 0.6). 0: no ramp.")
+flags.DEFINE_float("batch_size_ramp", D.batch_size_ramp, "With --train_budget_minutes: updates "
+                   "grow linearly with the time spent from 1 to --num_accumulation_steps "
+                   "micro-batches, all of them from this share of the budget on (0: no ramp).")
 runner_flags.check_training_flags()
 flag_ranges.at_least_one("max_seq_length", "max_predictions_per_seq", "max_eval_steps")
 flag_ranges.check("masked_lm_prob", 0, 1, above=True)
@@ -121,9 +120,7 @@ def apply_recipe() -> None:
             applied.append(f"--{name}={value}")
     if applied:
         logging.info("--recipe=%s sets %s", FLAGS.recipe, " ".join(applied))
-    for name, otherwise in (("warmup_proportion", "set --num_warmup_steps"),
-                            ("warmup_start_fraction", "set --num_warmup_steps"),
-                            ("batch_size_ramp", "the batch is --train_batch_size throughout")):
+    for name, otherwise in BUDGET_ONLY.items():
         if FLAGS[name].present and FLAGS.train_budget_minutes is None:
             raise app.UsageError(f"--{name} shapes the schedule of --train_budget_minutes; "
                                  f"without a budget, {otherwise}")
@@ -131,7 +128,6 @@ def apply_recipe() -> None:
 
 def main(argv):
     del argv
-    from bert_tf2.engine.pretraining import pretrain
     from bert_tf2.tasks.pretraining.task import PretrainingTask
 
     for name in ("input_file", "output_dir"):

@@ -61,6 +61,12 @@ class PretrainSettings(RunSettings):
     batch_size_ramp: float = 0.0
 
 
+# The settings that shape a time budget's schedule, and what to do instead without a budget.
+BUDGET_ONLY = {"warmup_proportion": "set --num_warmup_steps",
+               "warmup_start_fraction": "set --num_warmup_steps",
+               "batch_size_ramp": "the batch is --train_batch_size throughout"}
+
+
 # What tf.io.parse_example says of a record whose features are not the spec's.
 _PARSE_ERROR = re.compile(r"Key: \w+|serialized Example")
 
