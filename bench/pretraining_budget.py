@@ -30,6 +30,9 @@ What, with the project's own command lines (everything under `--work_dir`, never
      turned back to the original's (15% masks, dropout 0.1, a tenth of warm-up from 0, static
      masks), or with Cramming's batch-size ramp added (32 rows per update at first, 128 from 60%
      of the budget);
+   - architecture sides (`ARCHITECTURES`): the budget recipe on a BERT-Mini with Cramming's
+     pre-LayerNorm, no biases or gated GELU (at 2/3 of the width: the same weights), each alone,
+     or all three (`crammed`); each side's own bert_config.json goes with its checkpoint;
    - transformers: `bench/_hf_pretrain.py` in the peer's environment (bench/.venv-pytorch, made on
      first use as bench/finetune_vs_pytorch.py makes it): `BertForMaskedLM` with
      `DataCollatorForLanguageModeling` (15%) and its `Trainer`, on the budget recipe's own rows,
@@ -42,6 +45,8 @@ What, with the project's own command lines (everything under `--work_dir`, never
     python bench/pretraining_budget.py --budget_minutes 1 --seeds 1 # a smoke run, about 8 minutes
     python bench/pretraining_budget.py --seeds 1 --tasks '' \
         --sides budget,mask15,dropout,schedule,static,ramp          # the ablation rows
+    python bench/pretraining_budget.py --seeds 1 --tasks '' \
+        --sides budget,pre_ln,no_bias,gated,crammed                 # the architecture rows
 
 Writes bench/results/pretraining_budget.json and prints a Markdown table (mean and min..max over
 the seeds).
@@ -85,6 +90,16 @@ ABLATIONS = {
     # at 60% of the budget.
     "ramp": [f"--train_batch_size={4 * BATCH}", "--num_accumulation_steps=4",
              "--batch_size_ramp=0.6"],
+}
+# Architecture sides: the budget recipe on a BERT-Mini with Cramming's changes (`BertConfig`),
+# each on its own and all three. The gated feed-forward's width is 2/3 of 1024, so that its
+# three matrices hold about the weights and products of BERT's two.
+ARCHITECTURES = {
+    "pre_ln": {"layer_norm_position": "pre"},
+    "no_bias": {"use_bias": False},
+    "gated": {"gated_feed_forward": True, "intermediate_size": 682},
+    "crammed": {"layer_norm_position": "pre", "use_bias": False, "gated_feed_forward": True,
+                "intermediate_size": 682},
 }
 FINETUNE = {"MRPC": ["--max_seq_length=128", "--num_train_epochs=3"],
             "SST-2": ["--max_seq_length=64", "--num_train_steps=600"]}
@@ -172,13 +187,24 @@ def peer_rows(files: list, work: Path) -> Path:
     return path
 
 
-def evaluate(data: dict, checkpoint: str, work: Path, logs: str, name: str) -> dict:
+def side_config(work: Path, side: str) -> Path:
+    """The side's bert_config.json: the BERT-Mini's, with an architecture side's changes."""
+    if side not in ARCHITECTURES:
+        return work / "bert_config.json"
+    path = work / f"bert_config-{side}.json"
+    path.write_text(json.dumps({**json.loads((work / "bert_config.json").read_text()),
+                                **ARCHITECTURES[side]}, indent=1))
+    return path
+
+
+def evaluate(data: dict, checkpoint: str, work: Path, logs: str, name: str,
+             config: Path) -> dict:
     """Held-out masked-LM scores of a checkpoint (any format the runners load)."""
     out = work / f"eval-{name}"
     shutil.rmtree(out, ignore_errors=True)
     python("run_pretraining.py", f"--input_file={','.join(data['records']['held_out'])}",
            f"--output_dir={out}", f"--init_checkpoint={checkpoint}",
-           f"--bert_config_file={work / 'bert_config.json'}", "--do_eval", "--no_nsp",
+           f"--bert_config_file={config}", "--do_eval", "--no_nsp",
            f"--max_seq_length={LENGTH}", "--max_predictions_per_seq=20", "--eval_batch_size=64",
            "--max_eval_steps=100000", log_file=f"{logs}/eval-{name}.log")
     results = dict(line.split(" = ") for line in (out / "eval_results.txt").read_text()
@@ -189,7 +215,7 @@ def evaluate(data: dict, checkpoint: str, work: Path, logs: str, name: str) -> d
 def pretrain(side: str, seed: int, data: dict, args, work: Path, logs: str) -> dict:
     out = work / f"{side}-{seed}"
     shutil.rmtree(out, ignore_errors=True)
-    config = work / "bert_config.json"
+    config = side_config(work, side)
     common = [f"--output_dir={out}", f"--bert_config_file={config}",
               f"--vocab_file={data['vocab']}", f"--max_seq_length={LENGTH}",
               f"--train_batch_size={BATCH}", f"--random_seed={seed}", "--do_train",
@@ -199,7 +225,7 @@ def pretrain(side: str, seed: int, data: dict, args, work: Path, logs: str) -> d
         flags = [f"--input_file={','.join(data['records']['original'])}",
                  "--max_predictions_per_seq=20", "--learning_rate=1e-4",
                  "--save_checkpoints_steps=10000000"]
-    elif side == "budget" or side in ABLATIONS:
+    elif side == "budget" or side in ABLATIONS or side in ARCHITECTURES:
         flags = [f"--input_file={','.join(data['records']['packed'])}", "--recipe=budget",
                  "--max_predictions_per_seq=40", f"--save_checkpoints_steps={args.curve_every}",
                  *ABLATIONS.get(side, [])]
@@ -219,13 +245,13 @@ def pretrain(side: str, seed: int, data: dict, args, work: Path, logs: str) -> d
         row = {"wall": wall, "steps": result["steps"], "checkpoint": str(out),
                "peer": result}
     row.update(side=side, seed=seed, held_out=evaluate(data, row["checkpoint"], work, logs,
-                                                         f"{side}-{seed}"))
+                                                         f"{side}-{seed}", config))
     if side == "budget":  # the held-out curve: each checkpoint's score at its time spent
         spent = {step: figure["seconds"] if isinstance(figure, dict) else figure
                  for step, figure in json.loads((out / "time_budget.json").read_text()).items()}
         row["curve"] = [{"step": int(step), "seconds": seconds,
                          **evaluate(data, str(out / f"model.ckpt-{step}"), work, logs,
-                                    f"{side}-{seed}-{step}")}
+                                    f"{side}-{seed}-{step}", config)}
                         for step, seconds in sorted(spent.items(), key=lambda kv: int(kv[0]))]
     return row
 
@@ -303,10 +329,10 @@ def main():
     tasks = [t for t in args.tasks.split(",") if t]
     rows = []
     sides = args.sides.split(",")
-    unknown = [side for side in sides if side not in SIDES and side not in ABLATIONS]
+    known = SIDES + tuple(ABLATIONS) + tuple(ARCHITECTURES)
+    unknown = [side for side in sides if side not in known]
     if unknown:
-        parser.error(f"--sides: {', '.join(unknown)} unknown; sides are "
-                     f"{', '.join(SIDES + tuple(ABLATIONS))}")
+        parser.error(f"--sides: {', '.join(unknown)} unknown; sides are {', '.join(known)}")
     for seed in range(1, args.seeds + 1):
         order = sides if seed % 2 else sides[::-1]  # alternate who runs first
         for side in order:

@@ -47,8 +47,9 @@ def is_head(name: str) -> bool:
 
 
 def dense(prefix: str, layer) -> dict:
-    """A Dense layer's TF1 names: `PREFIX/kernel`, `PREFIX/bias`."""
-    return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
+    """A Dense layer's TF1 names: `PREFIX/kernel`, `PREFIX/bias` (if it has one)."""
+    return {f"{prefix}/kernel": layer.kernel,
+            **({f"{prefix}/bias": layer.bias} if layer.use_bias else {})}
 
 
 def layer_norm(prefix: str, norm) -> dict:
@@ -80,6 +81,8 @@ def encoder_variable_map(encoder: BertEncoder) -> dict:
         names.update(dense(f"{p}/intermediate/dense", block.intermediate))
         names.update(dense(f"{p}/output/dense", block.output_dense))
         names.update(layer_norm(f"{p}/output/LayerNorm", block.output_layer_norm))
+    if encoder.final_layer_norm is not None:  # pre-LayerNorm (not in the original)
+        names.update(layer_norm("bert/encoder/LayerNorm", encoder.final_layer_norm))
     names.update(dense("bert/pooler/dense", encoder.pooler.dense))
     return names
 

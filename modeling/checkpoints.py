@@ -315,6 +315,7 @@ def save_hf_checkpoint(model, directory: str | os.PathLike) -> None:
 
     from bert_tf2.modeling.encoder import BertEncoder
 
+    model.config.require_bert_architecture(os.fspath(directory))
     os.makedirs(directory, exist_ok=True)
     prefixed = not isinstance(model, BertEncoder)
     state = {}

@@ -23,6 +23,11 @@ from bert_tf2.process.errors import UserError
 SHAPE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                 "max_position_embeddings", "type_vocab_size")
 
+LAYER_NORM_POSITIONS = ("post", "pre")
+# BERT's value of each architecture field (`BertConfig.architecture_changes`).
+ARCHITECTURE_DEFAULTS = {"layer_norm_position": "post", "use_bias": True,
+                         "gated_feed_forward": False}
+
 _HF_HIDDEN_ACT = {
     "gelu": "gelu_exact",  # Hugging Face's "gelu" is the erf form
     "gelu_new": "gelu",  # the tanh approximation, which the original calls "gelu"
@@ -63,6 +68,11 @@ class BertConfig:
     initializer_range: float = 0.02
     # Not in the original (always 1e-12 there); Hugging Face configs may set it.
     layer_norm_eps: float = 1e-12
+    # Not in the original: Cramming's architecture changes (docs/pretraining.md), each off by
+    # default. A config that turns one on describes a model that only this project loads.
+    layer_norm_position: str = "post"  # "pre": LayerNorm on each sublayer's input, one at the end
+    use_bias: bool = True  # False: the transformer layers' dense layers have no bias
+    gated_feed_forward: bool = False  # True: hidden_act(gate) * value, both [intermediate_size]
     # Keys this code does not use, kept so that writing a config back loses nothing.
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -95,9 +105,32 @@ class BertConfig:
             raise ConfigError(
                 f"bert config field 'hidden_size' ({self.hidden_size}) must be a multiple of "
                 f"'num_attention_heads' ({self.num_attention_heads})")
+        if self.layer_norm_position not in LAYER_NORM_POSITIONS:
+            raise ConfigError(f"bert config field 'layer_norm_position' is "
+                              f"{self.layer_norm_position!r}; supported: "
+                              f"{', '.join(LAYER_NORM_POSITIONS)}")
+        for name in ("use_bias", "gated_feed_forward"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"bert config field '{name}' must be true or false, "
+                                  f"got {getattr(self, name)!r}")
         if self.hidden_act not in activations.NAMES:
             raise ConfigError(f"bert config field 'hidden_act' is {self.hidden_act!r}; supported: "
                               f"{', '.join(sorted(activations.NAMES))}")
+
+    @property
+    def architecture_changes(self) -> tuple[str, ...]:
+        """The fields set away from BERT's architecture (none for every released BERT): a model
+        with any of them loads here only, never in Hugging Face, KerasHub or the original."""
+        return tuple(name for name, bert in ARCHITECTURE_DEFAULTS.items()
+                     if getattr(self, name) != bert)
+
+    def require_bert_architecture(self, where: str) -> None:
+        """Refuse, in one line naming `where`, a model that other BERT code would load wrongly."""
+        changed = self.architecture_changes
+        if changed:
+            raise ConfigError(
+                f"{where}: the model's config sets {', '.join(changed)}, which BERT's "
+                f"architecture lacks; only this project's runners load such a model")
 
     @property
     def head_size(self) -> int:
@@ -127,12 +160,14 @@ class BertConfig:
     def to_dict(self) -> dict[str, Any]:
         """The flat `bert_config.json` mapping: the fields plus the kept unknown keys.
 
-        `layer_norm_eps` is only written when it differs from the original's fixed 1e-12, so that
-        configs of original models are written back exactly as they were read.
+        `layer_norm_eps` and the architecture changes are only written when they differ from the
+        original's fixed ones, so that configs of original models are written back exactly as
+        they were read.
         """
         out = copy.deepcopy(self.extra)
+        fixed = {"layer_norm_eps": 1e-12, **ARCHITECTURE_DEFAULTS}
         for f in dataclasses.fields(self):
-            if f.name == "extra" or (f.name == "layer_norm_eps" and self.layer_norm_eps == 1e-12):
+            if f.name == "extra" or (f.name in fixed and getattr(self, f.name) == fixed[f.name]):
                 continue
             out[f.name] = getattr(self, f.name)
         return out
@@ -176,6 +211,7 @@ class BertConfig:
         return cls.from_dict(values)
 
     def to_hf_dict(self) -> dict[str, Any]:
+        self.require_bert_architecture("a Hugging Face config")
         out = self.to_dict()
         out["hidden_act"] = {"gelu_exact": "gelu", "gelu": "gelu_new"}.get(self.hidden_act,
                                                                            self.hidden_act)

@@ -17,6 +17,7 @@ from bert_tf2.modeling.layers import (
     Pooler,
     TransformerBlock,
     attention_bias,
+    layer_norm,
     packed_attention_bias,
     packed_positions,
 )
@@ -47,8 +48,13 @@ class BertEncoder(keras.Model):
                              config.intermediate_size, config.hidden_act,
                              config.hidden_dropout_prob, config.attention_probs_dropout_prob,
                              config.initializer_range, config.layer_norm_eps,
+                             pre_layer_norm=config.layer_norm_position == "pre",
+                             use_bias=config.use_bias, gated=config.gated_feed_forward,
                              name=f"layer_{i}", dtype=policy)
             for i in range(config.num_hidden_layers)]
+        # Pre-LayerNorm layers add to an unnormalised stream: one LayerNorm ends the encoder.
+        final_layer_norm = (layer_norm(config.layer_norm_eps, "encoder_LayerNorm", policy)
+                            if config.layer_norm_position == "pre" else None)
         pooler = Pooler(config.hidden_size, config.initializer_range, name="pooler", dtype=policy)
 
         inputs = encoder_inputs(sequence_length)
@@ -59,6 +65,8 @@ class BertEncoder(keras.Model):
         for block in blocks:
             x = block(x, bias)
             layer_outputs.append(x)
+        if final_layer_norm is not None:  # the last layer's output is the sequence output
+            x = layer_outputs[-1] = final_layer_norm(x)
         outputs = {
             "sequence_output": x,
             "pooled_output": pooler(x),
@@ -70,6 +78,7 @@ class BertEncoder(keras.Model):
         self.sequence_length = sequence_length
         self.embeddings = embeddings
         self.blocks = blocks
+        self.final_layer_norm = final_layer_norm
         self.pooler = pooler
 
     @property
@@ -89,12 +98,14 @@ class BertEncoder(keras.Model):
 def _run_layers(encoder: BertEncoder, inputs: dict, bias, position_ids=None, training=None,
                 **last_block):
     """The embeddings and every block of `encoder` (its own layers, the same weights) under an
-    attention `bias`; `last_block` picks the last block's queries (`TransformerBlock.call`)."""
+    attention `bias`, and the final LayerNorm of a pre-LayerNorm encoder; `last_block` picks the
+    last block's queries (`TransformerBlock.call`)."""
     x = encoder.embeddings(inputs["input_word_ids"], inputs["input_type_ids"],
                            position_ids=position_ids, training=training)
     for block in encoder.blocks[:-1]:
         x = block(x, bias, training=training)
-    return encoder.blocks[-1](x, bias, training=training, **last_block)
+    x = encoder.blocks[-1](x, bias, training=training, **last_block)
+    return x if encoder.final_layer_norm is None else encoder.final_layer_norm(x)
 
 
 def packed_first_token_output(encoder: BertEncoder, inputs: dict, example_starts,

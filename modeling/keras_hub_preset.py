@@ -176,8 +176,9 @@ def save_preset(model, folder: str, vocab_file: str, do_lower_case: bool = True,
     preprocessor's."""
     from bert_tf2.process.atomic_files import recover_directory, staged_directory
 
-    keras_hub = require()
     config = model.config
+    config.require_bert_architecture(folder)
+    keras_hub = require()
     check_activation(config, approximate_gelu, config.source or "the model's config")
     if config.attention_probs_dropout_prob != config.hidden_dropout_prob:
         logger.info("KerasHub's BertBackbone has one dropout rate: %s (hidden_dropout_prob)",

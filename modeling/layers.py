@@ -203,17 +203,22 @@ class SelfAttention(keras.layers.Layer):
     and LayerNorm belong to the transformer block, as in the original's variable scopes.
     """
 
-    def __init__(self, num_heads, head_size, dropout_rate, initializer_range, **kwargs):
+    def __init__(self, num_heads, head_size, dropout_rate, initializer_range, use_bias=True,
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.head_size = head_size
         self.dropout_rate = dropout_rate
         self.initializer_range = initializer_range
+        self.use_bias = use_bias
         width = num_heads * head_size
         init = initializer(initializer_range)
-        self.query = keras.layers.Dense(width, kernel_initializer=init, name="query")
-        self.key = keras.layers.Dense(width, kernel_initializer=init, name="key")
-        self.value = keras.layers.Dense(width, kernel_initializer=init, name="value")
+        self.query = keras.layers.Dense(width, kernel_initializer=init, use_bias=use_bias,
+                                        name="query")
+        self.key = keras.layers.Dense(width, kernel_initializer=init, use_bias=use_bias,
+                                      name="key")
+        self.value = keras.layers.Dense(width, kernel_initializer=init, use_bias=use_bias,
+                                        name="value")
         self.dropout = keras.layers.Dropout(dropout_rate, name="dropout")
 
     def build(self, input_shape):
@@ -272,19 +277,29 @@ class SelfAttention(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads, "head_size": self.head_size,
-                "dropout_rate": self.dropout_rate, "initializer_range": self.initializer_range}
+                "dropout_rate": self.dropout_rate, "initializer_range": self.initializer_range,
+                "use_bias": self.use_bias}
 
 
 @keras.saving.register_keras_serializable(package="bert")
 class TransformerBlock(keras.layers.Layer):
-    """One post-LayerNorm encoder layer: attention sublayer, then the feed-forward sublayer.
+    """One encoder layer: attention sublayer, then the feed-forward sublayer.
+
+    BERT's is post-LayerNorm: each sublayer's output plus its input, normalised. Cramming's
+    architecture changes are options (`BertConfig`): `pre_layer_norm` normalises each sublayer's
+    input instead and adds the sublayer's output to the unnormalised input (the encoder then ends
+    in a LayerNorm of its own); `use_bias=False` drops the dense layers' biases; `gated` makes the
+    feed-forward hidden_act(gate) * value, the intermediate dense giving both halves
+    ([value, gate], 2 x intermediate_size wide).
 
     Sublayer names follow the original's scopes under `layer_{i}/`: `attention/self`,
-    `attention/output/{dense,LayerNorm}`, `intermediate/dense`, `output/{dense,LayerNorm}`.
+    `attention/output/{dense,LayerNorm}`, `intermediate/dense`, `output/{dense,LayerNorm}`; under
+    pre-LayerNorm the two LayerNorms keep those names (attention's, then the feed-forward's).
     """
 
     def __init__(self, hidden_size, num_heads, intermediate_size, hidden_act, hidden_dropout_prob,
-                 attention_probs_dropout_prob, initializer_range, layer_norm_eps=1e-12, **kwargs):
+                 attention_probs_dropout_prob, initializer_range, layer_norm_eps=1e-12,
+                 pre_layer_norm=False, use_bias=True, gated=False, **kwargs):
         super().__init__(**kwargs)
         self.hidden_size = hidden_size
         self.num_heads = num_heads
@@ -294,21 +309,27 @@ class TransformerBlock(keras.layers.Layer):
         self.attention_probs_dropout_prob = attention_probs_dropout_prob
         self.initializer_range = initializer_range
         self.layer_norm_eps = layer_norm_eps
+        self.pre_layer_norm = pre_layer_norm
+        self.use_bias = use_bias
+        self.gated = gated
         init = initializer(initializer_range)
         self.attention = SelfAttention(num_heads, hidden_size // num_heads,
                                        attention_probs_dropout_prob, initializer_range,
-                                       name="attention_self")
+                                       use_bias=use_bias, name="attention_self")
         self.attention_output = keras.layers.Dense(hidden_size, kernel_initializer=init,
+                                                   use_bias=use_bias,
                                                    name="attention_output_dense")
         self.attention_dropout = keras.layers.Dropout(hidden_dropout_prob,
                                                       name="attention_output_dropout")
         self.attention_layer_norm = layer_norm(layer_norm_eps, "attention_output_LayerNorm",
                                                self.dtype_policy)
-        self.intermediate = keras.layers.Dense(intermediate_size,
-                                               activation=activations.get(hidden_act),
-                                               kernel_initializer=init, name="intermediate_dense")
+        self.activation = activations.get(hidden_act)
+        self.intermediate = keras.layers.Dense(
+            intermediate_size * (2 if gated else 1),
+            activation=None if gated else self.activation, kernel_initializer=init,
+            use_bias=use_bias, name="intermediate_dense")
         self.output_dense = keras.layers.Dense(hidden_size, kernel_initializer=init,
-                                               name="output_dense")
+                                               use_bias=use_bias, name="output_dense")
         self.output_dropout = keras.layers.Dropout(hidden_dropout_prob, name="output_dropout")
         self.output_layer_norm = layer_norm(layer_norm_eps, "output_LayerNorm", self.dtype_policy)
 
@@ -328,18 +349,39 @@ class TransformerBlock(keras.layers.Layer):
         with `query_positions` ([B, Q] int), [B, Q, H]: the outputs of those tokens of each row
         alone (packed rows' [CLS] tokens), under their rows of a per-token `bias` [B, 1, L, L]."""
         if query_positions is not None:
-            queries = ops.take_along_axis(x, query_positions[:, :, None], axis=1)
+            def select(t):
+                return ops.take_along_axis(t, query_positions[:, :, None], axis=1)
+
             if bias.shape[2] != 1:  # per-token rows (packed), not one row for all
                 bias = ops.take_along_axis(bias, query_positions[:, None, :, None], axis=2)
+        elif first_token_only:
+            def select(t):
+                return t[:, :1, :]
         else:
-            queries = x[:, :1, :] if first_token_only else x
-        attended = flat_rows(self.attention(x, bias, training=training, queries=queries))
+            def select(t):
+                return t
+        queries = select(x)
+        # What attention reads: the layer's input, or (pre-LN) its normalised form.
+        source = self.attention_layer_norm(x) if self.pre_layer_norm else x
+        attended = flat_rows(self.attention(source, bias, training=training,
+                                            queries=select(source)))
         attended = self.attention_dropout(self.attention_output(attended), training=training)
-        rows = self.attention_layer_norm(attended + flat_rows(queries))
-        hidden = self.output_dense(self.intermediate(rows))
-        hidden = self.output_dropout(hidden, training=training)
-        out = self.output_layer_norm(hidden + rows)
+        rows = attended + flat_rows(queries)
+        if not self.pre_layer_norm:
+            rows = self.attention_layer_norm(rows)
+        hidden = self._feed_forward(self.output_layer_norm(rows) if self.pre_layer_norm
+                                    else rows)
+        out = self.output_dropout(hidden, training=training) + rows
+        if not self.pre_layer_norm:
+            out = self.output_layer_norm(out)
         return ops.reshape(out, (ops.shape(queries)[0], ops.shape(queries)[1], self.hidden_size))
+
+    def _feed_forward(self, rows):
+        hidden = self.intermediate(rows)
+        if self.gated:
+            value, gate = ops.split(hidden, 2, axis=-1)
+            hidden = value * (gate if self.activation is None else self.activation(gate))
+        return self.output_dense(hidden)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -350,7 +392,8 @@ class TransformerBlock(keras.layers.Layer):
                 "hidden_act": self.hidden_act, "hidden_dropout_prob": self.hidden_dropout_prob,
                 "attention_probs_dropout_prob": self.attention_probs_dropout_prob,
                 "initializer_range": self.initializer_range,
-                "layer_norm_eps": self.layer_norm_eps}
+                "layer_norm_eps": self.layer_norm_eps, "pre_layer_norm": self.pre_layer_norm,
+                "use_bias": self.use_bias, "gated": self.gated}
 
 
 @keras.saving.register_keras_serializable(package="bert")

@@ -39,15 +39,31 @@ def softmax(x):
 class ReferenceBert:
     """Forward pass of the original BERT; `w` maps TF1 variable names to arrays."""
 
-    def __init__(self, weights, num_layers, num_heads, hidden_act="gelu", eps=1e-12):
+    def __init__(self, weights, num_layers, num_heads, hidden_act="gelu", eps=1e-12,
+                 pre_layer_norm=False, gated=False):
+        """`pre_layer_norm` and `gated` are Cramming's changes, not the original's: LayerNorm on
+        each sublayer's input plus `bert/encoder/LayerNorm` at the end; a feed-forward of
+        act(gate) * value, the intermediate kernel's columns [value | gate]. A dense layer with no
+        `/bias` in `weights` has none."""
         self.w = {k: np.asarray(v, np.float64) for k, v in weights.items()}
         self.num_layers = num_layers
         self.num_heads = num_heads
         self.act = ACTIVATIONS[hidden_act]
         self.eps = eps
+        self.pre_layer_norm = pre_layer_norm
+        self.gated = gated
 
     def dense(self, x, scope):
-        return x @ self.w[scope + "/kernel"] + self.w[scope + "/bias"]
+        return x @ self.w[scope + "/kernel"] + self.w.get(scope + "/bias", 0.0)
+
+    def feed_forward(self, x, p):
+        inner = self.dense(x, p + "/intermediate/dense")
+        if self.gated:
+            half = inner.shape[-1] // 2
+            inner = inner[..., :half] * self.act(inner[..., half:])
+        else:
+            inner = self.act(inner)
+        return self.dense(inner, p + "/output/dense")
 
     def ln(self, x, scope):
         return layer_norm(x, self.w[scope + "/gamma"], self.w[scope + "/beta"], self.eps)
@@ -70,16 +86,23 @@ class ReferenceBert:
             def heads(t):
                 return t.reshape(batch, length, self.num_heads, d).transpose(0, 2, 1, 3)
 
-            q = heads(self.dense(x, p + "/attention/self/query"))
-            k = heads(self.dense(x, p + "/attention/self/key"))
-            v = heads(self.dense(x, p + "/attention/self/value"))
+            source = (self.ln(x, p + "/attention/output/LayerNorm") if self.pre_layer_norm
+                      else x)
+            q = heads(self.dense(source, p + "/attention/self/query"))
+            k = heads(self.dense(source, p + "/attention/self/key"))
+            v = heads(self.dense(source, p + "/attention/self/value"))
             scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d) + adder
             ctx = (softmax(scores) @ v).transpose(0, 2, 1, 3).reshape(batch, length, hidden)
-            x = self.ln(self.dense(ctx, p + "/attention/output/dense") + x,
-                        p + "/attention/output/LayerNorm")
-            inner = self.act(self.dense(x, p + "/intermediate/dense"))
-            x = self.ln(self.dense(inner, p + "/output/dense") + x, p + "/output/LayerNorm")
+            if self.pre_layer_norm:
+                x = x + self.dense(ctx, p + "/attention/output/dense")
+                x = x + self.feed_forward(self.ln(x, p + "/output/LayerNorm"), p)
+            else:
+                x = self.ln(self.dense(ctx, p + "/attention/output/dense") + x,
+                            p + "/attention/output/LayerNorm")
+                x = self.ln(self.feed_forward(x, p) + x, p + "/output/LayerNorm")
             layers.append(x)
+        if self.pre_layer_norm:
+            x = layers[-1] = self.ln(x, "bert/encoder/LayerNorm")
         pooled = np.tanh(self.dense(x[:, 0], "bert/pooler/dense"))
         return {"sequence_output": x, "pooled_output": pooled, "encoder_outputs": layers,
                 "embedding_output": embedding_output}
