@@ -32,7 +32,8 @@ What, with the project's own command lines (everything under `--work_dir`, never
      of the budget);
    - architecture sides (`ARCHITECTURES`): the budget recipe on a BERT-Mini with Cramming's
      pre-LayerNorm, no biases or gated GELU (at 2/3 of the width: the same weights), each alone,
-     or all three (`crammed`); each side's own bert_config.json goes with its checkpoint;
+     or all three (`crammed`); each side's own bert_config.json goes with its checkpoint; the
+     `_peak1e-3` sides take Cramming's peak learning rate too;
    - transformers: `bench/_hf_pretrain.py` in the peer's environment (bench/.venv-pytorch, made on
      first use as bench/finetune_vs_pytorch.py makes it): `BertForMaskedLM` with
      `DataCollatorForLanguageModeling` (15%) and its `Trainer`, on the budget recipe's own rows,
@@ -90,6 +91,8 @@ ABLATIONS = {
     # at 60% of the budget.
     "ramp": [f"--train_batch_size={4 * BATCH}", "--num_accumulation_steps=4",
              "--batch_size_ramp=0.6"],
+    # added: bfloat16 compute (float32 weights), which a CPU with AMX runs natively
+    "bf16": ["--dtype=mixed_bfloat16"],
 }
 # Architecture sides: the budget recipe on a BERT-Mini with Cramming's changes (`BertConfig`),
 # each on its own and all three. The gated feed-forward's width is 2/3 of 1024, so that its
@@ -101,6 +104,10 @@ ARCHITECTURES = {
     "crammed": {"layer_norm_position": "pre", "use_bias": False, "gated_feed_forward": True,
                 "intermediate_size": 682},
 }
+# Pre-LayerNorm's promise is stability at a higher peak (Cramming's 1e-3): these sides take it.
+for _side in ("pre_ln", "crammed"):
+    ARCHITECTURES[f"{_side}_peak1e-3"] = ARCHITECTURES[_side]
+    ABLATIONS[f"{_side}_peak1e-3"] = ["--learning_rate=1e-3"]
 FINETUNE = {"MRPC": ["--max_seq_length=128", "--num_train_epochs=3"],
             "SST-2": ["--max_seq_length=64", "--num_train_steps=600"]}
 DEV_METRIC = {"MRPC": "eval_f1", "SST-2": "eval_accuracy"}
@@ -329,7 +336,7 @@ def main():
     tasks = [t for t in args.tasks.split(",") if t]
     rows = []
     sides = args.sides.split(",")
-    known = SIDES + tuple(ABLATIONS) + tuple(ARCHITECTURES)
+    known = SIDES + tuple(dict.fromkeys((*ABLATIONS, *ARCHITECTURES)))
     unknown = [side for side in sides if side not in known]
     if unknown:
         parser.error(f"--sides: {', '.join(unknown)} unknown; sides are {', '.join(known)}")

@@ -130,3 +130,36 @@ def test_a_changed_model_is_not_written_where_bert_code_would_load_it_wrongly(tm
     with pytest.raises(ConfigError, match="only this project's runners"):
         keras_hub_preset.save_preset(encoder, str(tmp_path / "hub"), "unused-vocab.txt")
     assert not (tmp_path / "hub").exists()
+
+
+@pytest.mark.integration
+def test_a_changed_classifier_exports_and_its_litert_file_gives_the_savedmodels_numbers(
+        minilm_dir, tmp_path):
+    """The export path of every runner (SavedModel with its raw-text signature, and the LiteRT
+    file converted from it) on a classifier with all three changes: the SavedModel gives the
+    Keras model's probabilities, and the LiteRT file the SavedModel's."""
+    import keras
+    from conftest import TINY as RUNNER_TINY
+    from conftest import served
+
+    from bert_tf2.engine import export
+    from bert_tf2.modeling.models import BertClassifier
+    from bert_tf2.tasks.classification.litert_serving import LiteRTClassifier
+    from bert_tf2.tasks.classification.serving import ClassifierServing
+
+    keras.utils.set_random_seed(5)
+    config = BertConfig.from_dict({**RUNNER_TINY, **VARIANTS["all"]})
+    model = BertClassifier(randomised(config, seed=6), 2)
+    vocab = str(minilm_dir / "vocab.txt")
+    module = ClassifierServing(model, vocab, True, 32, ["0", "1"], pair=True)
+    export.save(module, str(tmp_path / "serving"), {"vocab.txt": vocab}, litert="float32")
+    a = ["The cat sat on the mat.", "", "A much longer sentence " * 9]
+    b = ["A cat was sitting.", "Nothing.", "short"]
+    expected = served(tmp_path / "serving", text_a=a, text_b=b)
+    inputs = module.text_inputs(a, b)  # the export's own tokenizer and packer, in this process
+    logits = model({k: v.numpy() for k, v in inputs.items()})["logits"]
+    np.testing.assert_allclose(expected["logits"], logits, atol=1e-5)
+    got = LiteRTClassifier.load(str(tmp_path / "serving"))(a, b)
+    np.testing.assert_allclose(got["logits"], expected["logits"], atol=2e-5)
+    np.testing.assert_allclose(got["probabilities"], expected["probabilities"], atol=2e-5)
+    assert np.abs(expected["probabilities"] - 0.5).max() > 1e-3  # not a constant answer
