@@ -59,10 +59,10 @@ flags.DEFINE_integer("random_seed", D.random_seed,
 
 # Pretraining on a budget (docs/pretraining.md).
 flags.DEFINE_enum("recipe", "original", ["original", "budget"],
-                  "original: Google's recipe. budget: --no_nsp --dynamic_masking "
-                  "--masked_lm_prob=0.3, no dropout, --learning_rate=3e-4 on the budget's clock "
-                  "(--warmup_proportion=0.75 --warmup_start_fraction=0.25); needs "
-                  "--train_budget_minutes. Flags given on the command line win.")
+                  "original: Google's recipe. budget: --no_nsp --dynamic_masking --masked_lm_prob=0.3, "
+                  "no dropout, --learning_rate=3e-4 on the budget's clock (--warmup_proportion=0.75 "
+                  "--warmup_start_fraction=0.25), bfloat16 where the device has it (TPU, A100 on, AMX "
+                  "CPU); needs --train_budget_minutes. Flags given on the command line win.")
 flags.DEFINE_bool("no_nsp", False, "Train the masked LM alone (records of create_pretraining_data "
                   "--no_nsp or --pack_sentences); the pooler and the NSP head stay in the "
                   "model with their initial weights.")

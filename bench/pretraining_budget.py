@@ -28,7 +28,7 @@ What, with the project's own command lines (everything under `--work_dir`, never
      checkpoints' writes count against its budget: the comparison handicaps it, not the others);
    - ablations, where `--sides` names them (`ABLATIONS`): the budget recipe with one choice
      turned back to the original's (15% masks, dropout 0.1, a tenth of warm-up from 0, static
-     masks), or with Cramming's batch-size ramp added (32 rows per update at first, 128 from 60%
+     masks, float32 where the recipe computes in bfloat16), or with Cramming's batch-size ramp added (32 rows per update at first, 128 from 60%
      of the budget);
    - architecture sides (`ARCHITECTURES`): the budget recipe on a BERT-Mini with Cramming's
      pre-LayerNorm, no biases or gated GELU (at 2/3 of the width: the same weights), each alone,
@@ -38,7 +38,8 @@ What, with the project's own command lines (everything under `--work_dir`, never
      first use as bench/finetune_vs_pytorch.py makes it): `BertForMaskedLM` with
      `DataCollatorForLanguageModeling` (15%) and its `Trainer`, on the budget recipe's own rows,
      peak 3e-4 with a tenth of warm-up (the budget recipe's peak: transformers' 5e-5 default would
-     hardly move in minutes), dropout 0.1;
+     hardly move in minutes), dropout 0.1, bfloat16 autocast where the CPU has AMX (where the
+     budget recipe computes in bfloat16 too);
 5. each model fine-tuned by `run_classifier.py` with one recipe: MRPC 3 epochs at 128, SST-2 600
    steps at 64, batch 32, learning rate 1e-4; the dev score of each.
 
@@ -71,6 +72,7 @@ from pathlib import Path  # noqa: E402
 
 from bench import _records  # noqa: E402
 from bench.finetune_vs_pytorch import peer_python, timed  # noqa: E402
+from bert_tf2.engine.distribution import cpu_flags  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 GLUE = _records.DATA_DIR / "glue"
@@ -91,8 +93,8 @@ ABLATIONS = {
     # at 60% of the budget.
     "ramp": [f"--train_batch_size={4 * BATCH}", "--num_accumulation_steps=4",
              "--batch_size_ramp=0.6"],
-    # added: bfloat16 compute (float32 weights), which a CPU with AMX runs natively
-    "bf16": ["--dtype=mixed_bfloat16"],
+    # float32 compute where the recipe picks bfloat16 (a CPU with AMX, on TensorFlow)
+    "float32": ["--dtype=float32"],
 }
 # Architecture sides: the budget recipe on a BERT-Mini with Cramming's changes (`BertConfig`),
 # each on its own and all three. The gated feed-forward's width is 2/3 of 1024, so that its
@@ -246,7 +248,8 @@ def pretrain(side: str, seed: int, data: dict, args, work: Path, logs: str) -> d
                               f"--rows={data['peer_file']}", f"--vocab_file={data['vocab']}",
                               f"--bert_config_file={config}", f"--output_dir={out}",
                               f"--budget_seconds={60 * args.budget_minutes}", f"--seed={seed}",
-                              f"--train_batch_size={BATCH}"],
+                              f"--train_batch_size={BATCH}",
+                              *(["--bf16"] if "amx_bf16" in cpu_flags() else [])],
                              f"{logs}/pretrain-{side}-{seed}.log")
         result = json.loads([line for line in output.splitlines() if line.startswith("{")][-1])
         row = {"wall": wall, "steps": result["steps"], "checkpoint": str(out),

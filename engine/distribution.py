@@ -66,8 +66,10 @@ def writes_outputs(name: str) -> bool:
 
 
 def bfloat16_in_hardware() -> bool:
-    """Whether this process trains on a device with bfloat16 arithmetic: a TPU, or a GPU of
-    compute capability 8.0 or more (A100, H100, ...); not a CPU (the budget recipe's dtype)."""
+    """Whether this process trains on a device with bfloat16 arithmetic: a TPU, a GPU of compute
+    capability 8.0 or more (A100, H100, ...), or, on TensorFlow with neither, a CPU with AMX
+    (Intel from Sapphire Rapids on), where oneDNN multiplies in bfloat16; the budget recipe's
+    dtype. Not other CPUs, nor JAX's CPU backend."""
     from bert_tf2.process import environment
 
     if environment.uses_tensorflow():
@@ -75,15 +77,27 @@ def bfloat16_in_hardware() -> bool:
 
         if tf.config.list_physical_devices("TPU"):
             return True
+        gpus = tf.config.list_physical_devices("GPU")
+        if not gpus:
+            return "amx_bf16" in cpu_flags()
         return any(tf.config.experimental.get_device_details(gpu).get(
-            "compute_capability", (0, 0)) >= (8, 0)
-            for gpu in tf.config.list_physical_devices("GPU"))
+            "compute_capability", (0, 0)) >= (8, 0) for gpu in gpus)
     import jax
 
     device = jax.devices()[0]
     if device.platform == "tpu":
         return True
     return device.platform == "gpu" and float(getattr(device, "compute_capability", 0)) >= 8.0
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset:
+    """The CPU's feature flags (Linux's /proc/cpuinfo); empty where they cannot be read."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            return frozenset(next((line.split(":", 1)[1].split() for line in f
+                                   if line.startswith("flags")), ()))
+    except OSError:
+        return frozenset()
 
 
 def set_precision(dtype: str) -> None:

@@ -16,8 +16,10 @@ after Cramming (Geiping and Goldstein, 2022) and MosaicBERT (2023); it needs
   1e-3 goes with its batch of thousands: a BERT-Mini at batch 32 stayed on the
   most-frequent-token plateau with it for a whole 5-minute budget (docs/pretraining.md).
 - bfloat16 (`--dtype=mixed_bfloat16`) where the device computes in it (`ON_BFLOAT16_HARDWARE`:
-  a TPU, or a GPU from the A100 on; not a CPU).
-The encoder stays BERT's, so its checkpoints load wherever BERT's load.
+  a TPU, a GPU from the A100 on, or on TensorFlow a CPU with AMX; not other CPUs).
+The encoder stays BERT's, so its checkpoints load wherever BERT's load: Cramming's architecture
+changes are `bert_config.json` options (`BertConfig.layer_norm_position`, ...), measured on their
+own and gaining nothing beyond the noise on the bench (docs/pretraining.md).
 """
 ORIGINAL = {}
 BUDGET = {
