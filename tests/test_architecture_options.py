@@ -91,6 +91,7 @@ def test_a_changed_model_round_trips_through_its_checkpoint_and_config(tmp_path)
     assert "intermediate/dense" in str(caught.value) or "bias" in str(caught.value)
 
 
+@pytest.mark.integration
 def test_the_changes_run_on_jax_as_on_numpy(tmp_path):
     """The encoder under JAX (fused attention in evaluation) on a changed TF1 checkpoint, read
     without TensorFlow, against the NumPy BERT."""
