@@ -78,8 +78,9 @@ def bfloat16_in_hardware() -> bool:
         if tf.config.list_physical_devices("TPU"):
             return True
         gpus = tf.config.list_physical_devices("GPU")
-        if not gpus:
-            return "amx_bf16" in cpu_flags()
+        if not gpus:  # (oneDNN turned off: TensorFlow's own kernels, no AMX)
+            return ("amx_bf16" in cpu_flags()
+                    and os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0")
         return any(tf.config.experimental.get_device_details(gpu).get(
             "compute_capability", (0, 0)) >= (8, 0) for gpu in gpus)
     import jax

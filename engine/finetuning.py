@@ -106,8 +106,8 @@ def _finetune(task, settings: FinetuneSettings) -> None:
     if settings.export_keras_hub:  # refused now, not after the training
         from bert_tf2.modeling import keras_hub_preset
 
-        keras_hub_preset.require()
         config.require_bert_architecture(f"--export_keras_hub={settings.export_keras_hub}")
+        keras_hub_preset.require()
         keras_hub_preset.check_activation(config, settings.keras_hub_approximate_gelu,
                                           f"--export_keras_hub={settings.export_keras_hub}")
     if settings.max_seq_length > config.max_position_embeddings:

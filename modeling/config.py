@@ -211,7 +211,7 @@ class BertConfig:
         return cls.from_dict(values)
 
     def to_hf_dict(self) -> dict[str, Any]:
-        self.require_bert_architecture("a Hugging Face config")
+        self.require_bert_architecture(self.source or "config.json for Hugging Face")
         out = self.to_dict()
         out["hidden_act"] = {"gelu_exact": "gelu", "gelu": "gelu_new"}.get(self.hidden_act,
                                                                            self.hidden_act)

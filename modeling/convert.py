@@ -97,13 +97,16 @@ def convert(src: str, src_format: str, dst: str, dst_format: str,
     (`modeling.keras_hub_preset`)."""
     from bert_tf2.modeling import checkpoints
 
-    if dst_format == "keras_hub":  # what KerasHub cannot hold is refused before any loading
-        from bert_tf2.modeling import keras_hub_preset
+    if dst_format in ("hf", "keras_hub"):  # what they cannot hold is refused before any loading
         from bert_tf2.modeling.config import BertConfig
 
-        keras_hub_preset.require()
         config = (BertConfig.from_json_file(bert_config_file) if bert_config_file
                   else checkpoints.read_config(src, src_format))
+        config.require_bert_architecture(config.source or "--bert_config_file")
+    if dst_format == "keras_hub":
+        from bert_tf2.modeling import keras_hub_preset
+
+        keras_hub_preset.require()
         keras_hub_preset.check_activation(config, approximate_gelu,
                                           config.source or "--bert_config_file")
         vocab = checkpoints.vocab_beside(src)

@@ -156,11 +156,11 @@ def test_budget_recipe_on_packed_records_ramps_its_batch_and_stops_on_time(corpu
             "--hidden_dropout_prob=0.0 --attention_probs_dropout_prob=0.0 "
             "--warmup_proportion=0.75 --warmup_start_fraction=0.25 --learning_rate=0.0003"
             ) in result.stderr
-    # bfloat16 where this CPU has AMX (no GPU here), float32 elsewhere
-    from bert_tf2.engine.distribution import cpu_flags
+    # bfloat16 where this machine computes in it (a CPU with AMX, ...), float32 elsewhere
+    from bert_tf2.engine.distribution import bfloat16_in_hardware
 
     assert ("--learning_rate=0.0003 --dtype=mixed_bfloat16" in result.stderr) is (
-        "amx_bf16" in cpu_flags())
+        bfloat16_in_hardware())
     first = next(line for line in result.stderr.splitlines() if "step 1/100000 | loss" in line)
     assert float(first.split("| lr ")[1].split()[0]) == pytest.approx(7.5e-5, rel=0.01)
     # One micro-batch of 4 rows per update at first, two (the batch of 8) from 60% of the budget.
@@ -205,17 +205,29 @@ def test_bad_flags_are_clear(corpus, tmp_path, flags, message):
     assert message in result.stderr
 
 
-@pytest.mark.parametrize("flags, bfloat16", [
-    ({"avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}, True),  # Intel Sapphire Rapids on
-    ({"avx512f", "avx512_bf16", "avx512_vnni"}, False),  # AMD Zen 4/5: bfloat16 dots, no AMX
-    (set(), False),  # flags unreadable
+AMX = {"avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}  # Intel from Sapphire Rapids on
+
+
+@pytest.mark.parametrize("flags, onednn, bfloat16", [
+    (AMX, None, True),
+    (AMX, "0", False),  # TensorFlow's own kernels, without oneDNN's AMX code
+    ({"avx512f", "avx512_bf16", "avx512_vnni"}, None, False),  # AMD Zen 4/5: no AMX
+    (set(), None, False),  # flags unreadable
 ])
-def test_the_budget_recipe_computes_in_bfloat16_on_a_cpu_with_amx(monkeypatch, flags, bfloat16):
-    """On TensorFlow with no GPU or TPU (as here), the recipe's bfloat16 follows the CPU's AMX,
-    whose bfloat16 updates were 12% more in 3 minutes (docs/pretraining.md)."""
+def test_the_budget_recipe_computes_in_bfloat16_on_a_cpu_with_amx(monkeypatch, flags, onednn,
+                                                                   bfloat16):
+    """On TensorFlow with no GPU or TPU, the recipe's bfloat16 follows the CPU's AMX, whose
+    bfloat16 updates were 12% more in 3 minutes (docs/pretraining.md)."""
+    import tensorflow as tf
+
     from bert_tf2.engine import distribution
 
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [])
     monkeypatch.setattr(distribution, "cpu_flags", lambda: frozenset(flags))
+    if onednn is None:
+        monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    else:
+        monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", onednn)
     assert distribution.bfloat16_in_hardware() is bfloat16
 
 
