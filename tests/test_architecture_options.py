@@ -133,6 +133,48 @@ def test_the_changes_run_on_jax_as_on_numpy(tmp_path):
     assert_close(got["pooled_output"], want["pooled_output"], what="JAX pooled_output")
 
 
+def test_a_changed_pretrainer_learns_through_every_weight():
+    """The masked LM on all three changes, on TensorFlow: every weight of the encoder gets a
+    finite, non-zero gradient (the final LayerNorm and both halves of the gated kernel
+    included), and plain gradient steps on one batch lower its loss."""
+    import tensorflow as tf
+
+    from bert_tf2.modeling.losses import masked_lm_loss
+    from bert_tf2.modeling.models import BertPretrainer
+
+    config = BertConfig.from_dict({**TINY, **VARIANTS["all"]})
+    model = BertPretrainer(BertEncoder(config))
+    rng = np.random.default_rng(9)
+    batch = padded_batch(rng, 99, [16, 12, 9, 16], 16)
+    positions = np.array([[1, 4, 9], [2, 3, 10], [1, 5, 7], [0, 8, 15]], np.int32)
+    targets = rng.integers(1, 99, positions.shape).astype(np.int32)
+    inputs = {**batch, "masked_lm_positions": positions}
+
+    def loss_and_gradients():
+        with tf.GradientTape() as tape:
+            loss = masked_lm_loss(model(inputs)["mlm_logits"], targets, np.ones_like(targets))
+        return float(loss), tape.gradient(loss, model.encoder.trainable_variables)
+
+    first, gradients = loss_and_gradients()
+    names = checkpoint_names.tf1_variable_map(model.encoder)
+    by_variable = {id(v): n for n, v in names.items()}
+    pooler = {id(v) for n, v in names.items() if n.startswith("bert/pooler/")}  # MLM skips it
+    for variable, gradient in zip(model.encoder.trainable_variables, gradients):
+        if id(variable) in pooler:
+            continue
+        assert gradient is not None, by_variable[id(variable)]
+        value = tf.convert_to_tensor(gradient).numpy()
+        assert np.isfinite(value).all() and np.abs(value).max() > 0, by_variable[id(variable)]
+        if by_variable[id(variable)].endswith("intermediate/dense/kernel"):  # [value | gate]
+            assert np.abs(value[:, :37]).max() > 0 and np.abs(value[:, 37:]).max() > 0
+    for _ in range(5):
+        _, gradients = loss_and_gradients()
+        for variable, gradient in zip(model.encoder.trainable_variables, gradients):
+            if gradient is not None:
+                variable.assign_sub(0.5 * tf.convert_to_tensor(gradient))
+    assert loss_and_gradients()[0] < first - 0.1
+
+
 @pytest.mark.parametrize("field, value, words", [
     ("layer_norm_position", "middle", "'layer_norm_position' is 'middle'; supported: post, pre"),
     ("use_bias", "no", "'use_bias' must be true or false, got 'no'"),
