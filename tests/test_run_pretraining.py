@@ -217,7 +217,7 @@ AMX = {"avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}  # Intel from Sapphire 
 def test_the_budget_recipe_computes_in_bfloat16_on_a_cpu_with_amx(monkeypatch, flags, onednn,
                                                                    bfloat16):
     """On TensorFlow with no GPU or TPU, the recipe's bfloat16 follows the CPU's AMX, whose
-    bfloat16 updates were 12% more in 3 minutes (docs/pretraining.md)."""
+    bfloat16 gave 1.26x the updates in 3 minutes and a better model (docs/pretraining.md)."""
     import tensorflow as tf
 
     from bert_tf2.engine import distribution
