@@ -72,7 +72,7 @@ from pathlib import Path  # noqa: E402
 
 from bench import _records  # noqa: E402
 from bench.finetune_vs_pytorch import peer_python, timed  # noqa: E402
-from bert_tf2.engine.distribution import cpu_flags  # noqa: E402
+from bert_tf2.engine.distribution import cpu_computes_bfloat16  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 GLUE = _records.DATA_DIR / "glue"
@@ -249,7 +249,7 @@ def pretrain(side: str, seed: int, data: dict, args, work: Path, logs: str) -> d
                               f"--bert_config_file={config}", f"--output_dir={out}",
                               f"--budget_seconds={60 * args.budget_minutes}", f"--seed={seed}",
                               f"--train_batch_size={BATCH}",
-                              *(["--bf16"] if "amx_bf16" in cpu_flags() else [])],
+                              *(["--bf16"] if cpu_computes_bfloat16() else [])],
                              f"{logs}/pretrain-{side}-{seed}.log")
         result = json.loads([line for line in output.splitlines() if line.startswith("{")][-1])
         row = {"wall": wall, "steps": result["steps"], "checkpoint": str(out),

@@ -78,9 +78,8 @@ def bfloat16_in_hardware() -> bool:
         if tf.config.list_physical_devices("TPU"):
             return True
         gpus = tf.config.list_physical_devices("GPU")
-        if not gpus:  # (oneDNN turned off: TensorFlow's own kernels, no AMX)
-            return ("amx_bf16" in cpu_flags()
-                    and os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0")
+        if not gpus:
+            return cpu_computes_bfloat16()
         return any(tf.config.experimental.get_device_details(gpu).get(
             "compute_capability", (0, 0)) >= (8, 0) for gpu in gpus)
     import jax
@@ -89,6 +88,12 @@ def bfloat16_in_hardware() -> bool:
     if device.platform == "tpu":
         return True
     return device.platform == "gpu" and float(getattr(device, "compute_capability", 0)) >= 8.0
+
+
+def cpu_computes_bfloat16() -> bool:
+    """Whether TensorFlow on this CPU multiplies in bfloat16 natively: AMX, through oneDNN (not
+    when TF_ENABLE_ONEDNN_OPTS=0 leaves TensorFlow's own kernels)."""
+    return "amx_bf16" in cpu_flags() and os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0"
 
 
 def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset:
