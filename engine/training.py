@@ -68,6 +68,12 @@ def _metric_sums(loss, metrics: dict) -> dict:
             for k, (s, c) in metrics.items()}
 
 
+def _micro_batch_spec(batch):
+    """The spec of one of a batch's accumulated micro-batches (tensors or specs): any number of
+    rows, the rest of each shape as the batch's."""
+    return tf.nest.map_structure(lambda x: tf.TensorSpec([None, *x.shape[1:]], x.dtype), batch)
+
+
 # The weights x steps from which an XLA-compiled update saves more than its compile costs: it
 # saves about 3 ns per weight and step (MiniLM's 22.7 M weights: 0.120 -> 0.053 s an update),
 # and compiling it takes 0.55 CPU-seconds for a 1 M-weight model and about 0.8 for MiniLM's
@@ -138,8 +144,14 @@ class Trainer(TrainingLoop):
         else:
             micro = tf.nest.map_structure(
                 lambda x: tf.reshape(x, tf.concat([[k, -1], tf.shape(x)[1:]], 0)), batch)
-            grads, metrics = self._averaged_gradients(
-                lambda i: tf.nest.map_structure(lambda x: x[i], micro), k)
+
+            def micro_batch(i):
+                def one(x, whole):
+                    part = x[i]
+                    part.set_shape([None, *whole.shape[1:]])  # of `_micro_batch_spec(batch)`
+                    return part
+                return tf.nest.map_structure(one, micro, batch)
+            grads, metrics = self._averaged_gradients(micro_batch, k, _micro_batch_spec(batch))
         self._apply(grads)
         return metrics
 
@@ -147,21 +159,31 @@ class Trainer(TrainingLoop):
         """One update of a batch-size ramp: `_micro_batches` input elements, their gradients
         averaged."""
         grads, metrics = self._averaged_gradients(lambda i: next(iterator),
-                                                  self._micro_batches.read_value())
+                                                  self._micro_batches.read_value(),
+                                                  iterator.element_spec)
         self._apply(grads)
         return metrics
 
-    def _averaged_gradients(self, micro_batch: Callable, k):
-        """The gradients of `k` micro-batches (`micro_batch(i)`, i = 0 .. k-1) averaged, and
-        their metrics summed."""
+    def _averaged_gradients(self, micro_batch: Callable, k, spec):
+        """The gradients of `k` micro-batches (`micro_batch(i)`, i = 0 .. k-1, each of `spec`)
+        averaged, and their metrics summed. The sums start at zero (0 + g is g exactly), shaped
+        from the trace of `_grads` that the loop then calls, so the gradient is traced once in
+        the loop's body, not also before it for the first micro-batch."""
         def add(i, grads, metrics):
             g, m = self._grads(micro_batch(i))
             return (i + 1, [a + b for a, b in zip(grads, g)],
                     {name: metrics[name] + m[name] for name in metrics})
 
         _, grads, metrics = tf.while_loop(lambda i, *_: i < k, add,
-                                          (tf.constant(1), *self._grads(micro_batch(0))))
+                                          (tf.constant(0), *self._zero_sums(spec)))
         return [g / tf.cast(k, g.dtype) for g in grads], metrics
+
+    def _zero_sums(self, spec):
+        """Zeros shaped as `_grads`'s gradients and metric sums for inputs of `spec` (its trace,
+        which later calls with that spec reuse)."""
+        grads, metrics = self._grads.get_concrete_function(spec).structured_outputs
+        return ([tf.zeros(v.shape, g.dtype) for g, v in zip(grads, self.model.trainable_variables)],
+                {name: tf.zeros([2]) for name in metrics})
 
     def _apply_gradients(self, grads):
         self.optimizer.apply(grads, self.model.trainable_variables)
@@ -185,9 +207,9 @@ class Trainer(TrainingLoop):
         """`num_steps` updates (at least one; fewer if a stop is requested), their metric sums.
 
         The loop's sums start at zero where their names are known before the loop is traced:
-        on one replica without accumulation, from the trace of `_grads` that the loop's step
-        then calls. Elsewhere the first step is taken before the loop, for its names, and the
-        step is traced and optimised twice (0.45 of a tiny classifier run's 4.05 CPU-seconds)."""
+        on one replica, from the trace of `_grads` that the loop's step then calls. On several
+        replicas the first step is taken before the loop, for its names, and the step is traced
+        and optimised twice (0.45 of a tiny classifier run's 4.05 CPU-seconds)."""
         def step():
             if self.ramp:  # one replica: the update reads its micro-batches itself
                 return self._sum_over_replicas(self.strategy.run(
@@ -203,9 +225,11 @@ class Trainer(TrainingLoop):
             update = step()
             return done + 1, {k: totals[k] + update[k] for k in totals}
 
-        if self.strategy.num_replicas_in_sync == 1 and self.config.num_accumulation_steps == 1:
-            _, metrics = self._grads.get_concrete_function(iterator.element_spec).structured_outputs
-            start = (tf.constant(0), {k: tf.zeros([2]) for k in metrics})
+        if self.strategy.num_replicas_in_sync == 1:
+            spec = iterator.element_spec
+            if self.config.num_accumulation_steps > 1 and not self.ramp:
+                spec = _micro_batch_spec(spec)
+            start = (tf.constant(0), self._zero_sums(spec)[1])
         else:
             start = (tf.constant(1), step())
         return tf.while_loop(more, another, start)[1]
