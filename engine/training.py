@@ -134,7 +134,7 @@ class Trainer(TrainingLoop):
                 scaled = self.optimizer.scale_loss(scaled)
         grads = tape.gradient(scaled, variables)
         if self.config.num_accumulation_steps > 1:  # embedding gathers give IndexedSlices
-            grads = [tf.convert_to_tensor(g) for g in grads]
+            grads = [None if g is None else tf.convert_to_tensor(g) for g in grads]
         return grads, _metric_sums(loss, metrics)
 
     def _replica_update(self, batch):
@@ -168,22 +168,24 @@ class Trainer(TrainingLoop):
         """The gradients of `k` micro-batches (`micro_batch(i)`, i = 0 .. k-1, each of `spec`)
         averaged, and their metrics summed. The sums start at zero (0 + g is g exactly), shaped
         from the trace of `_grads` that the loop then calls, so the gradient is traced once in
-        the loop's body, not also before it for the first micro-batch."""
-        def add(i, grads, metrics):
+        the loop's body, not also before it for the first micro-batch. A variable the loss does
+        not reach (a head the task leaves unused) keeps a gradient of None."""
+        grads, metrics = self._grads.get_concrete_function(spec).structured_outputs
+        present = [i for i, g in enumerate(grads) if g is not None]
+        variables = self.model.trainable_variables
+        start = ([tf.zeros(variables[i].shape, grads[i].dtype) for i in present],
+                 {name: tf.zeros([2]) for name in metrics})
+
+        def add(i, sums, metrics):
             g, m = self._grads(micro_batch(i))
-            return (i + 1, [a + b for a, b in zip(grads, g)],
+            return (i + 1, [a + g[p] for a, p in zip(sums, present)],
                     {name: metrics[name] + m[name] for name in metrics})
 
-        _, grads, metrics = tf.while_loop(lambda i, *_: i < k, add,
-                                          (tf.constant(0), *self._zero_sums(spec)))
-        return [g / tf.cast(k, g.dtype) for g in grads], metrics
-
-    def _zero_sums(self, spec):
-        """Zeros shaped as `_grads`'s gradients and metric sums for inputs of `spec` (its trace,
-        which later calls with that spec reuse)."""
-        grads, metrics = self._grads.get_concrete_function(spec).structured_outputs
-        return ([tf.zeros(v.shape, g.dtype) for g, v in zip(grads, self.model.trainable_variables)],
-                {name: tf.zeros([2]) for name in metrics})
+        _, sums, metrics = tf.while_loop(lambda i, *_: i < k, add, (tf.constant(0), *start))
+        averaged = [None] * len(grads)
+        for total, i in zip(sums, present):
+            averaged[i] = total / tf.cast(k, total.dtype)
+        return averaged, metrics
 
     def _apply_gradients(self, grads):
         self.optimizer.apply(grads, self.model.trainable_variables)
@@ -229,7 +231,8 @@ class Trainer(TrainingLoop):
             spec = iterator.element_spec
             if self.config.num_accumulation_steps > 1 and not self.ramp:
                 spec = _micro_batch_spec(spec)
-            start = (tf.constant(0), self._zero_sums(spec)[1])
+            _, metrics = self._grads.get_concrete_function(spec).structured_outputs
+            start = (tf.constant(0), {name: tf.zeros([2]) for name in metrics})
         else:
             start = (tf.constant(1), step())
         return tf.while_loop(more, another, start)[1]

@@ -45,6 +45,14 @@ def trainer(output_dir, steps, batch, accumulation=1, dropout=0.1, lr=1e-3, warm
     return loop, dataset_fn
 
 
+class UnreachedHeads(PretrainingTask):
+    """The masked LM's loss on a pretrainer whose pooler and NSP head stay trainable (`--no_nsp`
+    freezes them): weights without a gradient."""
+
+    def build_model(self, config):
+        return BertPretrainer(BertEncoder(config))
+
+
 def weights(model):
     return {n: v.numpy() for n, v in tf1_variable_map(model).items()}
 
@@ -137,19 +145,25 @@ def test_a_time_budget_sets_each_steps_rate_and_a_resumed_run_keeps_to_it(tmp_pa
 
 
 @pytest.mark.integration
+@pytest.mark.filterwarnings("ignore:Gradients do not exist")  # Keras's, on the unreached heads
 def test_a_ramped_update_of_k_micro_batches_equals_accumulating_k(tmp_path, monkeypatch):
     """A batch-size ramp's update reads k micro-batches from the input and applies their mean
     gradient: held at k = 4, the run equals a run accumulating 4 micro-batches of a batch 4 times
-    larger (the same rows in the same order), step for step (plain SGD: equal updates)."""
+    larger (the same rows in the same order), step for step (plain SGD: equal updates). The
+    masked LM's loss alone does not reach the pooler and the NSP head, trainable here: their
+    gradient is None (as a SQuAD or NER model's pooler's), and both runs leave them as they
+    were."""
     budget = TimeBudget(10.0, 0.5, batch_size_ramp=0.6)
+    no_nsp = UnreachedHeads(nsp=False, max_predictions_per_seq=PREDICTIONS)
     fixed, data = trainer(tmp_path / "fixed", steps=1000, batch=16, accumulation=4, dropout=0.0,
                           sgd=True, save_every=1000, budget=dataclasses.replace(
-                              budget, batch_size_ramp=0.0))
+                              budget, batch_size_ramp=0.0), task=no_nsp)
     assert not fixed.ramp
+    initial = weights(fixed.model)
     on_a_step_clock(fixed).train(data)
     monkeypatch.setattr(time_budget.BudgetClock, "micro_batches", lambda clock, most: most)
     ramped, micro = trainer(tmp_path / "ramped", steps=1000, batch=4, accumulation=4,
-                            dropout=0.0, sgd=True, save_every=1000, budget=budget)
+                            dropout=0.0, sgd=True, save_every=1000, budget=budget, task=no_nsp)
     assert ramped.ramp
     on_a_step_clock(ramped).train(micro)
     assert ramped.global_step == fixed.global_step == 10
@@ -159,6 +173,10 @@ def test_a_ramped_update_of_k_micro_batches_equals_accumulating_k(tmp_path, monk
                                    err_msg=name)
     assert json.loads((tmp_path / "ramped" / time_budget.RECORD_FILE).read_text()) == {
         "10": {"seconds": 10.0, "micro_batches": 40}}
+    for name in ("cls/seq_relationship/output_weights", "bert/pooler/dense/kernel"):
+        np.testing.assert_array_equal(weights(ramped.model)[name], initial[name])
+    assert weights(ramped.model)["bert/embeddings/word_embeddings"] != pytest.approx(
+        initial["bert/embeddings/word_embeddings"], abs=1e-4)
 
 
 @pytest.mark.integration
