@@ -71,7 +71,8 @@ def _metric_sums(loss, metrics: dict) -> dict:
 def _micro_batch_spec(batch):
     """The spec of one of a batch's accumulated micro-batches (tensors or specs): any number of
     rows, the rest of each shape as the batch's."""
-    return tf.nest.map_structure(lambda x: tf.TensorSpec([None, *x.shape[1:]], x.dtype), batch)
+    return tf.nest.map_structure(
+        lambda x: tf.TensorSpec(tf.TensorShape([None]).concatenate(x.shape[1:]), x.dtype), batch)
 
 
 # The weights x steps from which an XLA-compiled update saves more than its compile costs: it
@@ -148,7 +149,8 @@ class Trainer(TrainingLoop):
             def micro_batch(i):
                 def one(x, whole):
                     part = x[i]
-                    part.set_shape([None, *whole.shape[1:]])  # of `_micro_batch_spec(batch)`
+                    # no less specific than `_micro_batch_spec(batch)`: reuses its trace
+                    part.set_shape(tf.TensorShape([None]).concatenate(whole.shape[1:]))
                     return part
                 return tf.nest.map_structure(one, micro, batch)
             grads, metrics = self._averaged_gradients(micro_batch, k, _micro_batch_spec(batch))
