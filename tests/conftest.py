@@ -78,6 +78,24 @@ def pytest_configure(config):
         config.pluginmanager.register(_UnitGuard(), "unit_guard")
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The CPU the run's times belong to, after them (also under -q): docs/benchmarks.md names the
+    kind beside every figure, since the suite takes about twice as long on an AVX2-only EPYC as on
+    an AVX-512 one."""
+    from bert_tf2.engine.distribution import cpu_flags
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f
+                          if line.startswith("model name")), "unknown model")
+    except OSError:
+        model = "unknown model"
+    flags = cpu_flags()
+    kind = "+".join(f for f in ("avx2", "avx512f", "avx512_vnni", "amx_bf16") if f in flags)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    terminalreporter.write_line(f"cpu: {model}; {usable} usable cores; {kind or 'no AVX2'}")
+
+
 def pytest_collection_modifyitems(session, config, items):
     """The longest files first (`LONGEST_FIRST`); within a file, its own order. Under --unit, only
     the tests marked neither `slow` nor `integration`."""
