@@ -41,7 +41,9 @@ What, with the project's own command lines (everything under `--work_dir`, never
      hardly move in minutes), dropout 0.1, bfloat16 autocast where the CPU has AMX (where the
      budget recipe computes in bfloat16 too);
 5. each model fine-tuned by `run_classifier.py` with one recipe: MRPC 3 epochs at 128, SST-2 600
-   steps at 64, batch 32, learning rate 1e-4; the dev score of each.
+   steps at 64, batch 32, learning rate 1e-4; the dev score of each. The `untrained` side, where
+   `--sides` names it, is the baseline of no pretraining: the same BERT-Mini fine-tuned from its
+   random initialisation (no held-out score: it has none to give).
 
     python bench/pretraining_budget.py                              # 3 seeds x 5 minutes
     python bench/pretraining_budget.py --budget_minutes 1 --seeds 1 # a smoke run, about 8 minutes
@@ -49,6 +51,7 @@ What, with the project's own command lines (everything under `--work_dir`, never
         --sides budget,mask15,dropout,schedule,static,ramp          # the ablation rows
     python bench/pretraining_budget.py --seeds 1 --tasks '' \
         --sides budget,pre_ln,no_bias,gated,crammed                 # the architecture rows
+    python bench/pretraining_budget.py --sides untrained            # fine-tuning alone
 
 Writes bench/results/pretraining_budget.json and prints a Markdown table (mean and min..max over
 the seeds).
@@ -82,6 +85,7 @@ MINI = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
         "attention_probs_dropout_prob": 0.1, "max_position_embeddings": LENGTH,
         "type_vocab_size": 2, "initializer_range": 0.02}
 SIDES = ("original", "budget", "transformers")
+UNTRAINED = "untrained"  # no pretraining: what fine-tuning alone gives the same model
 # Ablations (`--sides budget,mask15,...`): the budget recipe with one choice turned back to the
 # original's (or, for `ramp`, one choice added), on the same packed records.
 ABLATIONS = {
@@ -225,6 +229,9 @@ def pretrain(side: str, seed: int, data: dict, args, work: Path, logs: str) -> d
     out = work / f"{side}-{seed}"
     shutil.rmtree(out, ignore_errors=True)
     config = side_config(work, side)
+    if side == UNTRAINED:
+        return {"side": side, "seed": seed, "wall": 0.0, "steps": 0, "checkpoint": None,
+                "held_out": None}
     common = [f"--output_dir={out}", f"--bert_config_file={config}",
               f"--vocab_file={data['vocab']}", f"--max_seq_length={LENGTH}",
               f"--train_batch_size={BATCH}", f"--random_seed={seed}", "--do_train",
@@ -270,8 +277,9 @@ def finetune(row: dict, task: str, data: dict, work: Path, logs: str) -> float:
     out = work / f"finetune-{row['side']}-{row['seed']}-{task}"
     shutil.rmtree(out, ignore_errors=True)
     python("run_classifier.py", f"--task_name={task}", f"--data_dir={GLUE / task}",
-           f"--output_dir={out}", f"--init_checkpoint={row['checkpoint']}",
-           f"--vocab_file={data['vocab']}", "--do_train", "--do_eval",
+           f"--output_dir={out}", f"--vocab_file={data['vocab']}",
+           f"--init_checkpoint={row['checkpoint']}" if row["checkpoint"] else
+           f"--bert_config_file={work / 'bert_config.json'}", "--do_train", "--do_eval",
            f"--train_batch_size={BATCH}", "--learning_rate=1e-4", f"--random_seed={row['seed']}",
            *FINETUNE[task], log_file=f"{logs}/finetune-{row['side']}-"
                                                       f"{row['seed']}-{task}.log")
@@ -281,6 +289,8 @@ def finetune(row: dict, task: str, data: dict, work: Path, logs: str) -> float:
 
 
 def spread(values: list) -> str:
+    if None in values:  # the untrained side's held-out scores
+        return "-"
     return (f"{statistics.mean(values):.4f} ({min(values):.4f}..{max(values):.4f})"
             if len(values) > 1 else f"{values[0]:.4f}")
 
@@ -294,8 +304,8 @@ def table(rows: list, tasks: list) -> str:
         if not mine:
             continue
         lines.append(f"| {side} | {spread([r['steps'] for r in mine])} | "
-                     f"{spread([r['held_out']['masked_lm_accuracy'] for r in mine])} | "
-                     f"{spread([r['held_out']['masked_lm_loss'] for r in mine])} |"
+                     f"{spread([(r['held_out'] or {}).get('masked_lm_accuracy') for r in mine])} | "
+                     f"{spread([(r['held_out'] or {}).get('masked_lm_loss') for r in mine])} |"
                      + "".join(f" {spread([r['dev'][t] for r in mine])} |" for t in tasks))
     return "\n".join(lines)
 
@@ -339,7 +349,7 @@ def main():
     tasks = [t for t in args.tasks.split(",") if t]
     rows = []
     sides = args.sides.split(",")
-    known = SIDES + tuple(dict.fromkeys((*ABLATIONS, *ARCHITECTURES)))
+    known = SIDES + tuple(dict.fromkeys((*ABLATIONS, *ARCHITECTURES))) + (UNTRAINED,)
     unknown = [side for side in sides if side not in known]
     if unknown:
         parser.error(f"--sides: {', '.join(unknown)} unknown; sides are {', '.join(known)}")
