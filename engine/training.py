@@ -149,8 +149,8 @@ class Trainer(TrainingLoop):
             def micro_batch(i):
                 def one(x, whole):
                     part = x[i]
-                    # no less specific than `_micro_batch_spec(batch)`: reuses its trace
-                    part.set_shape(tf.TensorShape([None]).concatenate(whole.shape[1:]))
+                    # the shape of `_micro_batch_spec(batch)`: the call reuses its trace
+                    part.set_shape(_micro_batch_spec(whole).shape)
                     return part
                 return tf.nest.map_structure(one, micro, batch)
             grads, metrics = self._averaged_gradients(micro_batch, k, _micro_batch_spec(batch))
