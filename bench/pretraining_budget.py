@@ -226,12 +226,12 @@ def evaluate(data: dict, checkpoint: str, work: Path, logs: str, name: str,
 
 
 def pretrain(side: str, seed: int, data: dict, args, work: Path, logs: str) -> dict:
-    out = work / f"{side}-{seed}"
-    shutil.rmtree(out, ignore_errors=True)
-    config = side_config(work, side)
     if side == UNTRAINED:
         return {"side": side, "seed": seed, "wall": 0.0, "steps": 0, "checkpoint": None,
                 "held_out": None}
+    out = work / f"{side}-{seed}"
+    shutil.rmtree(out, ignore_errors=True)
+    config = side_config(work, side)
     common = [f"--output_dir={out}", f"--bert_config_file={config}",
               f"--vocab_file={data['vocab']}", f"--max_seq_length={LENGTH}",
               f"--train_batch_size={BATCH}", f"--random_seed={seed}", "--do_train",
