@@ -186,6 +186,16 @@ class KerasStrategy:
 
         return HostInputContext(self.num_processes, self.process_index, self.num_replicas_in_sync)
 
+    def commit(self, values):
+        """`values` (arrays, in any nesting) committed to the one device. A variable's first
+        value is not committed to a device, a step's outputs are; JAX compiles a step once for
+        each, so a run's second step compiled it again (every step function, on one device)."""
+        if self.distribution is not None or self.devices == ["default"]:
+            return values  # laid out by the distribution already; or not on JAX
+        import jax
+
+        return jax.device_put(values, self.devices[0])
+
     def put(self, batch: dict) -> dict:
         """A host batch (NumPy arrays) on the devices: split along its rows over them (the rows
         must divide evenly; several processes each give their own share)."""

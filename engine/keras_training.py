@@ -142,8 +142,9 @@ class KerasTrainer(TrainingLoop):
 
     # ------------------------------------------------------------------------- state
     def _state(self) -> tuple:
-        return ([v.value for v in self._trainable], [v.value for v in self._frozen],
-                [v.value for v in self._optimizer_variables])
+        return self.strategy.commit(([v.value for v in self._trainable],
+                                     [v.value for v in self._frozen],
+                                     [v.value for v in self._optimizer_variables]))
 
     def _assign(self, state: tuple) -> None:
         for variables, values in zip((self._trainable, self._frozen, self._optimizer_variables),

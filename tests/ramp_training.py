@@ -4,7 +4,8 @@
     python tests/ramp_training.py OUT_DIR
 
 Writes OUT_DIR/weights.npz (each run's weights: `fixed`, `forced`, `straight`, `resumed`) and
-OUT_DIR/runs.json (each run's steps, micro-batches per loop, rates and budget record):
+OUT_DIR/runs.json (each run's steps, micro-batches per loop, rates, budget record and how many
+times each jitted step was compiled):
 - `fixed`: 4 micro-batches of 4 accumulated per update (batch 16), plain SGD, 10 steps of a
   10-step budget; `forced`: a ramp held at 4 micro-batches of 4 (the same rows in order);
 - `straight`: a ramp to 4 micro-batches at 60% of the budget; `resumed`: the same stopped at
@@ -74,7 +75,8 @@ def main(out):
         record = os.path.join(out, folder, time_budget.RECORD_FILE)
         with open(record, encoding="utf-8") as f:
             runs[name] = {"step": loop.global_step, "counts": loop.counts, "rates": loop.rates,
-                          "ramp": loop.ramp, "record": json.load(f)}
+                          "ramp": loop.ramp, "record": json.load(f),
+                          "compiled": {step: fn._cache_size() for step, fn in loop._steps.items()}}
         for variable in loop.model.weights:
             weights[f"{name}/{variable.path}"] = keras.ops.convert_to_numpy(variable.value)
 

@@ -248,6 +248,11 @@ def test_a_batch_size_ramp_on_jax_as_on_tensorflow(no_tensorflow, tmp_path):
         return {k.split("/", 1)[1]: weights[k] for k in weights.files if k.startswith(run + "/")}
 
     assert not runs["fixed"]["ramp"] and runs["forced"]["ramp"]
+    # Each step function compiled once a run: the variables' first values (not committed to a
+    # device) and the steps' outputs (committed) once compiled it twice.
+    assert runs["fixed"]["compiled"] == {"train": 1}
+    for run in ("forced", "straight", "first", "resumed"):
+        assert runs[run]["compiled"] == {"micro": 1, "add": 1, "ramped": 1}, run
     assert runs["fixed"]["step"] == runs["forced"]["step"] == 10
     np.testing.assert_allclose(runs["forced"]["rates"], runs["fixed"]["rates"], rtol=1e-6)
     fixed, forced = of("fixed"), of("forced")
