@@ -360,7 +360,9 @@ class KerasTrainer(TrainingLoop):
         if self.ramp:
             micro_step = self._jitted("micro", self._micro_step)
             add = self._jitted("add", self._add, donate_argnums=0)
-            update = self._jitted("ramped", self._ramped_update, donate_argnums=(0, 1))
+            # The state only: no output can reuse the summed gradients' buffers (donated, JAX
+            # warned of each on stderr)
+            update = self._jitted("ramped", self._ramped_update, donate_argnums=0)
             k = self._micro_batches
 
             def train_step(state, batch):
