@@ -2,7 +2,10 @@
 its request, and closed-loop `grpc.aio` clients in this process, on loopback; the server's and the
 clients' CPU time a call. The floor under `serve.py`'s gRPC ports (docs/serving.md, "Over gRPC").
 
-    python bench/grpc_echo.py [--clients 16] [--calls 8000] [--bytes 300]
+    python bench/grpc_echo.py [--clients 16] [--channels 16] [--calls 8000] [--bytes 300]
+
+`--channels`: how many `grpc.aio` channels (HTTP/2 connections) the clients share, round robin;
+16 for 16 clients is one each, as bench/serving_load.py's clients; 1 is one connection for all.
 """
 from __future__ import annotations
 
@@ -41,10 +44,10 @@ def serve(port: int, loop: str) -> None:
         asyncio.run(main())
 
 
-async def load(port: int, calls: int, clients: int, size: int) -> None:
+async def load(port: int, calls: int, clients: int, size: int, channels: int) -> None:
     import grpc
 
-    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(clients)]
+    pool = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(channels)]
     body = b"x" * size
 
     async def client(channel):
@@ -52,14 +55,16 @@ async def load(port: int, calls: int, clients: int, size: int) -> None:
         for _ in range(calls // clients):
             await call(body, timeout=30)
 
-    await asyncio.gather(*(client(channel) for channel in channels))
-    for channel in channels:
+    await asyncio.gather(*(client(pool[i % channels]) for i in range(clients)))
+    for channel in pool:
         await channel.close()
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--channels", type=int, default=0,
+                        help="channels the clients share (default: one per client)")
     parser.add_argument("--calls", type=int, default=8000)
     parser.add_argument("--bytes", type=int, default=300)
     parser.add_argument("--serve", help=argparse.SUPPRESS)  # PORT,LOOP: the server process
@@ -69,7 +74,9 @@ def main():
         return serve(int(port), loop)
     from backends import cpu_kind
 
-    print(f"gRPC echo on loopback, {cpu_kind()}, {args.clients} clients, {args.bytes}-byte "
+    channels = args.channels or args.clients
+    print(f"gRPC echo on loopback, {cpu_kind()}, {args.clients} clients on {channels} channels, "
+          f"{args.bytes}-byte "
           f"requests\n\n| server loop | calls/s | server CPU a call | client CPU a call |\n"
           f"|---|---|---|---|")
     for loop in ("asyncio", "uvloop"):
@@ -77,10 +84,10 @@ def main():
         server = subprocess.Popen([sys.executable, __file__, f"--serve={port},{loop}"])
         try:
             time.sleep(2)
-            asyncio.run(load(port, args.calls // 10, args.clients, args.bytes))  # warm-up
+            asyncio.run(load(port, args.calls // 10, args.clients, args.bytes, channels))  # warm-up
             before = process_cpu_s(server.pid), resource.getrusage(resource.RUSAGE_SELF)
             start = time.perf_counter()
-            asyncio.run(load(port, args.calls, args.clients, args.bytes))
+            asyncio.run(load(port, args.calls, args.clients, args.bytes, channels))
             wall = time.perf_counter() - start
             after = process_cpu_s(server.pid), resource.getrusage(resource.RUSAGE_SELF)
         finally:
