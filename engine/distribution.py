@@ -188,8 +188,8 @@ class KerasStrategy:
 
     def commit(self, values):
         """`values` (arrays, in any nesting) committed to the one device. A variable's first
-        value is not committed to a device, a step's outputs are; JAX compiles a step once for
-        each, so a run's second step compiled it again (every step function, on one device)."""
+        value is not committed to a device, while a step's outputs are (its batch is put on the
+        device); JAX compiles a step once for each, so a run's second step compiled it again."""
         if self.distribution is not None or self.devices == ["default"]:
             return values  # laid out by the distribution already; or not on JAX
         import jax
