@@ -4,8 +4,9 @@ clients' CPU time a call. The floor under `serve.py`'s gRPC ports (docs/serving.
 
     python bench/grpc_echo.py [--clients 16] [--channels 16] [--calls 8000] [--bytes 300]
 
-`--channels`: how many `grpc.aio` channels (HTTP/2 connections) the clients share, round robin;
-16 for 16 clients is one each, as bench/serving_load.py's clients; 1 is one connection for all.
+`--channels`: how many HTTP/2 connections the clients share, round robin (16 for 16 clients: one
+each; 1: one for all). Each is a `grpc.aio` channel with a subchannel pool of its own: channels
+to one address with the same options otherwise share one connection, gRPC's default.
 """
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def serve(port: int, loop: str) -> None:
 async def load(port: int, calls: int, clients: int, size: int, channels: int) -> None:
     import grpc
 
-    pool = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(channels)]
+    pool = [grpc.aio.insecure_channel(f"127.0.0.1:{port}",
+                                      options=[("grpc.use_local_subchannel_pool", 1)])
+            for _ in range(channels)]
     body = b"x" * size
 
     async def client(channel):
@@ -64,7 +67,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--channels", type=int, default=0,
-                        help="channels the clients share (default: one per client)")
+                        help="connections the clients share (default: one per client)")
     parser.add_argument("--calls", type=int, default=8000)
     parser.add_argument("--bytes", type=int, default=300)
     parser.add_argument("--serve", help=argparse.SUPPRESS)  # PORT,LOOP: the server process
@@ -75,7 +78,9 @@ def main():
     from backends import cpu_kind
 
     channels = args.channels or args.clients
-    print(f"gRPC echo on loopback, {cpu_kind()}, {args.clients} clients on {channels} channels, "
+    if not 1 <= channels <= args.clients:
+        parser.error(f"--channels={args.channels}: from 1 to --clients ({args.clients})")
+    print(f"gRPC echo on loopback, {cpu_kind()}, {args.clients} clients on {channels} connections, "
           f"{args.bytes}-byte "
           f"requests\n\n| server loop | calls/s | server CPU a call | client CPU a call |\n"
           f"|---|---|---|---|")

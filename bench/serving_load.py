@@ -89,14 +89,17 @@ GRPC_METHODS = {"ours-tf-grpc": "/tensorflow.serving.PredictionService/Predict",
 
 
 class GrpcConnection:
-    """One gRPC channel (one HTTP/2 connection) calling `method` with requests' bytes as they
-    are; `post` answers as `Connection.post` does (0 for a gRPC error)."""
+    """One gRPC channel, on an HTTP/2 connection of its own, calling `method` with requests'
+    bytes as they are; `post` answers as `Connection.post` does (0 for a gRPC error). The
+    channel's own subchannel pool gives it its own connection, as each REST client has: channels
+    to one address with the same options otherwise share one (gRPC's default)."""
 
     def __init__(self, port: int, method: str):
         import grpc
 
         self.grpc = grpc
-        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        self.channel = grpc.aio.insecure_channel(
+            f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
         self.call = self.channel.unary_unary(method)
 
     async def post(self, path: str, body: bytes) -> tuple:
