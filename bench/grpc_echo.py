@@ -5,8 +5,7 @@ clients' CPU time a call. The floor under `serve.py`'s gRPC ports (docs/serving.
     python bench/grpc_echo.py [--clients 16] [--channels 16] [--calls 8000] [--bytes 300]
 
 `--channels`: how many HTTP/2 connections the clients share, round robin (16 for 16 clients: one
-each; 1: one for all). Each is a `grpc.aio` channel with a subchannel pool of its own: channels
-to one address with the same options otherwise share one connection, gRPC's default.
+each; 1: one for all), each a channel of its own connection (`serving_load.own_channel`).
 """
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from serving_load import free_port, process_cpu_s  # noqa: E402
+from serving_load import free_port, own_channel, process_cpu_s  # noqa: E402
 
 
 def serve(port: int, loop: str) -> None:
@@ -46,11 +45,7 @@ def serve(port: int, loop: str) -> None:
 
 
 async def load(port: int, calls: int, clients: int, size: int, channels: int) -> None:
-    import grpc
-
-    pool = [grpc.aio.insecure_channel(f"127.0.0.1:{port}",
-                                      options=[("grpc.use_local_subchannel_pool", 1)])
-            for _ in range(channels)]
+    pool = [own_channel(port) for _ in range(channels)]
     body = b"x" * size
 
     async def client(channel):
@@ -81,8 +76,7 @@ def main():
     if not 1 <= channels <= args.clients:
         parser.error(f"--channels={args.channels}: from 1 to --clients ({args.clients})")
     print(f"gRPC echo on loopback, {cpu_kind()}, {args.clients} clients on {channels} connections, "
-          f"{args.bytes}-byte "
-          f"requests\n\n| server loop | calls/s | server CPU a call | client CPU a call |\n"
+          f"{args.bytes}-byte requests\n\n| server loop | calls/s | server CPU a call | client CPU a call |\n"
           f"|---|---|---|---|")
     for loop in ("asyncio", "uvloop"):
         port = free_port()

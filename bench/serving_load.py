@@ -88,18 +88,25 @@ GRPC_METHODS = {"ours-tf-grpc": "/tensorflow.serving.PredictionService/Predict",
                 "ours-v2-grpc": "/inference.GRPCInferenceService/ModelInfer"}
 
 
+def own_channel(port: int):
+    """A `grpc.aio` channel to `port` on loopback on an HTTP/2 connection of its own, as each REST
+    client has: its own subchannel pool (channels to one address with the same options otherwise
+    share one connection, gRPC's default)."""
+    import grpc
+
+    return grpc.aio.insecure_channel(f"127.0.0.1:{port}",
+                                     options=[("grpc.use_local_subchannel_pool", 1)])
+
+
 class GrpcConnection:
-    """One gRPC channel, on an HTTP/2 connection of its own, calling `method` with requests'
-    bytes as they are; `post` answers as `Connection.post` does (0 for a gRPC error). The
-    channel's own subchannel pool gives it its own connection, as each REST client has: channels
-    to one address with the same options otherwise share one (gRPC's default)."""
+    """One gRPC channel (`own_channel`) calling `method` with requests' bytes as they are; `post`
+    answers as `Connection.post` does (0 for a gRPC error)."""
 
     def __init__(self, port: int, method: str):
         import grpc
 
         self.grpc = grpc
-        self.channel = grpc.aio.insecure_channel(
-            f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
+        self.channel = own_channel(port)
         self.call = self.channel.unary_unary(method)
 
     async def post(self, path: str, body: bytes) -> tuple:
