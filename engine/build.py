@@ -132,19 +132,18 @@ def held_outputs(settings: RunSettings, **others) -> dict:
 def start_run(settings: RunSettings, config, vocab_file: str | None) -> Run:
     """Seeds, precision and the strategy; call before building any model. Nothing is written
     yet: `open_output` makes the folders, once every check that can refuse the run passed."""
-    import keras
 
-    from bert_tf2.engine.distribution import get_strategy, set_precision
+    from bert_tf2.engine.distribution import get_strategy, set_precision, set_random_seed
     from bert_tf2.engine.trainer_config import worker_dir
     from bert_tf2.process import environment
 
     if environment.uses_tensorflow():
-        keras.utils.set_random_seed(settings.random_seed)
+        set_random_seed(settings.random_seed)
         set_precision(settings.dtype)
         strategy = get_strategy(settings.distribution_strategy, settings.tpu_address)
     else:  # JAX's processes must find each other before anything of JAX runs
         strategy = get_strategy(settings.distribution_strategy, settings.tpu_address)
-        keras.utils.set_random_seed(settings.random_seed)
+        set_random_seed(settings.random_seed)
         set_precision(settings.dtype)
     work_dir = worker_dir(strategy, settings.output_dir)
     return Run(config, vocab_file, strategy, work_dir, chief=work_dir == settings.output_dir)

@@ -106,6 +106,30 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset:
         return frozenset()
 
 
+def set_random_seed(seed: int) -> None:
+    """`keras.utils.set_random_seed` (Python's, NumPy's and Keras's seeds), with TensorFlow's
+    seeded only where TensorFlow is the backend or already imported. Keras's own imports
+    TensorFlow wherever it is installed, to seed it: on JAX, which never uses TensorFlow here,
+    that import cost every run 2.3 s and TensorFlow's memory and threads."""
+    import sys
+
+    import keras
+    from keras.src.utils import rng_utils
+
+    from bert_tf2.process import environment
+
+    lazy = rng_utils.tf  # Keras's lazy `tensorflow` module, imported on asking `available`
+    if (environment.uses_tensorflow() or "tensorflow" in sys.modules
+            or vars(lazy).get("_available", False) is not None):
+        keras.utils.set_random_seed(seed)
+        return
+    lazy._available = False
+    try:
+        keras.utils.set_random_seed(seed)
+    finally:
+        lazy._available = None
+
+
 def set_precision(dtype: str) -> None:
     """Set the global Keras dtype policy; variables stay float32 under the mixed ones.
 

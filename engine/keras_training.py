@@ -37,6 +37,7 @@ import numpy as np
 
 from bert_tf2.data_gen.batching import XLA_LENGTH_MULTIPLE
 from bert_tf2.engine.best_checkpoint import KERAS_WEIGHTS
+from bert_tf2.engine.event_files import EventFile
 from bert_tf2.engine.input_feed import DeviceFeed
 from bert_tf2.engine.trainer_config import (
     CHECKPOINT_NAME,
@@ -314,17 +315,9 @@ class KerasTrainer(TrainingLoop):
     def write_summary(self, kind: str, values: dict, step: int) -> None:
         if not self.is_chief:
             return
-        from tensorboard.compat.proto import event_pb2, summary_pb2
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
         if kind not in self._writers:
-            self._writers[kind] = EventFileWriter(os.path.join(self.config.output_dir, kind))
-        summary = summary_pb2.Summary(value=[
-            summary_pb2.Summary.Value(tag=name, simple_value=float(value))
-            for name, value in values.items()])
-        self._writers[kind].add_event(event_pb2.Event(wall_time=time.time(), step=step,
-                                                      summary=summary))
-        self._writers[kind].flush()
+            self._writers[kind] = EventFile(os.path.join(self.config.output_dir, kind))
+        self._writers[kind].write(values, step)
 
     def write_weights(self, folder: str) -> None:
         """The model's weights alone (for `best/`), as `folder/weights.safetensors`."""

@@ -50,12 +50,12 @@ def encode(minilm_dir, batch, out):
 def train(minilm_dir, batch, out, dtype="float32"):
     import keras
 
-    from bert_tf2.engine.distribution import get_strategy, set_precision
+    from bert_tf2.engine.distribution import get_strategy, set_precision, set_random_seed
     from bert_tf2.engine.trainer_config import TrainerConfig
     from bert_tf2.modeling.optimization import create_optimizer
     from bert_tf2.tasks.classification.task import ClassificationTask
 
-    keras.utils.set_random_seed(1)
+    set_random_seed(1)  # Keras's own would import TensorFlow on JAX too
     set_precision(dtype)
     strategy = get_strategy("one_device")
     task = ClassificationTask()

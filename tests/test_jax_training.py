@@ -1,7 +1,8 @@
 """JAX's training beyond one device and one task: two host devices and two processes give one
 device's losses; pretraining resumes after a kill and exports the original's TF1 checkpoint;
 extract_features writes TensorFlow's lines; NER, SQuAD and SWAG run (make test-all). Every run is
-in a process where TensorFlow cannot be imported (the classifier's runs: test_jax_runners.py)."""
+in a process where TensorFlow cannot be imported (the classifier's runs: test_jax_runners.py), but
+one: where TensorFlow is installed, a JAX run does not import it."""
 import json
 import os
 import subprocess
@@ -151,6 +152,53 @@ def test_ner_squad_and_multiple_choice_run_on_jax(shared_data, tiny_checkpoint, 
             "--do_predict")
     assert "eval_accuracy" in read_results(tmp_path / "mc" / "eval_results.txt")
     assert len(read_tsv(tmp_path / "mc" / "test_results.tsv")) == 91
+
+
+# A runner's command as a JAX program with TensorFlow installed; then Keras's own seeding against
+# `engine.distribution.set_random_seed`'s.
+UNTOUCHED = """
+import random, runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as e:
+    assert not e.code, e.code
+print("tensorflow imported:", "tensorflow" in sys.modules)
+import keras, numpy as np
+from bert_tf2.engine.distribution import set_random_seed
+
+def draws():
+    return (random.random(), float(np.random.rand()),
+            keras.ops.convert_to_numpy(keras.random.uniform((3,))).tolist())
+
+set_random_seed(5)
+ours = draws()
+print("tensorflow imported:", "tensorflow" in sys.modules)
+keras.utils.set_random_seed(5)
+print("tensorflow imported:", "tensorflow" in sys.modules, "draws equal:", ours == draws())
+"""
+
+
+def test_a_jax_run_leaves_an_installed_tensorflow_unimported(mrpc_small, tiny_checkpoint,
+                                                             tmp_path):
+    """Keras's `set_random_seed` and tensorboard's event writer import TensorFlow wherever it is
+    installed; a JAX run, which needs it for nothing, seeds and writes its summaries without it
+    (2.1 s less of a tiny classifier run, engine/event_files.py), with Keras's own seeds."""
+    out = tmp_path / "out"
+    result = warm_python.run([sys.executable, "-c", UNTOUCHED,
+                              *classifier(mrpc_small, tiny_checkpoint, out, "--do_predict=false",
+                                          "--num_train_epochs=1")],
+                             cwd=REPO, env={**os.environ, "KERAS_BACKEND": "jax"}, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.splitlines()[-3:] == [
+        "tensorflow imported: False", "tensorflow imported: False",
+        "tensorflow imported: True draws equal: True"], result.stdout[-2000:]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for kind, tag in (("train", "loss"), ("eval", "eval_loss")):
+        accumulator = EventAccumulator(str(out / kind))
+        accumulator.Reload()
+        assert [e.step for e in accumulator.Scalars(tag)] == [3, 6], kind
 
 
 # PyTorch in make test-all: the same runner on another backend (the encoder on PyTorch is held to
