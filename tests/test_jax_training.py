@@ -188,7 +188,8 @@ def test_a_jax_run_leaves_an_installed_tensorflow_unimported(mrpc_small, tiny_ch
     result = warm_python.run([sys.executable, "-c", UNTOUCHED,
                               *classifier(mrpc_small, tiny_checkpoint, out, "--do_predict=false",
                                           "--num_train_epochs=1")],
-                             cwd=REPO, env={**os.environ, "KERAS_BACKEND": "jax"}, timeout=900)
+                             cwd=REPO, env={**os.environ, "KERAS_BACKEND": "jax"}, timeout=900,
+                             warm=True)
     assert result.returncode == 0, result.stderr[-4000:]
     assert result.stdout.splitlines()[-3:] == [
         "tensorflow imported: False", "tensorflow imported: False",
