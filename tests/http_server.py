@@ -44,7 +44,8 @@ def server(export, *flags, harness=False, wait=True, env=None):
         command = [sys.executable, str(REPO / "serve.py"), f"--export_dir={export}",
                    "--model_name=m", "--host=127.0.0.1", f"--port={port}", *flags]
     log = tempfile.TemporaryFile("w+")  # not a pipe: a full pipe would stop the server
-    proc = warm_python.start(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = warm_python.start(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                             warm=True if harness else None)
     proc.log = lambda: (log.seek(0), log.read())[1]
     base = f"http://127.0.0.1:{port}"
     try:

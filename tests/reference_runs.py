@@ -42,12 +42,14 @@ def without_tensorflow(no_tensorflow) -> str:
     return os.pathsep.join(filter(None, [str(no_tensorflow), os.environ.get("PYTHONPATH")]))
 
 
-def run_jax(no_tensorflow, script, *flags, env=None, check=True):
-    """`script` (a runner of this checkout, or `-m module`) on JAX without TensorFlow."""
+def run_jax(no_tensorflow, script, *flags, env=None, check=True, warm=None):
+    """`script` (a runner of this checkout, or `-m module`; a test's helper script forked too
+    with `warm=True`) on JAX without TensorFlow."""
     command = [sys.executable, *(flags if script == "-m" else [str(REPO / script), *flags])]
     environment = {**os.environ, "KERAS_BACKEND": "jax",
                    "PYTHONPATH": without_tensorflow(no_tensorflow), **(env or {})}
-    result = warm_python.run(list(map(str, command)), cwd=REPO, env=environment, timeout=900)
+    result = warm_python.run(list(map(str, command)), cwd=REPO, env=environment, timeout=900,
+                             warm=warm)
     if check and result.returncode:
         raise AssertionError(f"{script} failed on JAX:\n{result.stderr[-4000:]}")
     return result
