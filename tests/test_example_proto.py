@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 from conftest import REPO
 from reference_runs import glue_slice
 from test_run_ner import conll_slice
@@ -108,7 +109,7 @@ def test_pretraining_records_parse_as_tensorflow_parses_them(tmp_path, vocab_fil
     lines = source.read_text(encoding="utf-8").splitlines()[:1500]
     (tmp_path / "doc.txt").write_text("\n".join(lines), encoding="utf-8")
     out = tmp_path / "pre.tfrecord"
-    subprocess.run([sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
+    warm_python.run([sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
                     f"--input_file={tmp_path / 'doc.txt'}", f"--output_file={out}",
                     f"--vocab_file={vocab_file}", "--max_seq_length=64",
                     "--max_predictions_per_seq=10", "--dupe_factor=2"], check=True, cwd=REPO,

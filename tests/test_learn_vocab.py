@@ -1,11 +1,11 @@
 """`python -m bert_tf2.data_gen.learn_vocab`: the original layout, every character, clear errors."""
 import collections
 import os
-import subprocess
 import sys
 import warnings
 
 import pytest
+import warm_python
 from absl import flags
 from absl.testing import flagsaver
 
@@ -17,8 +17,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "bert_tf2.data_gen.learn_vocab", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    return warm_python.run([sys.executable, "-m", "bert_tf2.data_gen.learn_vocab", *args],
+                           cwd=REPO, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,11 @@ import collections
 import glob
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 import tensorflow as tf
+import warm_python
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ def test_beam_pipeline_matches_the_local_run(tmp_path, shared_data, minilm_dir):
     wikitext = [str(shared_data / "corpus" / "wikitext-2" / n) for n in ("valid.txt", "test.txt")]
     vocab = str(minilm_dir / "vocab.txt")
     prefix = str(tmp_path / "beam" / "train")
-    completed = subprocess.run(
+    completed = warm_python.run(
         [sys.executable, "-m", "bert_tf2.data_gen.pretraining.beam_pipeline", f"--input_file={','.join(wikitext)}",
          "--input_format=wikitext", f"--output_file={prefix}", "--num_output_shards=3",
          f"--vocab_file={vocab}", "--dupe_factor=2", "--pool_bytes=300000",
@@ -56,7 +56,7 @@ def test_beam_pipeline_matches_the_local_run(tmp_path, shared_data, minilm_dir):
 def test_a_bad_input_fails_the_pipeline_with_the_file_and_line(tmp_path, minilm_dir):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"Fine.\n\nCaf\xe9.\n")
-    completed = subprocess.run(
+    completed = warm_python.run(
         [sys.executable, "-m", "bert_tf2.data_gen.pretraining.beam_pipeline", f"--input_file={bad}",
          f"--output_file={tmp_path / 'out' / 'train'}", f"--vocab_file={minilm_dir / 'vocab.txt'}",
          "--", "--runner=DirectRunner"],

@@ -5,11 +5,11 @@ The main run is the command line itself (a subprocess) on WikiText-2 with the or
 """
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+import warm_python
 
 from bert_tf2.data_gen.pretraining import masking
 from bert_tf2.data_gen.pretraining.create_pretraining_data import create_pretraining_data
@@ -41,7 +41,7 @@ def wikitext(shared_data) -> list:
 def corpus_run(tmp_path_factory, wikitext, vocab_file):
     out = tmp_path_factory.mktemp("corpus")
     shards = [str(out / "train-0.tfrecord"), str(out / "train-1.tfrecord")]
-    completed = subprocess.run(
+    completed = warm_python.run(
         [sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
          f"--input_file={','.join(wikitext)}", "--input_format=wikitext",
          f"--output_file={','.join(shards)}", f"--vocab_file={vocab_file}", "--num_workers=2",

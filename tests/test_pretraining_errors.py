@@ -1,9 +1,9 @@
 """Bad input and failures: a clear error naming the file, line or flag; no output left behind."""
 import os
-import subprocess
 import sys
 
 import pytest
+import warm_python
 
 from bert_tf2.data_gen.pretraining import pool_worker
 from bert_tf2.data_gen.pretraining.create_pretraining_data import create_pretraining_data
@@ -128,14 +128,14 @@ def test_a_failure_while_writing_leaves_no_partial_shard(tmp_path, vocab_file, m
 def test_cli_exits_1_with_the_message_and_writes_nothing(tmp_path, vocab_file):
     missing = str(tmp_path / "nothing-*.txt")
     out = tmp_path / "out"
-    completed = subprocess.run(
+    completed = warm_python.run(
         [sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data", f"--input_file={missing}",
          f"--output_file={out}/train.tfrecord", f"--vocab_file={vocab_file}"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 1
     assert f"--input_file: '{missing}' matches no file" in completed.stderr
     assert not out.exists()
-    completed = subprocess.run(
+    completed = warm_python.run(
         [sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data", "--input_file=x.txt"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     # A required flag left out is a flag error: one line, exit status 2.
