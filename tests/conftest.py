@@ -41,25 +41,24 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # and test_interrupts.py, a few long tests each, to the end: one worker ran alone for the last
 # third of the suite. A file not listed goes after these, in its usual order.
 LONGEST_FIRST = [
-    "test_interrupts.py", "test_training_loop.py", "test_faults_runners.py", "test_faults.py",
-    "test_jax_training.py", "test_backend_training.py", "test_run_pretraining.py",
-    "test_drop_in.py", "test_run_search.py", "test_litert.py", "test_squad_serving.py",
-    "test_finetuning.py", "test_keras_hub.py", "test_extend_vocab.py", "test_jax_runners.py",
-    "test_search_workers.py", "test_tokenization_real_data.py", "test_batch_jobs.py",
-    "test_run_classifier.py", "test_search_interrupted.py", "test_compiled_pretraining.py",
-    "test_search_postgres.py", "test_warm_python.py", "test_run_squad.py", "test_run_ner.py",
-    "test_model_server_load.py", "test_pretraining_original.py", "test_squad_features.py",
-    "test_backends.py", "test_export_ops.py", "test_long_documents.py", "test_multilabel.py",
-    "test_user_errors.py", "test_multiple_choice.py", "test_demo.py", "test_package.py",
-    "test_extract_features.py", "test_first_token.py", "test_example_packing.py",
-    "test_multi_worker.py", "test_model_server.py", "test_architecture_options.py",
-    "test_extract_windows.py", "test_pretraining_data.py", "test_old_files.py",
-    "test_long_fields.py", "test_pretraining_beam.py", "test_environment.py",
-    "test_graph_tokenizer.py", "test_tasks.py", "test_layers.py", "test_pretraining_pools.py",
-    "test_datasets.py", "test_checkpoints.py", "test_pretraining_errors.py", "test_saving.py",
-    "test_model_server_grpc.py", "test_encoder_numerics.py", "test_search_parts.py",
-    "test_compiled.py", "test_start_refusals.py", "test_example_proto.py", "test_convert.py",
-    "test_dynamic_masking.py",
+    "test_training_loop.py", "test_interrupts.py", "test_faults_runners.py",
+    "test_jax_training.py", "test_faults.py", "test_backend_training.py", "test_run_search.py",
+    "test_run_pretraining.py", "test_drop_in.py", "test_litert.py", "test_finetuning.py",
+    "test_squad_serving.py", "test_keras_hub.py", "test_search_workers.py", "test_extend_vocab.py",
+    "test_search_interrupted.py", "test_jax_runners.py", "test_compiled_pretraining.py",
+    "test_tokenization_real_data.py", "test_batch_jobs.py", "test_run_ner.py",
+    "test_search_postgres.py", "test_squad_features.py", "test_run_classifier.py",
+    "test_model_server_load.py", "test_run_squad.py", "test_export_ops.py", "test_warm_python.py",
+    "test_pretraining_original.py", "test_long_documents.py", "test_backends.py",
+    "test_user_errors.py", "test_first_token.py", "test_example_packing.py", "test_package.py",
+    "test_demo.py", "test_multiple_choice.py", "test_multilabel.py", "test_extract_features.py",
+    "test_model_server.py", "test_extract_windows.py", "test_multi_worker.py",
+    "test_pretraining_data.py", "test_old_files.py", "test_environment.py", "test_long_fields.py",
+    "test_architecture_options.py", "test_layers.py", "test_tasks.py", "test_graph_tokenizer.py",
+    "test_pretraining_pools.py", "test_checkpoints.py", "test_datasets.py",
+    "test_pretraining_beam.py", "test_model_server_grpc.py", "test_pretraining_dataset.py",
+    "test_saving.py", "test_search_parts.py", "test_encoder_numerics.py", "test_example_proto.py",
+    "test_start_refusals.py"
 ]
 
 
