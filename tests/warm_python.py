@@ -18,9 +18,9 @@ without TensorFlow where test_jax_runners asks for it): a request may differ fro
 environment only in `RUN_TIME_VARIABLES`. This checkout's programs (`python SCRIPT.py`, `python -m
 bert_tf2...`) are forked; a test's own helper script or `python -c CODE` only when the caller asks
 (`warm=True`: the oracle runs, tests/backend_step.py, ramp_training.py, serving_harness.py);
-anything else runs as a fresh interpreter, as do the tests that prove a program starts from scratch (`warm=False`: test_package, test_demo, the
-fresh-interpreter imports), and everything when BERT_TEST_WARM_PROCESSES=0 (README, "Tests and
-benchmarks"). A second kind of server imports TensorFlow and tensorflow_text and nothing of this
+anything else runs as a fresh interpreter, as do the tests that prove a program starts from
+scratch (`warm=False`: test_package, test_demo, the fresh-interpreter imports), and everything
+when BERT_TEST_WARM_PROCESSES=0 (README, "Tests and benchmarks"). A second kind of server imports TensorFlow and tensorflow_text and nothing of this
 project (`imports="tensorflow"`): the scripts that load an export as a user's script does
 (conftest's `tensorflow_only`) are forked from it.
 
