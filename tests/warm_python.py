@@ -20,9 +20,10 @@ bert_tf2...`) are forked; a test's own helper script or `python -c CODE` only wh
 (`warm=True`: the oracle runs, tests/backend_step.py, ramp_training.py, serving_harness.py);
 anything else runs as a fresh interpreter, as do the tests that prove a program starts from
 scratch (`warm=False`: test_package, test_demo, the fresh-interpreter imports), and everything
-when BERT_TEST_WARM_PROCESSES=0 (README, "Tests and benchmarks"). A second kind of server imports TensorFlow and tensorflow_text and nothing of this
-project (`imports="tensorflow"`): the scripts that load an export as a user's script does
-(conftest's `tensorflow_only`) are forked from it.
+when BERT_TEST_WARM_PROCESSES=0 (README, "Tests and benchmarks"). A second kind of server
+imports TensorFlow and tensorflow_text and nothing of this project (`imports="tensorflow"`): the
+scripts that load an export as a user's script does (conftest's `tensorflow_only`) are forked
+from it.
 
 Protocol: a server reads requests (JSON: argv, environment, folder) with four descriptors (stdin,
 stdout, stderr, reply) from a SOCK_SEQPACKET socket. For each it forks a monitor, which forks the
