@@ -114,13 +114,17 @@ def set_random_seed(seed: int) -> None:
     import sys
 
     import keras
-    from keras.src.utils import rng_utils
 
     from bert_tf2.process import environment
 
-    lazy = rng_utils.tf  # Keras's lazy `tensorflow` module, imported on asking `available`
-    if (environment.uses_tensorflow() or "tensorflow" in sys.modules
-            or vars(lazy).get("_available", False) is not None):
+    try:  # Keras's lazy `tensorflow` module, imported on asking `available`; Keras 3.10-3.15
+        from keras.src.utils import rng_utils
+
+        lazy = rng_utils.tf
+        unasked = vars(lazy).get("_available", False) is None
+    except (ImportError, AttributeError, TypeError):  # another layout: Keras's own, as it is
+        unasked = False
+    if environment.uses_tensorflow() or "tensorflow" in sys.modules or not unasked:
         keras.utils.set_random_seed(seed)
         return
     lazy._available = False
