@@ -54,8 +54,8 @@ setup(
         "numba>=0.61,<1",
         # Reads and writes Hugging Face model.safetensors without torch.
         "safetensors>=0.4,<1",
-        # tf.summary needs it (TensorFlow 2.21 no longer installs it); on JAX its own event
-        # writer writes the same train/ and eval/ summaries without TensorFlow.
+        # tf.summary needs it (TensorFlow 2.21 no longer installs it); on JAX its Event protos go
+        # into the same train/ and eval/ event files, written by engine.event_files.
         "tensorboard>=2.20,<2.22",
         # The LiteRT interpreter of the fast serving path (inference.litert_runtime): Google's
         # successor of tf.lite.Interpreter, which TensorFlow marks for deletion; no TensorFlow

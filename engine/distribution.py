@@ -110,7 +110,7 @@ def set_random_seed(seed: int) -> None:
     """`keras.utils.set_random_seed` (Python's, NumPy's and Keras's seeds), with TensorFlow's
     seeded only where TensorFlow is the backend or already imported. Keras's own imports
     TensorFlow wherever it is installed, to seed it: on JAX, which never uses TensorFlow here,
-    that import cost every run 2.3 s and TensorFlow's memory and threads."""
+    that import cost every run about 2 s and TensorFlow's memory and threads."""
     import sys
 
     import keras

@@ -1,8 +1,8 @@
 """TensorBoard event files of the JAX trainer's scalars, written without TensorFlow.
 
 tensorboard's own `EventFileWriter` writes through `tf.io.gfile`, so it imports TensorFlow
-wherever TensorFlow is installed: 2.3 s of every JAX run, and TensorFlow's memory and threads, in
-a run that needs TensorFlow for nothing else. The file written here is the one that writer
+wherever TensorFlow is installed: about 2 s of every JAX run, and TensorFlow's memory and threads,
+in a run that needs TensorFlow for nothing else. The file written here is the one that writer
 writes: TFRecord frames (`data_gen.tfrecord_frames`) of `Event` protos, the first with
 `file_version: "brain.Event:2"`, in a file named `events.out.tfevents.<seconds>.<host>.<pid>.<n>`
 in the summaries' folder (`train`, `eval`). A remote folder (`gs://...`) still goes through
@@ -33,6 +33,7 @@ class EventFile:
 
             self._writer = EventFileWriter(folder)
             self._file = None
+            self.path = None  # named by tensorboard's writer
             return
         os.makedirs(folder, exist_ok=True)
         self.path = os.path.join(folder, "events.out.tfevents.%010d.%s.%s.%s" % (

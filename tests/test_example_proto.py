@@ -109,11 +109,12 @@ def test_pretraining_records_parse_as_tensorflow_parses_them(tmp_path, vocab_fil
     lines = source.read_text(encoding="utf-8").splitlines()[:1500]
     (tmp_path / "doc.txt").write_text("\n".join(lines), encoding="utf-8")
     out = tmp_path / "pre.tfrecord"
+    # Forked from the warm Python: one worker (a pool of them would be spawned there).
     warm_python.run([sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
-                    f"--input_file={tmp_path / 'doc.txt'}", f"--output_file={out}",
-                    f"--vocab_file={vocab_file}", "--max_seq_length=64",
-                    "--max_predictions_per_seq=10", "--dupe_factor=2"], check=True, cwd=REPO,
-                   capture_output=True)
+                     f"--input_file={tmp_path / 'doc.txt'}", f"--output_file={out}",
+                     f"--vocab_file={vocab_file}", "--max_seq_length=64",
+                     "--max_predictions_per_seq=10", "--dupe_factor=2", "--num_workers=1"],
+                    check=True, cwd=REPO)
     framed = list(records.tfrecord_frames.read_frames(str(out)))
     assert framed == [r.numpy() for r in tf.data.TFRecordDataset(str(out))]
     assert _check_against_tensorflow(framed, "pretraining") > 100

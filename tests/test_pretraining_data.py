@@ -41,12 +41,14 @@ def wikitext(shared_data) -> list:
 def corpus_run(tmp_path_factory, wikitext, vocab_file):
     out = tmp_path_factory.mktemp("corpus")
     shards = [str(out / "train-0.tfrecord"), str(out / "train-1.tfrecord")]
+    # A fresh interpreter, as a user's: its two workers are forked (`parallel.start_method`),
+    # where a fork of the warm Python, which holds TensorFlow, would spawn them.
     completed = warm_python.run(
         [sys.executable, "-m", "bert_tf2.data_gen.pretraining.create_pretraining_data",
          f"--input_file={','.join(wikitext)}", "--input_format=wikitext",
          f"--output_file={','.join(shards)}", f"--vocab_file={vocab_file}", "--num_workers=2",
          "--pool_bytes=600000"],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+        cwd=REPO, capture_output=True, text=True, timeout=600, warm=False)
     assert completed.returncode == 0, completed.stderr[-3000:]
     with open(shards[0] + ".stats.json") as f:
         stats = json.load(f)

@@ -11,13 +11,17 @@ own, with its own pid, arguments, environment, working folder and standard strea
 and SIGSTOP reach, whose non-daemon threads and `atexit` functions finish as in `python SCRIPT
 ARGS`, and whose exit status (or killing signal) the caller gets, as from `subprocess`.
 
-What still differs from a fresh interpreter: the imports are done, numba's code generator is set up,
-the character classes are built, and the string hash seed is the server's. So there is one server
-per set of variables read at import time (a test process has one for TensorFlow, and one for JAX
-without TensorFlow where test_jax_runners asks for it): a request may differ from its server's
-environment only in `RUN_TIME_VARIABLES`. This checkout's programs (`python SCRIPT.py`, `python -m
-bert_tf2...`) are forked; a test's own helper script or `python -c CODE` only when the caller asks
-(`warm=True`: the oracle runs, tests/backend_step.py, ramp_training.py, serving_harness.py);
+What still differs from a fresh interpreter: the imports are done (TensorFlow's too, on its
+backend: a program that picks its workers' start method by it, create_pretraining_data's pool,
+spawns them where a fresh one forks), numba's code generator is set up, the character classes are
+built, and the string hash seed is the server's. So there is one server per set of variables read
+at import time (a test process has one for TensorFlow, one for JAX without TensorFlow where
+test_jax_runners asks for it, and one for JAX with TensorFlow installed but not imported:
+tests/backend_step.py, test_jax_training's untouched-TensorFlow run): a request may differ from
+its server's environment only in `RUN_TIME_VARIABLES`. This checkout's programs (`python
+SCRIPT.py`, `python -m bert_tf2...`) are forked; a test's own helper script or `python -c CODE`
+only when the caller asks (`warm=True`: the oracle runs, tests/backend_step.py, ramp_training.py,
+serving_harness.py, test_jax_training's untouched-TensorFlow run);
 anything else runs as a fresh interpreter, as do the tests that prove a program starts from
 scratch (`warm=False`: test_package, test_demo, the fresh-interpreter imports), and everything
 when BERT_TEST_WARM_PROCESSES=0 (README, "Tests and benchmarks"). A second kind of server
