@@ -21,8 +21,8 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("jax", reason="jax is not installed (make test installs setup.py's jax extra)")
 
 
-def run_jax(no_tensorflow, script, *flags, env=None, check=True):
-    return reference_runs.run_jax(no_tensorflow, script, *flags, env=env, check=check)
+def run_jax(no_tensorflow, script, *flags, env=None, check=True, warm=None):
+    return reference_runs.run_jax(no_tensorflow, script, *flags, env=env, check=check, warm=warm)
 
 
 def classifier(data, checkpoint, out, *extra):
@@ -289,8 +289,7 @@ def test_a_batch_size_ramp_on_jax_as_on_tensorflow(no_tensorflow, tmp_path):
     """tests/test_training_loop.py's two checks of the ramp, on JAX: held at 4 micro-batches it
     equals accumulating 4 (plain SGD, the same rows), it grows to 4 at 60% of the budget, and a
     run stopped at step 6 resumes past the 12 micro-batches used to the uninterrupted weights."""
-    result = reference_runs.run_jax(no_tensorflow, "tests/ramp_training.py", tmp_path,
-                                    warm=True)
+    result = run_jax(no_tensorflow, "tests/ramp_training.py", tmp_path, warm=True)
     assert "donated buffers were not usable" not in result.stderr  # JAX's warning, on stderr
     runs = json.loads((tmp_path / "runs.json").read_text())
     weights = np.load(tmp_path / "weights.npz")
