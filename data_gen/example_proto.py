@@ -22,6 +22,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from bert_tf2.modeling.protobuf_wire import fields, write_varint
+
 
 class FixedLen(NamedTuple):
     """A feature with a fixed number of values (`tf.io.FixedLenFeature` without a default)."""
@@ -35,19 +37,8 @@ class FixedLen(NamedTuple):
 
 
 # ------------------------------------------------------------------------------------ writing
-def varint(value: int) -> bytes:
-    if value < 0:
-        value += 1 << 64  # int64 two's complement, as protobuf encodes negative int64
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 # Ids of every released vocabulary (multilingual: 119,547) encode by table look-up.
-VARINTS = [varint(value) for value in range(1 << 17)]
+VARINTS = [write_varint(value) for value in range(1 << 17)]
 
 
 def encode_varints(values: Sequence[int]) -> bytes:
@@ -59,7 +50,7 @@ def encode_varints(values: Sequence[int]) -> bytes:
         return bytes(values)  # one byte each: masks, segment ids, positions, labels
     if smallest >= 0 and largest < len(VARINTS):
         return b"".join(map(VARINTS.__getitem__, values))
-    return b"".join(map(varint, values))
+    return b"".join(map(write_varint, values))
 
 
 TAG_1, TAG_2, TAG_3 = b"\x0a", b"\x12", b"\x1a"  # (field << 3) | 2: length-delimited fields
@@ -67,7 +58,7 @@ TAG_1, TAG_2, TAG_3 = b"\x0a", b"\x12", b"\x1a"  # (field << 3) | 2: length-deli
 
 def length_delimited(tag: bytes, payload: bytes) -> bytes:
     size = len(payload)
-    return tag + (VARINTS[size] if size < len(VARINTS) else varint(size)) + payload
+    return tag + (VARINTS[size] if size < len(VARINTS) else write_varint(size)) + payload
 
 
 def encode_feature(dtype: str, values: Sequence) -> bytes:
@@ -99,46 +90,6 @@ def encode(features: dict, float_features=()) -> bytes:
 
 
 # ------------------------------------------------------------------------------------ reading
-class _Reader:
-    """Fields of one message: (field number, wire type, value or payload bytes)."""
-
-    def __init__(self, data: bytes):
-        self.data = data
-
-    def fields(self):
-        data, at, end = self.data, 0, len(self.data)
-        while at < end:
-            key, at = _read_varint(data, at)
-            number, wire = key >> 3, key & 7
-            if wire == 0:
-                value, at = _read_varint(data, at)
-            elif wire == 2:
-                size, at = _read_varint(data, at)
-                if at + size > end:
-                    raise ValueError("a field runs past the end of the message")
-                value, at = data[at:at + size], at + size
-            elif wire == 5:
-                value, at = data[at:at + 4], at + 4
-            elif wire == 1:
-                value, at = data[at:at + 8], at + 8
-            else:
-                raise ValueError(f"wire type {wire} of field {number} is not in a tf.train.Example")
-            yield number, wire, value
-
-
-def _read_varint(data: bytes, at: int) -> tuple:
-    value = shift = 0
-    while True:
-        if at >= len(data):
-            raise ValueError("a varint runs past the end of the message")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-
-
 def decode_varints(payload: bytes) -> np.ndarray:
     """Packed varints as int64 (two's complement, as protobuf writes a negative int64)."""
     raw = np.frombuffer(payload, dtype=np.uint8)
@@ -158,7 +109,7 @@ def decode_varints(payload: bytes) -> np.ndarray:
 def _value_list(payload: bytes, kind: str) -> np.ndarray:
     """The values of an Int64List, FloatList or BytesList message."""
     chunks = []
-    for number, wire, value in _Reader(payload).fields():
+    for number, wire, value in fields(payload):
         if number != 1:
             continue
         if kind == "int64":
@@ -179,18 +130,18 @@ _KINDS = {1: "bytes", 2: "float", 3: "int64"}  # Feature's oneof fields
 def decode(record: bytes) -> dict:
     """`{name: values}` of a serialized `tf.train.Example` (int64, float32 or object arrays)."""
     features = {}
-    for number, _, value in _Reader(record).fields():
+    for number, _, value in fields(record):
         if number != 1:  # Example.features
             continue
-        for entry_number, _, entry in _Reader(value).fields():
+        for entry_number, _, entry in fields(value):
             if entry_number != 1:
                 continue
             name, values = None, np.zeros(0, np.int64)
-            for field, _, payload in _Reader(entry).fields():
+            for field, _, payload in fields(entry):
                 if field == 1:
                     name = payload.decode("utf-8")
                 elif field == 2:
-                    for kind_number, _, list_payload in _Reader(payload).fields():
+                    for kind_number, _, list_payload in fields(payload):
                         if kind_number in _KINDS:
                             values = _value_list(list_payload, _KINDS[kind_number])
             if name is not None:

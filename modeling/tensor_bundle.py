@@ -26,6 +26,12 @@ import struct
 
 import numpy as np
 
+from bert_tf2.modeling.protobuf_wire import (
+    fields,
+    length_delimited,
+    read_varint,
+    write_varint,
+)
 from bert_tf2.process.errors import UserError
 
 _TABLE_MAGIC = 0xDB4775248B80FB57
@@ -47,39 +53,6 @@ def _error(message: str) -> TensorBundleError:
     return TensorBundleError(message)
 
 
-def _varint(data: bytes, at: int) -> tuple:
-    value = shift = 0
-    while True:
-        if at >= len(data):
-            raise ValueError("a varint runs past the end")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-
-
-def _fields(data: bytes):
-    """(field number, value) of a protocol buffer message: ints, or bytes for length-delimited."""
-    at = 0
-    while at < len(data):
-        key, at = _varint(data, at)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, at = _varint(data, at)
-        elif wire == 2:
-            size, at = _varint(data, at)
-            value, at = data[at:at + size], at + size
-        elif wire == 5:
-            value, at = struct.unpack("<I", data[at:at + 4])[0], at + 4
-        elif wire == 1:
-            value, at = struct.unpack("<Q", data[at:at + 8])[0], at + 8
-        else:
-            raise ValueError(f"wire type {wire}")
-        yield number, value
-
-
 def _block(data: bytes, offset: int, size: int, path: str) -> list:
     """The (key, value) entries of one table block."""
     if offset + size + _TRAILER_BYTES > len(data):
@@ -92,9 +65,9 @@ def _block(data: bytes, offset: int, size: int, path: str) -> list:
     end = len(block) - 4 - 4 * restarts
     entries, at, key = [], 0, b""
     while at < end:
-        shared, at = _varint(block, at)
-        unshared, at = _varint(block, at)
-        length, at = _varint(block, at)
+        shared, at = read_varint(block, at)
+        unshared, at = read_varint(block, at)
+        length, at = read_varint(block, at)
         key = key[:shared] + block[at:at + unshared]
         at += unshared
         entries.append((key, block[at:at + length]))
@@ -103,8 +76,8 @@ def _block(data: bytes, offset: int, size: int, path: str) -> list:
 
 
 def _handle(data: bytes, at: int) -> tuple:
-    offset, at = _varint(data, at)
-    size, at = _varint(data, at)
+    offset, at = read_varint(data, at)
+    size, at = read_varint(data, at)
     return offset, size, at
 
 
@@ -113,14 +86,14 @@ class BundleEntry:
         self.dtype, self.shape, self.shard, self.offset, self.size = 0, (), 0, 0, 0
         self.crc32c = None
         self.sliced = False
-        for number, field in _fields(value):
+        for number, wire, field in fields(value):
             if number == 1:
                 self.dtype = field
             elif number == 2:
                 dims = []
-                for dim_number, dim in _fields(field):
+                for dim_number, _, dim in fields(field):
                     if dim_number == 2:
-                        dims.append(next((v for n, v in _fields(dim) if n == 1), 0))
+                        dims.append(next((v for n, _, v in fields(dim) if n == 1), 0))
                 self.shape = tuple(dims)
             elif number == 3:
                 self.shard = field
@@ -128,8 +101,8 @@ class BundleEntry:
                 self.offset = field
             elif number == 5:
                 self.size = field
-            elif number == 6:
-                self.crc32c = field
+            elif number == 6 and wire == 5:
+                self.crc32c = struct.unpack("<I", field)[0]
             elif number == 7:
                 self.sliced = True
 
@@ -155,7 +128,7 @@ class TensorBundle:
                 offset, size, _ = _handle(handle, 0)
                 for key, value in _block(data, offset, size, index):
                     if key == b"":
-                        num_shards = next((v for n, v in _fields(value) if n == 1), 1)
+                        num_shards = next((v for n, _, v in fields(value) if n == 1), 1)
                     else:
                         self.entries[key.decode("utf-8")] = BundleEntry(value)
         except (ValueError, IndexError, struct.error, UnicodeDecodeError) as e:
@@ -206,27 +179,14 @@ _RESTART_INTERVAL = 16  # LevelDB's block_restart_interval
 _DTYPE_NUMBERS = {np.dtype(v): k for k, v in _DTYPES.items()}
 
 
-def _put_varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _put_varint(number << 3 | 2) + _put_varint(len(payload)) + payload
-
-
 def _int_field(number: int, value: int) -> bytes:
-    return _put_varint(number << 3) + _put_varint(value) if value else b""
+    return write_varint(number << 3) + write_varint(value) if value else b""
 
 
 def _entry_proto(dtype: int, shape: tuple, offset: int, size: int, checksum: int) -> bytes:
-    dims = b"".join(_field(2, _int_field(1, d) if d else b"") for d in shape)
-    return (_int_field(1, dtype) + _field(2, dims) + _int_field(4, offset)
-            + _int_field(5, size) + _put_varint(6 << 3 | 5) + struct.pack("<I", checksum))
+    dims = b"".join(length_delimited(2, _int_field(1, d) if d else b"") for d in shape)
+    return (_int_field(1, dtype) + length_delimited(2, dims) + _int_field(4, offset)
+            + _int_field(5, size) + write_varint(6 << 3 | 5) + struct.pack("<I", checksum))
 
 
 def _table_block(entries: list) -> bytes:
@@ -240,7 +200,7 @@ def _table_block(entries: list) -> bytes:
             shared = 0
             while shared < min(len(key), len(previous)) and key[shared] == previous[shared]:
                 shared += 1
-        out += (_put_varint(shared) + _put_varint(len(key) - shared) + _put_varint(len(value))
+        out += (write_varint(shared) + write_varint(len(key) - shared) + write_varint(len(value))
                 + key[shared:] + value)
         previous = key
     restarts = restarts or [0]
@@ -269,16 +229,16 @@ def write(prefix: str, tensors: dict) -> None:
             _DTYPE_NUMBERS[array.dtype], array.shape, offset, len(raw), crc32c.masked(raw))))
         data_parts.append(raw)
         offset += len(raw)
-    header = _int_field(1, 1) + _field(3, _int_field(1, 1))  # one shard; VersionDef producer 1
+    header = _int_field(1, 1) + length_delimited(3, _int_field(1, 1))  # one shard; VersionDef producer 1
     data_block = _with_trailer(_table_block([(b"", header)] + entries))
     meta_block = _with_trailer(_table_block([]))
     last_key = entries[-1][0] if entries else b""
-    index_block = _with_trailer(_table_block([(last_key, _put_varint(0) + _put_varint(
+    index_block = _with_trailer(_table_block([(last_key, write_varint(0) + write_varint(
         len(data_block) - _TRAILER_BYTES))]))
     meta_offset = len(data_block)
     index_offset = meta_offset + len(meta_block)
-    handles = (_put_varint(meta_offset) + _put_varint(len(meta_block) - _TRAILER_BYTES)
-               + _put_varint(index_offset) + _put_varint(len(index_block) - _TRAILER_BYTES))
+    handles = (write_varint(meta_offset) + write_varint(len(meta_block) - _TRAILER_BYTES)
+               + write_varint(index_offset) + write_varint(len(index_block) - _TRAILER_BYTES))
     footer = handles.ljust(_FOOTER_BYTES - 8, b"\x00") + struct.pack("<Q", _TABLE_MAGIC)
     with open(f"{prefix}.data-00000-of-00001", "wb") as f:
         for part in data_parts:

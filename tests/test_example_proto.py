@@ -20,6 +20,7 @@ from bert_tf2.data_gen import example_proto, records
 from bert_tf2.data_gen.compiled_examples import FixedSpec
 from bert_tf2.data_gen.example_proto import FixedLen
 from bert_tf2.engine.task import Setup
+from bert_tf2.modeling import protobuf_wire
 from bert_tf2.tasks.classification.task import ClassificationTask
 from bert_tf2.tasks.multiple_choice.task import MultipleChoiceTask
 from bert_tf2.tasks.ner.task import NerTask
@@ -162,7 +163,7 @@ def test_keys_are_in_protobufs_deterministic_order():
 def test_unpacked_int64_lists_are_read_too():
     # proto2 writers (and TensorFlow's parser) accept one varint field per value.
     name = b"x"
-    values = b"".join(b"\x08" + example_proto.varint(v) for v in (5, 300, -1))
+    values = b"".join(b"\x08" + protobuf_wire.write_varint(v) for v in (5, 300, -1))
     feature = example_proto.length_delimited(example_proto.TAG_3, values)
     entry = (example_proto.length_delimited(example_proto.TAG_1, name)
              + example_proto.length_delimited(example_proto.TAG_2, feature))
