@@ -167,6 +167,18 @@ def words_file(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def adapted_minilm(tmp_path_factory, minilm_dir, reuters_text, words_file):
+    """MiniLM's weights with the words file's 4 words in its vocabulary (`extend_vocab`), made once
+    for the tests below that read them: (the folder, the tool's stderr)."""
+    out = tmp_path_factory.mktemp("adapted") / "adapted"
+    result = run_script("-m", "bert_tf2.data_gen.extend_vocab", f"--input_file={reuters_text}",
+                        f"--vocab_file={minilm_dir / 'vocab.txt'}",
+                        f"--output_file={out / 'vocab.txt'}", f"--words_file={words_file}",
+                        f"--init_checkpoint={minilm_dir}")
+    return out, result.stderr
+
+
 @pytest.mark.integration
 def test_a_tf1_pretraining_checkpoint_gets_mean_rows(tmp_path, minilm_dir, reuters_text,
                                                      words_file):
@@ -205,16 +217,12 @@ def test_a_tf1_pretraining_checkpoint_gets_mean_rows(tmp_path, minilm_dir, reute
 
 
 @pytest.mark.integration
-def test_hugging_face_weights_get_mean_rows_and_round_trip(tmp_path, minilm_dir, reuters_text,
-                                                           words_file):
+def test_hugging_face_weights_get_mean_rows_and_round_trip(tmp_path, minilm_dir,
+                                                           adapted_minilm):
     from bert_tf2.modeling import convert
 
-    out = tmp_path / "adapted"
-    result = run_script("-m", "bert_tf2.data_gen.extend_vocab", f"--input_file={reuters_text}",
-                        f"--vocab_file={minilm_dir / 'vocab.txt'}",
-                        f"--output_file={out / 'vocab.txt'}", f"--words_file={words_file}",
-                        f"--init_checkpoint={minilm_dir}")
-    assert "wrote the model with 4 new rows" in result.stderr
+    out, stderr = adapted_minilm
+    assert "wrote the model with 4 new rows" in stderr
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors",
                                                      "vocab.txt"]
     old = tokenization.load_vocab_tokens(minilm_dir / "vocab.txt")
@@ -233,16 +241,12 @@ def test_hugging_face_weights_get_mean_rows_and_round_trip(tmp_path, minilm_dir,
 
 @pytest.mark.integration
 def test_continued_pretraining_from_the_adapted_sentence_encoder(tmp_path, minilm_dir,
-                                                                 reuters_text, words_file,
-                                                                 shared_data):
+                                                                 adapted_minilm, shared_data):
     """MiniLM has no masked-LM head: run_pretraining starts one fresh, says so, and finds the
     config beside --init_checkpoint; records made with the new vocabulary hold the new ids."""
     from bert_tf2.data_gen.records import read_records
 
-    adapted = tmp_path / "adapted"
-    run_script("-m", "bert_tf2.data_gen.extend_vocab", f"--input_file={reuters_text}",
-               f"--vocab_file={minilm_dir / 'vocab.txt'}", f"--output_file={adapted / 'vocab.txt'}",
-               f"--words_file={words_file}", f"--init_checkpoint={minilm_dir}")
+    adapted, _ = adapted_minilm
     stories = tmp_path / "stories.jsonl"  # the first 60 Reuters stories, as the docs' command
     with (shared_data / "reuters21578" / "train.jsonl").open(encoding="utf-8") as lines:
         stories.write_text("".join(next(lines) for _ in range(60)), encoding="utf-8")
