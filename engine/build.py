@@ -132,7 +132,6 @@ def held_outputs(settings: RunSettings, **others) -> dict:
 def start_run(settings: RunSettings, config, vocab_file: str | None) -> Run:
     """Seeds, precision and the strategy; call before building any model. Nothing is written
     yet: `open_output` makes the folders, once every check that can refuse the run passed."""
-
     from bert_tf2.engine.distribution import get_strategy, set_precision, set_random_seed
     from bert_tf2.engine.trainer_config import worker_dir
     from bert_tf2.process import environment

@@ -13,16 +13,12 @@ import pytest
 import reference_runs
 import warm_python
 from conftest import REPO, assert_same_jax_run, read_results, read_tsv, run_script
-from reference_runs import pretraining
+from reference_runs import pretraining, run_jax
 from test_run_ner import conll_slice
 
 pytestmark = pytest.mark.integration
 
 pytest.importorskip("jax", reason="jax is not installed (make test installs setup.py's jax extra)")
-
-
-def run_jax(no_tensorflow, script, *flags, env=None, check=True, warm=None):
-    return reference_runs.run_jax(no_tensorflow, script, *flags, env=env, check=check, warm=warm)
 
 
 def classifier(data, checkpoint, out, *extra):
