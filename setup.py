@@ -95,12 +95,15 @@ setup(
         # serve.py: its ASGI application (model_server/app.py) on uvicorn's public Config and
         # Server; uvicorn from 0.36 for Config.get_loop_factory, with [standard]'s uvloop and
         # httptools that the server runs on. orjson parses and writes the bodies;
-        # prometheus-client, /metrics. grpcio: the gRPC ports (model_server.grpc_ports), TF
-        # Serving's API and the Open Inference Protocol on messages of our own
-        # (model_server/protos; KServe, which served the latter until e61852f, is gone), read
-        # by protobuf (the range TensorFlow 2.21 and tensorboard ask for).
+        # prometheus-client, /metrics. The gRPC ports (model_server.grpc_ports), TF Serving's
+        # API and the Open Inference Protocol, are HTTP/2 read and written by
+        # model_server.http2_grpc on the same event loop (grpcio's server, until it, cost 5x
+        # the CPU a call); hpack decodes their header blocks (RFC 7541's dynamic table and
+        # Huffman codes: python-hyper's, h2's own). Their messages are our own
+        # (model_server/protos), read by protobuf (the range TensorFlow 2.21 and tensorboard
+        # ask for).
         "serve": ["uvicorn[standard]>=0.36,<1", "prometheus-client>=0.20,<1", "orjson>=3.9,<4",
-                  "grpcio>=1.60,<2", "protobuf>=6.31,<8"],
+                  "hpack>=4,<5", "protobuf>=6.31,<8"],
     },
     entry_points={
         "console_scripts": [f"{name}={PACKAGE}.{name}:console_main" for name in RUNNERS]

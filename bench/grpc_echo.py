@@ -1,6 +1,8 @@
-"""What gRPC's Python runtime costs a call by itself: a `grpc.aio` server whose one method returns
-its request, and closed-loop `grpc.aio` clients in this process, on loopback; the server's and the
-clients' CPU time a call. The floor under `serve.py`'s gRPC ports (docs/serving.md, "Over gRPC").
+"""What a gRPC server's transport costs a call by itself: a server whose one method returns its
+request, and closed-loop `grpc.aio` clients in this process, on loopback; the server's and the
+clients' CPU time a call. Two servers, one after the other: `grpc.aio`'s (gRPC's Python runtime,
+on asyncio and on uvloop) and `serve.py`'s own (`model_server.http2_grpc` on uvloop, the
+transport of its gRPC ports); the floor under those ports (docs/serving.md, "Over gRPC").
 
     python bench/grpc_echo.py [--clients 16] [--channels 16] [--calls 8000] [--bytes 300]
 
@@ -23,6 +25,8 @@ from serving_load import free_port, own_channel, process_cpu_s  # noqa: E402
 
 
 def serve(port: int, loop: str) -> None:
+    if loop == "ours":
+        return serve_ours(port)
     import grpc
 
     async def main():
@@ -42,6 +46,27 @@ def serve(port: int, loop: str) -> None:
         uvloop.run(main())
     else:
         asyncio.run(main())
+
+
+def serve_ours(port: int) -> None:
+    """The echo on `model_server.http2_grpc.Server`, on uvloop as serve.py runs it."""
+    import socket
+
+    import uvloop
+
+    from bert_tf2.model_server.http2_grpc import Server, StatusCode
+
+    async def echo(message: bytes):
+        return StatusCode.OK, "", message
+
+    async def main():
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(2048)
+        await Server(sock, {"/bench.Echo/Echo": echo}, 4 << 20).start()
+        await asyncio.Event().wait()
+
+    uvloop.run(main())
 
 
 async def load(port: int, calls: int, clients: int, size: int, channels: int) -> None:
@@ -76,9 +101,9 @@ def main():
     if not 1 <= channels <= args.clients:
         parser.error(f"--channels={args.channels}: from 1 to --clients ({args.clients})")
     print(f"gRPC echo on loopback, {cpu_kind()}, {args.clients} clients on {channels} connections, "
-          f"{args.bytes}-byte requests\n\n| server loop | calls/s | server CPU a call | client CPU a call |\n"
+          f"{args.bytes}-byte requests\n\n| server (loop) | calls/s | server CPU a call | client CPU a call |\n"
           f"|---|---|---|---|")
-    for loop in ("asyncio", "uvloop"):
+    for loop in ("asyncio", "uvloop", "ours"):
         port = free_port()
         server = subprocess.Popen([sys.executable, __file__, f"--serve={port},{loop}"])
         try:
@@ -94,7 +119,8 @@ def main():
             server.wait()
         client = (after[1].ru_utime + after[1].ru_stime) - (before[1].ru_utime +
                                                              before[1].ru_stime)
-        print(f"| {loop} | {args.calls / wall:,.0f} | {(after[0] - before[0]) / args.calls * 1e6:.0f}"
+        side = "serve.py's http2_grpc (uvloop)" if loop == "ours" else f"grpc.aio ({loop})"
+        print(f"| {side} | {args.calls / wall:,.0f} | {(after[0] - before[0]) / args.calls * 1e6:.0f}"
               f" us | {client / args.calls * 1e6:.0f} us |")
     return 0
 

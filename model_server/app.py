@@ -66,7 +66,7 @@ V1_PATH = re.compile(r"/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]
 
 def bind(host: str, port: int, flag: str = "--port") -> socket.socket:
     """The listening socket, bound now: a port in use is one line naming `flag`, before the
-    model loads. (The gRPC ports are checked by binding one and closing it: gRPC binds its own.)"""
+    model loads; the gRPC ports' too (`grpc_ports.open_port` listens on them)."""
     # IPPROTO_TCP by name: asyncio sets TCP_NODELAY on the accepted connections only then;
     # without it, Nagle's algorithm held each answer on a keep-alive connection 40 ms.
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
@@ -464,8 +464,7 @@ def serve(settings: ServerSettings, runtime=None) -> None:
     if grpc_ports:
         from bert_tf2.model_server.grpc_ports import address, open_port
     sock = bind(settings.host, settings.port)
-    for flag, port in grpc_ports:
-        bind(settings.host, port, flag).close()
+    grpc_sockets = {flag: bind(settings.host, port, flag) for flag, port in grpc_ports}
     if runtime is None:
         runtime = load_runtime(settings.export_dir, chosen)
     logger.info("serving %s as %s: %s (%s), inputs %s", settings.export_dir,
@@ -488,8 +487,6 @@ def serve(settings: ServerSettings, runtime=None) -> None:
         from bert_tf2.model_server import oip_grpc
 
         doors["--grpc_port"] = oip_grpc.handlers(model, metrics)
-    refused = []
-
     warm_up_failed = []
 
     def warm_up():
@@ -522,17 +519,12 @@ def serve(settings: ServerSettings, runtime=None) -> None:
     async def main():
         logger.info("event loop: %s", type(asyncio.get_running_loop()).__module__)
         opened = []
-        try:
-            for flag, port in grpc_ports:
-                opened.append(open_port(settings.host, port, flag,
-                                        settings.grpc_max_message_bytes
-                                        or settings.max_request_bytes, doors[flag]))
-                await opened[-1].start()
-                logger.info("%s: listening on %s", flag, address(settings.host, port))
-        except SettingsError as e:  # taken while the model loaded: the server stops
-            refused.append(e)
-            server.should_exit = True
-        name_os_threads(but=(WARM_UP,))  # top -H, py-spy: the batch thread, this loop, gRPC's
+        for flag, port in grpc_ports:
+            opened.append(open_port(grpc_sockets[flag], settings.grpc_max_message_bytes
+                                    or settings.max_request_bytes, doors[flag]))
+            await opened[-1].start()
+            logger.info("%s: listening on %s", flag, address(settings.host, port))
+        name_os_threads(but=(WARM_UP,))  # top -H, py-spy: the batch thread, this loop
         closing = asyncio.ensure_future(close_with_rest(opened))
         await server.serve(sockets=[sock])
         await closing
@@ -561,8 +553,6 @@ def serve(settings: ServerSettings, runtime=None) -> None:
             signal.signal(sig, handler)
     drained = batcher.stop(settings.drain_seconds)
     logger.info("stopped%s", "" if drained else " (rows still running at the drain timeout)")
-    if refused:
-        raise refused[0]
     if warm_up_failed:
         raise WarmUpError(f"{settings.export_dir}: the model failed its warm-up, so the server "
                           f"never got ready ({message_of(warm_up_failed[0])}); BERT_TRACEBACK=1 "

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import struct
 
-import grpc
-
 from bert_tf2.model_server import grpc_messages, protocol
 from bert_tf2.model_server.batching import NotServing
-from bert_tf2.model_server.grpc_ports import Refused, unary
+from bert_tf2.model_server.grpc_ports import Refused, StatusCode, unary
 
 SERVICE = "inference.GRPCInferenceService"
 # V2 datatype -> the InferTensorContents field that carries it.
@@ -24,8 +22,8 @@ _CONTENTS = {"BYTES": "bytes_contents", "FP32": "fp32_contents", "INT32": "int_c
              "BOOL": "bool_contents"}
 
 
-def handlers(model, metrics) -> list:
-    """The method handlers of the V2 gRPC service for `model`."""
+def handlers(model, metrics) -> dict:
+    """The unary methods of the V2 gRPC service for `model`, by path."""
     service = _Service(model, _Messages())
     methods = {"ServerLive": (service.live, "status"), "ServerReady": (service.server_ready,
                                                                        "status"),
@@ -33,11 +31,10 @@ def handlers(model, metrics) -> list:
                "ServerMetadata": (service.server_metadata, "metadata"),
                "ModelMetadata": (service.model_metadata, "metadata"),
                "ModelInfer": (service.infer, "infer")}
-    return [grpc.method_handlers_generic_handler(SERVICE, {
-        name: unary(function, grpc_messages.message(f"inference.{name}Request"),
-                    grpc_messages.message(f"inference.{name}Response"), metrics, "v2_grpc",
-                    endpoint)
-        for name, (function, endpoint) in methods.items()})]
+    return {f"/{SERVICE}/{name}": unary(
+        function, grpc_messages.message(f"inference.{name}Request"),
+        grpc_messages.message(f"inference.{name}Response"), metrics, "v2_grpc", endpoint)
+        for name, (function, endpoint) in methods.items()}
 
 
 class _Messages:
@@ -53,26 +50,26 @@ class _Service:
 
     def check(self, name: str, version: str = "") -> None:
         if name != self.model.name:
-            raise Refused(grpc.StatusCode.NOT_FOUND, f"no model {name} (this server serves "
+            raise Refused(StatusCode.NOT_FOUND, f"no model {name} (this server serves "
                                                      f"{self.model.name})")
         if version not in ("", protocol.VERSION):
-            raise Refused(grpc.StatusCode.NOT_FOUND, f"model {name} has no version {version} "
+            raise Refused(StatusCode.NOT_FOUND, f"model {name} has no version {version} "
                                                      f"(it has {protocol.VERSION})")
 
-    async def live(self, request, context):
+    async def live(self, request):
         return self.pb.ServerLiveResponse(live=True)
 
-    async def server_ready(self, request, context):
+    async def server_ready(self, request):
         return self.pb.ServerReadyResponse(ready=self.model.takes_traffic)
 
-    async def model_ready(self, request, context):
+    async def model_ready(self, request):
         self.check(request.name, request.version)
         return self.pb.ModelReadyResponse(ready=self.model.takes_traffic)
 
-    async def server_metadata(self, request, context):
+    async def server_metadata(self, request):
         return self.pb.ServerMetadataResponse(name="bert_tf2", version=protocol.VERSION)
 
-    async def model_metadata(self, request, context):
+    async def model_metadata(self, request):
         self.check(request.name, request.version)
         model = self.model
         if model.example_outputs is None:
@@ -85,7 +82,7 @@ class _Service:
             inputs=[tensor(**entry) for entry in metadata["inputs"]],
             outputs=[tensor(**entry) for entry in metadata["outputs"]])
 
-    async def infer(self, request, context):
+    async def infer(self, request):
         model = self.model
         self.check(request.model_name, request.model_version)
         if not model.ready:

@@ -19,7 +19,6 @@ stubs and `tf.make_tensor_proto` works unchanged.
 """
 from __future__ import annotations
 
-import grpc
 import numpy as np
 
 from bert_tf2.inference.litert_runtime import INPUT_NAMES  # serve_token_ids' inputs
@@ -27,7 +26,7 @@ from bert_tf2.inference.runtime import jsonable
 from bert_tf2.model_server import grpc_messages as wire
 from bert_tf2.model_server import protocol, signature_defs
 from bert_tf2.model_server.batching import NotServing
-from bert_tf2.model_server.grpc_ports import Refused, unary
+from bert_tf2.model_server.grpc_ports import Refused, StatusCode, unary
 
 PREDICTION_SERVICE = "tensorflow.serving.PredictionService"
 TOKEN_IDS = "serve_token_ids"
@@ -40,8 +39,8 @@ _FIELDS = {"DT_FLOAT": ("float_val", np.float32), "DT_DOUBLE": ("double_val", np
            "DT_BOOL": ("bool_val", bool), "DT_STRING": ("string_val", None)}
 
 
-def handlers(model, metrics) -> list:
-    """The gRPC method handlers of PredictionService and ModelService for `model`."""
+def handlers(model, metrics) -> dict:
+    """The unary methods of PredictionService and ModelService for `model`, by path."""
     service = _Service(model, model.saved_signatures)
     methods = {
         PREDICTION_SERVICE: {
@@ -54,11 +53,10 @@ def handlers(model, metrics) -> list:
         MODEL_SERVICE: {
             "GetModelStatus": (service.status, "GetModelStatusRequest",
                                "GetModelStatusResponse", "status")}}
-    return [grpc.method_handlers_generic_handler(name, {
-        method: unary(function, wire.serving(request), wire.serving(response), metrics,
-                      "tf_serving_grpc", endpoint)
-        for method, (function, request, response, endpoint) in table.items()})
-        for name, table in methods.items()]
+    return {f"/{name}/{method}": unary(function, wire.serving(request), wire.serving(response),
+                                       metrics, "tf_serving_grpc", endpoint)
+            for name, table in methods.items()
+            for method, (function, request, response, endpoint) in table.items()}
 
 
 class _Service:
@@ -73,26 +71,26 @@ class _Service:
         """The answer's `model_spec`, once `spec` names this model, its version and signature."""
         model = self.model
         if not spec.name:
-            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "Missing ModelSpec: model_spec.name "
+            raise Refused(StatusCode.INVALID_ARGUMENT, "Missing ModelSpec: model_spec.name "
                                                             f"must name the model ({model.name})")
         version = spec.version.value if spec.HasField("version") else None
         if spec.name != model.name:
-            raise Refused(grpc.StatusCode.NOT_FOUND, f"Servable not found for request: "
+            raise Refused(StatusCode.NOT_FOUND, f"Servable not found for request: "
                           f"{'Latest' if version is None else 'Specific'}({spec.name}"
                           f"{'' if version is None else f', {version}'}) (this server serves "
                           f"{model.name})")
         if spec.WhichOneof("version_choice") == "version_label":
-            raise Refused(grpc.StatusCode.NOT_FOUND, f"Unrecognized servable version label: "
+            raise Refused(StatusCode.NOT_FOUND, f"Unrecognized servable version label: "
                                                      f"{spec.version_label}")
         if version is not None and str(version) != protocol.VERSION:
-            raise Refused(grpc.StatusCode.NOT_FOUND, f"Servable not found for request: "
+            raise Refused(StatusCode.NOT_FOUND, f"Servable not found for request: "
                                                      f"Specific({spec.name}, {version})")
         answer = wire.serving("ModelSpec")(name=model.name)
         answer.version.value = int(protocol.VERSION)
         if signature:
             name = spec.signature_name or protocol.SIGNATURES[0]
             if name not in self.signatures:
-                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"Serving signature key "
+                raise Refused(StatusCode.INVALID_ARGUMENT, f"Serving signature key "
                               f"\"{name}\" not found: this server answers "
                               f"{', '.join(self.signatures)}")
             answer.signature_name = name
@@ -102,7 +100,7 @@ class _Service:
         if not self.model.ready:
             raise NotServing(f"model {self.model.name} is not ready (warming up or stopping)")
 
-    async def predict(self, request, context):
+    async def predict(self, request):
         spec = self.resolve(request.model_spec)
         self.ready()
         if spec.signature_name == TOKEN_IDS:
@@ -164,7 +162,7 @@ class _Service:
             answer.outputs[name].CopyFrom(tensor_proto(outputs[name], dtypes.get(name)))
         return answer
 
-    async def classify(self, request, context):
+    async def classify(self, request):
         spec = self.resolve(request.model_spec)
         if not self.model.classes:
             raise protocol.RequestError(f"model {self.model.name} is not a classifier: ask it "
@@ -178,7 +176,7 @@ class _Service:
                     wire.serving("Class")(label=label, score=score) for label, score in row)
         return answer
 
-    async def regress(self, request, context):
+    async def regress(self, request):
         spec = self.resolve(request.model_spec)
         if not self.model.regression:
             raise protocol.RequestError(f"model {self.model.name} is not a regression model: "
@@ -205,7 +203,7 @@ class _Service:
         rows = protocol.parse_examples(body, self.model.inputs, self.model.takes_list)
         return await self.model.batcher.predict(rows) if rows else {}
 
-    async def metadata(self, request, context):
+    async def metadata(self, request):
         spec = self.resolve(request.model_spec, signature=False)
         fields = list(request.metadata_field)
         if fields != ["signature_def"]:
@@ -224,7 +222,7 @@ class _Service:
         packed.type_url, packed.value = SIGNATURE_DEF_MAP_URL, signatures.SerializeToString()
         return answer
 
-    async def status(self, request, context):
+    async def status(self, request):
         self.resolve(request.model_spec, signature=False)
         model = self.model
         state = ("UNLOADING" if model.draining else "AVAILABLE") if model.ready else "LOADING"

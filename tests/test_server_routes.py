@@ -235,7 +235,7 @@ def test_tf_serving_grpc_methods_in_process_answer_as_the_rest_routes(classifier
     regression = _Service(regressor.model, None)
     answer = asyncio.run(regression.regress(message("RegressionRequest", {
         "model_spec": {"name": "m"}, "input": {"example_list": {"examples": [
-            example(text_a="four"), example(text_a="ten chars!")]}}}), None))
+            example(text_a="four"), example(text_a="ten chars!")]}}})))
     np.testing.assert_allclose([r.value for r in answer.result.regressions], [0.4, 1.0],
                                rtol=1e-6)
     assert (answer.model_spec.name, answer.model_spec.version.value) == ("m", 1)
@@ -244,7 +244,7 @@ def test_tf_serving_grpc_methods_in_process_answer_as_the_rest_routes(classifier
     answer = asyncio.run(classification.classify(message("ClassificationRequest", {
         "model_spec": {"name": "m"}, "input": {"example_list_with_context": {
             "context": example(text_b="short"),
-            "examples": [example(text_a="a long text"), example(text_a="x")]}}}), None))
+            "examples": [example(text_a="a long text"), example(text_a="x")]}}})))
     rest = call(classifier, "POST", "/v1/models/m:classify", {
         "context": {"text_b": "short"}, "examples": [{"text_a": "a long text"},
                                                      {"text_a": "x"}]})[1]["result"]
@@ -256,7 +256,7 @@ def test_tf_serving_grpc_methods_in_process_answer_as_the_rest_routes(classifier
                "text_b": {"dtype": "DT_STRING", "tensor_shape": {"dim": [{"size": 2}]},
                           "string_val": ["c2hvcnQ=", "bG9uZ2Vy"]}}  # "short", "longer"
     answer = asyncio.run(classification.predict(message("PredictRequest", {
-        "model_spec": {"name": "m"}, "inputs": tensors}), None))
+        "model_spec": {"name": "m"}, "inputs": tensors})))
     rest = call(classifier, "POST", "/v1/models/m:predict", PAIRS)[1]["predictions"]
     assert list(answer.outputs["label"].string_val) == [p["label"].encode() for p in rest]
     assert list(answer.outputs["label_id"].int_val) == [p["label_id"] for p in rest]
@@ -264,7 +264,7 @@ def test_tf_serving_grpc_methods_in_process_answer_as_the_rest_routes(classifier
                                [p["probabilities"] for p in rest], atol=1e-7)
 
     metadata = asyncio.run(classification.metadata(message("GetModelMetadataRequest", {
-        "model_spec": {"name": "m"}, "metadata_field": ["signature_def"]}), None))
+        "model_spec": {"name": "m"}, "metadata_field": ["signature_def"]})))
     signatures = wire.serving("SignatureDefMap").FromString(
         metadata.metadata["signature_def"].value)
     rest = call(classifier, "GET", "/v1/models/m/metadata")[1]["metadata"]["signature_def"]

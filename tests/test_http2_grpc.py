@@ -1,0 +1,307 @@
+"""model_server.http2_grpc spoken to frame by frame, in process (no socket): what the real gRPC
+clients of test_model_server_grpc.py do not make it do. Flow control both ways, a header block in
+CONTINUATION frames, a message over the limit refused from its prefix, compressed messages,
+grpc-message's percent-encoding, a call reset by its client, a protocol error, the drain's GOAWAY;
+each answer read back with hpack, as a client reads it."""
+import asyncio
+import gzip
+import struct
+
+import pytest
+
+hpack = pytest.importorskip("hpack", reason="the serve extra is not installed: pip install "
+                            "'bert-tf2[serve]'")
+
+from bert_tf2.model_server import http2_grpc as h2  # noqa: E402
+
+ECHO = "/bench.Echo/Echo"
+
+
+class Transport:
+    """What an asyncio transport gives the protocol: the bytes written, closing."""
+
+    def __init__(self):
+        self.written = bytearray()
+        self.closed = False
+
+    def write(self, data):
+        assert not self.closed
+        self.written += data
+
+    def is_closing(self):
+        return self.closed
+
+    def close(self):
+        self.closed = True
+
+    def get_extra_info(self, name):
+        return ("127.0.0.1", 5000) if name == "peername" else None
+
+    def frames(self) -> list:
+        """The frames written since the last call: `(type, flags, stream, payload)`."""
+        data, self.written = bytes(self.written), bytearray()
+        found = []
+        while data:
+            high, low, kind, flags, stream = struct.unpack_from(">BHBBI", data)
+            length = (high << 16) | low
+            found.append((kind, flags, stream, data[9:9 + length]))
+            data = data[9 + length:]
+        return found
+
+
+class Client:
+    """One end of a connection to a `Server` of `methods`: sends frames, reads answers."""
+
+    def __init__(self, methods, limit=1000):
+        self.server = h2.Server(None, methods, limit)
+        self.connection = h2._Connection(self.server)
+        self.transport = Transport()
+        self.connection.connection_made(self.transport)
+        self.encoder, self.decoder = hpack.Encoder(), hpack.Decoder()
+        self.connection.data_received(h2.PREFACE + h2.frame(h2.SETTINGS, 0, 0))
+        kinds = [kind for kind, *_ in self.transport.frames()]
+        assert kinds == [h2.SETTINGS, h2.WINDOW_UPDATE, h2.SETTINGS]  # ours, then the ACK
+
+    def send(self, *frames):
+        self.connection.data_received(b"".join(frames))
+
+    def headers(self, stream, path=ECHO, flags=h2.END_HEADERS, extra=()):
+        return h2.frame(h2.HEADERS, flags, stream, self.encoder.encode([
+            (":method", "POST"), (":scheme", "http"), (":path", path),
+            (":authority", "localhost"), ("content-type", "application/grpc"), ("te", "trailers"),
+            *extra]))
+
+    def call(self, stream, message: bytes, path=ECHO, compressed=False, extra=()):
+        """The call's frames: its HEADERS, then its message in DATA frames of at most 16,384
+        bytes (the server's frame size), the last one ending the stream."""
+        data = struct.pack(">BI", int(compressed), len(message)) + message
+        pieces = [data[i:i + 16_384] for i in range(0, len(data), 16_384)]
+        return [self.headers(stream, path, extra=extra)] + [
+            h2.frame(h2.DATA, h2.END_STREAM if i == len(pieces) - 1 else 0, stream, piece)
+            for i, piece in enumerate(pieces)]
+
+    def answers(self) -> dict:
+        """`{stream: {"headers": [...], "data": bytes, "trailers": {...}, "ended": bool}}`, and
+        the other frames under "frames"."""
+        found = {"frames": []}
+        for kind, flags, stream, payload in self.transport.frames():
+            if kind == h2.HEADERS:
+                answer = found.setdefault(stream, {"data": b"", "ended": False})
+                decoded = dict(self.decoder.decode(payload))
+                answer["trailers" if "grpc-status" in decoded else "headers"] = decoded
+                answer["ended"] = bool(flags & h2.END_STREAM)
+            elif kind == h2.DATA:
+                found.setdefault(stream, {"data": b"", "ended": False})["data"] += payload
+            else:
+                found["frames"].append((kind, flags, stream, payload))
+        return found
+
+
+async def echo(message: bytes):
+    return h2.StatusCode.OK, "", message
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_a_unary_call_and_its_answer_as_grpc_frames_them():
+    async def main():
+        client = Client({ECHO: echo})
+        client.send(*client.call(1, b"hello"), *client.call(3, b"again"))
+        await asyncio.sleep(0)
+        answers = client.answers()
+        for stream, text in ((1, b"hello"), (3, b"again")):
+            answer = answers[stream]
+            assert answer["headers"] == {":status": "200", "content-type": "application/grpc"}
+            assert answer["data"] == struct.pack(">BI", 0, len(text)) + text
+            assert answer["trailers"] == {"grpc-status": "0"} and answer["ended"]
+        assert client.connection.streams == {}  # both forgotten once answered
+    run(main())
+
+
+def test_an_answer_larger_than_the_clients_windows_waits_for_window_updates():
+    """The client's SETTINGS_INITIAL_WINDOW_SIZE of 10 bytes and its 16,384-byte frames: the
+    answer goes out as far as the windows allow, the rest after each WINDOW_UPDATE, the trailers
+    last."""
+    async def main():
+        client = Client({ECHO: echo}, limit=100_000)
+        client.send(h2.frame(h2.SETTINGS, 0, 0, struct.pack(">HI", 0x4, 10)))
+        assert client.answers()["frames"] == [(h2.SETTINGS, h2.ACK, 0, b"")]
+        big = bytes(range(256)) * 200  # 51,200 bytes, in four frames each way
+        client.send(*client.call(1, big))
+        await asyncio.sleep(0)
+        answer = client.answers()[1]
+        assert len(answer["data"]) == 10 and "trailers" not in answer
+        client.send(h2.frame(h2.WINDOW_UPDATE, 0, 1, struct.pack(">I", 30_000)))
+        answer = client.answers()[1]
+        assert len(answer["data"]) == 30_000 and "trailers" not in answer
+        client.send(h2.frame(h2.WINDOW_UPDATE, 0, 1, struct.pack(">I", 30_000)))
+        frames = client.transport.written
+        sizes = []
+        data = bytes(frames)
+        while data:
+            length = int.from_bytes(data[:3], "big")
+            if data[3] == h2.DATA:
+                sizes.append(length)
+            data = data[9 + length:]
+        assert max(sizes) <= 16_384  # the client's frame size
+        answer = client.answers()[1]
+        # 65,535 - 10 - 30,000 of the connection's window were left for the rest: all of it.
+        assert len(answer["data"]) == 5 + len(big) - 30_010
+        assert answer["trailers"] == {"grpc-status": "0"} and answer["ended"]
+        assert client.connection.streams == {}
+    run(main())
+
+
+def test_a_header_block_in_continuation_frames_and_a_gzip_message():
+    async def main():
+        client = Client({ECHO: echo})
+        block = client.encoder.encode([
+            (":method", "POST"), (":scheme", "http"), (":path", ECHO), (":authority", "h"),
+            ("content-type", "application/grpc+proto"), ("grpc-encoding", "gzip")])
+        packed = gzip.compress(b"squeezed")
+        client.send(h2.frame(h2.HEADERS, 0, 1, block[:5]),
+                    h2.frame(h2.CONTINUATION, 0, 1, block[5:9]),
+                    h2.frame(h2.CONTINUATION, h2.END_HEADERS, 1, block[9:]),
+                    h2.frame(h2.DATA, h2.END_STREAM, 1, struct.pack(">BI", 1, len(packed))
+                             + packed))
+        await asyncio.sleep(0)
+        answer = client.answers()[1]
+        assert answer["data"] == struct.pack(">BI", 0, 8) + b"squeezed"
+        assert answer["trailers"] == {"grpc-status": "0"}
+    run(main())
+
+
+def test_refusals_are_trailers_only_with_the_code_and_a_percent_encoded_message():
+    async def refuse(message: bytes):
+        return h2.StatusCode.INVALID_ARGUMENT, "bad: 100% wrong, é", None
+
+    async def main():
+        client = Client({ECHO: echo, "/bench.Echo/Refuse": refuse}, limit=1000)
+        client.send(*client.call(1, b"x", path="/bench.Echo/Refuse"),
+                    *client.call(3, b"x", path="/bench.Echo/Missing"),
+                    *client.call(5, b"x", compressed=True, extra=[("grpc-encoding", "snappy")]))
+        await asyncio.sleep(0)
+        answers = client.answers()
+        expected = {1: ("3", "bad: 100%25 wrong, %C3%A9"),
+                    3: ("12", "Method not found: /bench.Echo/Missing"),
+                    5: ("12", "grpc-encoding snappy is not supported (gzip, deflate, identity "
+                              "are)")}
+        for stream, (code, message) in expected.items():
+            answer = answers[stream]
+            assert answer["trailers"] == {":status": "200", "content-type": "application/grpc",
+                                          "grpc-status": code, "grpc-message": message}
+            assert answer["ended"] and answer["data"] == b""
+    run(main())
+
+
+def test_a_message_over_the_limit_is_refused_from_its_prefix_and_its_stream_reset():
+    """RESOURCE_EXHAUSTED in gRPC's own words as soon as the 5-byte prefix says the size; the
+    client is told to stop sending (RST_STREAM NO_ERROR), its later DATA is dropped, and the
+    connection serves the next call."""
+    async def main():
+        client = Client({ECHO: echo}, limit=1000)
+        client.send(client.headers(1), h2.frame(h2.DATA, 0, 1, struct.pack(">BI", 0, 5000)
+                                                + b"x" * 100))
+        answers = client.answers()
+        assert answers[1]["trailers"]["grpc-status"] == "8"
+        assert answers[1]["trailers"]["grpc-message"] == ("Received message larger than max "
+                                                          "(5000 vs. 1000)")
+        assert answers["frames"] == [(h2.RST_STREAM, 0, 1, struct.pack(">I", h2.NO_ERROR))]
+        client.send(h2.frame(h2.DATA, h2.END_STREAM, 1, b"x" * 4900), *client.call(3, b"ok"))
+        await asyncio.sleep(0)
+        answers = client.answers()
+        assert 1 not in answers and answers[3]["data"].endswith(b"ok")
+    run(main())
+
+
+def test_a_reset_call_is_cancelled_and_never_answered():
+    started, cancelled = asyncio.Event, []
+
+    async def main():
+        began = started()
+
+        async def slow(message: bytes):
+            began.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(message)
+                raise
+            return h2.StatusCode.OK, "", message
+
+        client = Client({ECHO: slow})
+        client.send(*client.call(1, b"late"))
+        await began.wait()
+        client.send(h2.frame(h2.RST_STREAM, 0, 1, struct.pack(">I", h2.CANCEL)))
+        await asyncio.sleep(0.01)
+        assert cancelled == [b"late"] and 1 not in client.answers()
+    run(main())
+
+
+def test_the_drain_answers_calls_in_flight_refuses_new_ones_and_closes():
+    async def main():
+        release = asyncio.Event()
+
+        async def held(message: bytes):
+            await release.wait()
+            return h2.StatusCode.OK, "", message
+
+        client = Client({ECHO: held})
+        client.send(*client.call(1, b"in flight"))
+        await asyncio.sleep(0)
+        stopping = asyncio.ensure_future(client.server.stop(5))
+        await asyncio.sleep(0.02)
+        assert client.answers()["frames"] == [(h2.GOAWAY, 0, 0, struct.pack(">II", 1,
+                                                                           h2.NO_ERROR))]
+        client.send(*client.call(3, b"new"))  # after GOAWAY: refused, to be sent elsewhere
+        assert client.answers()["frames"] == [(h2.RST_STREAM, 0, 3, struct.pack(
+            ">I", h2.REFUSED_STREAM))]
+        assert not stopping.done() and not client.transport.closed
+        release.set()
+        await asyncio.wait_for(stopping, 5)
+        answer = client.answers()[1]
+        assert answer["data"].endswith(b"in flight") and answer["trailers"]["grpc-status"] == "0"
+        assert client.transport.closed
+    run(main())
+
+
+@pytest.mark.parametrize("sent, words", [
+    (h2.frame(h2.DATA, 0, 0, b"x"), "DATA on stream 0"),
+    (h2.frame(h2.PING, 0, 0, b"short"), "PING of other than 8 bytes"),
+    (b"\x00\x40\x01" + bytes(6), "a frame of 16385 bytes"),
+])
+def test_a_protocol_error_ends_the_connection_with_goaway_and_one_line(sent, words, caplog):
+    async def main():
+        client = Client({ECHO: echo})
+        with caplog.at_level("INFO", logger=h2.__name__):
+            client.send(sent)
+        (kind, _, _, payload), = client.answers()["frames"]
+        assert kind == h2.GOAWAY and struct.unpack(">I", payload[4:])[0] in (
+            h2.PROTOCOL_ERROR, h2.FRAME_SIZE_ERROR)
+        assert client.transport.closed
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 1 and words in lines[0], lines
+    run(main())
+
+
+def test_a_client_that_does_not_speak_http2_is_closed_without_an_answer():
+    async def main():
+        client = h2.Server(None, {ECHO: echo}, 1000)
+        connection = h2._Connection(client)
+        transport = Transport()
+        connection.connection_made(transport)
+        transport.frames()
+        connection.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert transport.closed and transport.written == b""
+    run(main())
+
+
+def test_integers_and_literals_are_hpacks():
+    """The answers' header encoding read back by hpack, over the 7-bit prefix's limit too."""
+    long = "m" * 300
+    block = h2.RESPONSE_HEAD + h2.trailers(h2.StatusCode.INTERNAL, long)
+    assert hpack.Decoder().decode(block) == [(":status", "200"),
+                                             ("content-type", "application/grpc"),
+                                             ("grpc-status", "13"), ("grpc-message", long)]
