@@ -14,6 +14,11 @@ server should come close to.
      (`--tf_serving_grpc_port`, PredictionService/Predict) and the Open Inference Protocol's
      gRPC (`--grpc_port`, ModelInfer), each client on its own channel (one HTTP/2 connection),
      the requests' bytes made once before the level;
+   - `ours-tf-grpc-raw` and `ours-v2-grpc-raw`: the same ports, each client a minimal HTTP/2
+     connection of this file's (`RawGrpcConnection`) instead of a `grpc.aio` channel, as the
+     REST side's clients are minimal HTTP/1.1 connections of its own (`Connection`): the
+     server's capacity, where grpcio's client, on the same cores, takes 4-5 times the CPU of
+     the REST client a request;
    - `ort-int8`: `bench/_serving_load_peer.py`, optimum's dynamic int8 ONNX file on ONNX Runtime
      with transformers' Rust tokenizer, behind the same `model_server` (the same ASGI
      application and dynamic batcher), in `bench/.venv-serving-load` (made on first use; never
@@ -56,6 +61,7 @@ import pathlib
 import platform
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -83,9 +89,14 @@ def free_port() -> int:
 
 
 # ------------------------------------------------------------------------------------ the client
-SIDES = ("ours", "ours-tf-grpc", "ours-v2-grpc", "ort-int8")
+SIDES = ("ours", "ours-tf-grpc", "ours-v2-grpc", "ours-tf-grpc-raw", "ours-v2-grpc-raw",
+         "ort-int8")
 GRPC_METHODS = {"ours-tf-grpc": "/tensorflow.serving.PredictionService/Predict",
                 "ours-v2-grpc": "/inference.GRPCInferenceService/ModelInfer"}
+GRPC_METHODS.update({f"{side}-raw": method for side, method in GRPC_METHODS.items()})
+# The server's flag of each gRPC side's port.
+GRPC_FLAGS = {side: "--tf_serving_grpc_port" if "-tf-" in side else "--grpc_port"
+              for side in GRPC_METHODS}
 
 
 def own_channel(port: int):
@@ -119,10 +130,74 @@ class GrpcConnection:
         await self.channel.close()
 
 
+class RawGrpcConnection:
+    """One HTTP/2 connection calling `method` with requests' bytes as they are, one call at a
+    time, written as few bytes as the protocol allows: a header block of HPACK literals made once
+    (no table, no Huffman), the message in one DATA frame; windows of 2^30 bytes given to the
+    server at once, so that it never waits for this end. `post` answers as `Connection.post`
+    does (200 for grpc-status 0, the code's name otherwise)."""
+
+    STATUS = {0: 200, 8: "RESOURCE_EXHAUSTED", 14: "UNAVAILABLE"}
+
+    def __init__(self, port: int, method: str):
+        import hpack
+
+        from bert_tf2.model_server import http2_grpc as h2
+
+        self.h2, self.port, self.decoder = h2, port, hpack.Decoder()
+        authority = f"127.0.0.1:{port}".encode()
+        # :method POST (static 3), :scheme http (6), then literals with indexed names: :path (4),
+        # :authority (1), content-type (31); te: trailers as a literal name.
+        self.block = (b"\x83\x86" + h2._integer(4, 4) + h2._integer(len(method), 7)
+                      + method.encode() + h2._integer(1, 4) + h2._integer(len(authority), 7)
+                      + authority + h2.RESPONSE_HEAD[1:] + h2._literal(b"te", b"trailers"))
+        self.reader = self.writer = None
+        self.stream = -1
+
+    async def post(self, path: str, body: bytes) -> tuple:
+        h2 = self.h2
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+            self.writer.write(h2.PREFACE + h2.frame(h2.SETTINGS, 0, 0, struct.pack(
+                ">HI", 0x4, 1 << 30)) + h2.frame(h2.WINDOW_UPDATE, 0, 0, struct.pack(
+                    ">I", (1 << 30) - 65535)))
+            self.received = 0
+        self.stream += 2
+        self.writer.write(h2.frame(h2.HEADERS, h2.END_HEADERS, self.stream, self.block)
+                          + h2.frame(h2.DATA, h2.END_STREAM, self.stream,
+                                     struct.pack(">BI", 0, len(body)) + body))
+        answer = bytearray()
+        while True:
+            head = await self.reader.readexactly(9)
+            high, low, kind, flags, stream = h2._FRAME_HEAD.unpack(head)
+            payload = await self.reader.readexactly((high << 16) | low)
+            if kind == h2.DATA:
+                answer += payload
+                self.received += len(payload)
+            elif kind == h2.HEADERS and flags & h2.END_STREAM and stream == self.stream:
+                status = int(dict(self.decoder.decode(payload, raw=True))[b"grpc-status"])
+                if self.received >= 1 << 29:  # what the server may still send: give it back
+                    self.writer.write(h2.frame(h2.WINDOW_UPDATE, 0, 0, struct.pack(
+                        ">I", self.received)))
+                    self.received = 0
+                return self.STATUS.get(status, status), bytes(answer[5:])
+            elif kind == h2.SETTINGS and not flags & h2.ACK:
+                self.writer.write(h2.frame(h2.SETTINGS, h2.ACK, 0))
+            elif kind == h2.PING and not flags & h2.ACK:
+                self.writer.write(h2.frame(h2.PING, h2.ACK, 0, payload))
+            elif kind == h2.GOAWAY or kind == h2.RST_STREAM and stream == self.stream:
+                raise ConnectionResetError("the server ended the call (GOAWAY or RST_STREAM)")
+
+    async def aclose(self):
+        if self.writer is not None:
+            self.writer.close()
+
+
 def connector(side: str):
     """`port -> connection` for `side`, and the bytes every good answer holds."""
     if side in GRPC_METHODS:
-        return (lambda port: GrpcConnection(port, GRPC_METHODS[side])), b"label"
+        kind = RawGrpcConnection if side.endswith("-raw") else GrpcConnection
+        return (lambda port: kind(port, GRPC_METHODS[side])), b"label"
     return Connection, b'"label"'
 
 
@@ -331,6 +406,7 @@ def process_tree(pid: int) -> list:
 def bodies_of(texts: list, side: str = "ours") -> list:
     """Each request's bytes as `side` sends them: TF Serving's REST predict body, a serialized
     PredictRequest (TF Serving's gRPC) or ModelInferRequest (the Open Inference Protocol's)."""
+    side = side.removesuffix("-raw")
     if side == "ours-tf-grpc":
         from bert_tf2.model_server import grpc_messages as wire
 
@@ -445,6 +521,10 @@ def main():
     memory = {side: {} for side in sides}
     with contextlib.ExitStack() as stack:
         ports, pids = {side: free_port() for side in sides}, {}
+        flag_ports = {}  # a raw side and its grpcio twin call the same port
+        for side in sides:
+            if side in GRPC_FLAGS:
+                ports[side] = flag_ports.setdefault(GRPC_FLAGS[side], ports[side])
         servers = [side for side in sides if side in ("ours", "ort-int8")]
         if not servers or any(side in GRPC_METHODS for side in sides) and "ours" not in sides:
             servers.insert(0, "ours")  # the gRPC sides are ports of our server
@@ -452,8 +532,7 @@ def main():
         for side in servers:  # every server up at once; the idle ones sleep while one is measured
             port = ports[side]
             if side == "ours":
-                grpc_ports = [f"--tf_serving_grpc_port={ports[s]}" if s == "ours-tf-grpc" else
-                              f"--grpc_port={ports[s]}" for s in sides if s in GRPC_METHODS]
+                grpc_ports = [f"{flag}={port}" for flag, port in flag_ports.items()]
                 command = [sys.executable, str(REPO / "serve.py"), f"--export_dir={export}",
                            "--model_name=m", "--host=127.0.0.1", f"--port={port}",
                            "--runtime=int8", "--drain_grace_s=0", *grpc_ports, *batching]
