@@ -16,19 +16,28 @@ gRPC's insecure channels connect:
 - header blocks decoded by `hpack` (RFC 7541, its dynamic table and Huffman codes); the answers'
   few headers are written as literals that need no table;
 - flow control both ways: the peer's windows are kept to (an answer larger than them waits for
-  WINDOW_UPDATE), and the windows given to the peer are replenished as data arrives;
+  WINDOW_UPDATE or SETTINGS), and the connection's window given to the peer is replenished only
+  as requests are read whole or dropped, so one connection holds at most that window of
+  unfinished requests; each stream's, as its data arrives, up to the size limit;
 - unary methods only, each `path -> async (message bytes) -> (code, details, answer bytes)`; a
-  request compressed with gzip or deflate is decompressed; a message over the size limit is
-  RESOURCE_EXHAUSTED from its 5-byte prefix, before its body is read;
-- a protocol error closes its connection with GOAWAY and one line in the log.
+  request compressed with gzip or deflate is decompressed, at most to the size limit; a message
+  over the size limit is RESOURCE_EXHAUSTED from its 5-byte prefix, before its body is read, and
+  so is a body longer than its prefix says;
+- a protocol error closes its connection with GOAWAY and one line in the log; a client that
+  resets most of the calls it opens (HTTP/2's "rapid reset"), or that does not send the preface
+  within `PREFACE_S`, is disconnected; while the client reads none of what is written to it,
+  nothing more is read from it (no answers pile up for a client that only sends);
+- a `grpc-message` is cut to `MAX_DETAILS` characters, so an answer's header block fits one
+  frame.
 
 `stop(grace)` closes the listening socket, sends every connection GOAWAY (the peer sends new calls
 elsewhere, or is refused: UNAVAILABLE), answers the calls in flight for up to `grace` seconds,
-then cancels what is left and closes the connections.
+then cancels what is left and drops the connections.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import struct
@@ -43,14 +52,18 @@ DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDO
     CONTINUATION = range(10)
 END_STREAM = ACK = 0x1
 END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
-NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, \
-    COMPRESSION_ERROR = 0x0, 0x1, 0x3, 0x6, 0x7, 0x8, 0x9
+NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR, STREAM_CLOSED, FRAME_SIZE_ERROR, \
+    REFUSED_STREAM, CANCEL, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = \
+    0x0, 0x1, 0x2, 0x3, 0x5, 0x6, 0x7, 0x8, 0x9, 0xB
 MAX_FRAME = 16384  # the frame size this end reads (the RFC's default; it announces no other)
 MAX_WINDOW = (1 << 31) - 1
 STREAM_WINDOW = 1 << 20  # what each call may send before this end reads it
-CONNECTION_WINDOW = 16 << 20
-MAX_STREAMS = 1000
+CONNECTION_WINDOW = 16 << 20  # at least; twice the size limit where that is more
+MAX_STREAMS = 100  # calls open at once on a connection (gRPC's own servers' common setting)
 MAX_HEADER_BLOCK = 64 << 10
+MAX_DETAILS = 1000  # characters of a grpc-message
+PREFACE_S = 10.0  # for a new connection's preface to arrive
+RESETS_ALLOWED = 100  # calls a client may reset before they are answered, beyond half it opens
 
 _FRAME_HEAD = struct.Struct(">BHBBI")
 
@@ -121,26 +134,44 @@ def percent_encoded(message: str) -> bytes:
 
 
 def trailers(code: StatusCode, details: str) -> bytes:
+    """The trailing headers of a call that ended with `code` and `details` (cut to
+    `MAX_DETAILS` characters: a header block of the answer must fit the client's frames)."""
     block = _literal(b"grpc-status", str(code.value).encode())
     if details:
+        if len(details) > MAX_DETAILS:
+            details = details[:MAX_DETAILS - 3] + "..."
         block += _literal(b"grpc-message", percent_encoded(details))
     return block
 
 
+def decompressed(message: bytes, encoding: bytes, limit: int):
+    """`message` inflated by `encoding` (gzip, deflate), or None for an encoding not read here;
+    at most `limit` + 1 bytes are ever inflated, so a small bomb stays small."""
+    if encoding == b"gzip":
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    elif encoding == b"deflate":
+        inflate = zlib.decompressobj()
+    else:
+        return None
+    return inflate.decompress(message, limit + 1)
+
+
 class _Stream:
-    __slots__ = ("id", "headers", "body", "task", "done", "remote_closed", "send_window",
-                 "pending", "unacknowledged")
+    __slots__ = ("id", "headers", "body", "declared", "task", "done", "remote_closed",
+                 "send_window", "pending", "unacknowledged", "held")
 
     def __init__(self, stream_id: int, send_window: int):
         self.id = stream_id
         self.headers = None
         self.body = bytearray()
+        self.declared = None  # the message's length, from its 5-byte prefix
         self.task = None
         self.done = False  # answered (or refused): later DATA is dropped
         self.remote_closed = False  # the peer's END_STREAM came
         self.send_window = send_window
-        self.pending = None  # (answer bytes left to send, trailers) while a window is shut
+        self.pending = None  # the answer's bytes left to send while a window is shut
         self.unacknowledged = 0  # bytes read since the last stream WINDOW_UPDATE
+        self.held = 0  # bytes of the connection's window this stream's body holds
 
 
 class Server:
@@ -150,6 +181,7 @@ class Server:
 
     def __init__(self, sock, methods: dict, max_message_bytes: int):
         self.sock, self.methods, self.max_message_bytes = sock, methods, max_message_bytes
+        self.window = max(CONNECTION_WINDOW, 2 * (max_message_bytes + 5))
         self.connections = set()
         self.closing = False
         self._server = None
@@ -169,9 +201,10 @@ class Server:
         while any(c.running() for c in self.connections) and loop.time() < deadline:
             await asyncio.sleep(0.01)
         for connection in list(self.connections):
-            connection.close()
+            connection.drop()
         if self._server is not None:
-            await self._server.wait_closed()
+            with contextlib.suppress(asyncio.TimeoutError):  # Python 3.12 waits for connections
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
 
 
 class _Connection(asyncio.Protocol):
@@ -188,8 +221,10 @@ class _Connection(asyncio.Protocol):
         self.send_window = 65535  # the connection's, for this end's DATA
         self.peer_stream_window = 65535  # SETTINGS_INITIAL_WINDOW_SIZE of the peer
         self.peer_max_frame = 16384
-        self.unacknowledged = 0  # bytes read since the last connection WINDOW_UPDATE
+        self.released = 0  # bytes of the connection's window read and let go, not yet given back
+        self.opened = self.reset = 0  # calls the client opened, and reset before their answer
         self.going_away = False
+        self.timer = None
         self.peer = "?"
 
     # ----------------------------------------------------------------------------- the transport
@@ -201,16 +236,30 @@ class _Connection(asyncio.Protocol):
         transport.write(
             frame(SETTINGS, 0, 0, struct.pack(">HIHIHI", 0x3, MAX_STREAMS, 0x4, STREAM_WINDOW,
                                               0x6, MAX_HEADER_BLOCK))
-            + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", CONNECTION_WINDOW - 65535)))
+            + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.server.window - 65535)))
+        self.timer = asyncio.get_running_loop().call_later(PREFACE_S, self._no_preface)
         if self.server.closing:
             self.go_away()
 
+    def _no_preface(self) -> None:
+        if not self.preface:
+            self.drop()
+
     def connection_lost(self, exc) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
         self.server.connections.discard(self)
         for stream in self.streams.values():
             if stream.task is not None and not stream.task.done():
                 stream.task.cancel()
         self.streams.clear()
+
+    def pause_writing(self) -> None:
+        """The client reads nothing of what is written to it: read nothing more from it."""
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.transport.resume_reading()
 
     def running(self) -> bool:
         """Whether a call is open: received in part, being answered, or waiting for a window."""
@@ -228,6 +277,15 @@ class _Connection(asyncio.Protocol):
         if not self.transport.is_closing():
             self.transport.close()
 
+    def drop(self) -> None:
+        """Close at once, whatever is still to be written (a client that reads nothing)."""
+        self.transport.abort()
+
+    def _fail(self, out: list, code: int) -> None:
+        self.transport.write(b"".join(out) + frame(GOAWAY, 0, 0, struct.pack(
+            ">II", self.last_stream, code)))
+        self.transport.close()
+
     def data_received(self, data: bytes) -> None:
         buffer = self.buffer
         buffer += data
@@ -241,6 +299,7 @@ class _Connection(asyncio.Protocol):
                 return
             del buffer[:len(PREFACE)]
             self.preface = True
+            self.timer.cancel()
         out = []
         pos, end = 0, len(buffer)
         try:
@@ -258,13 +317,20 @@ class _Connection(asyncio.Protocol):
         except (ProtocolError, hpack.HPACKError) as e:
             code = e.code if isinstance(e, ProtocolError) else COMPRESSION_ERROR
             logger.info("gRPC connection from %s closed: %s", self.peer, e)
-            self.transport.write(b"".join(out) + frame(GOAWAY, 0, 0, struct.pack(
-                ">II", self.last_stream, code)))
-            self.transport.close()
+            self._fail(out, code)
+            return
+        except Exception:  # noqa: BLE001 - a fault of this module's: the connection ends, logged
+            logger.exception("gRPC connection from %s failed", self.peer)
+            self._fail(out, INTERNAL_ERROR)
             return
         del buffer[:pos]
+        if self.released >= self.server.window // 4:
+            out.append(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.released)))
+            self.released = 0
         if out:
             self.transport.write(b"".join(out))
+        if self.going_away and not self.running():
+            self.close()
 
     # ---------------------------------------------------------------------------------- frames
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes, out: list) -> None:
@@ -280,6 +346,8 @@ class _Connection(asyncio.Protocol):
                     raise ProtocolError("padding longer than the frame")
                 payload = payload[1:len(payload) - payload[0]]
             if flags & PRIORITY_FLAG:
+                if len(payload) < 5:
+                    raise ProtocolError("HEADERS too short for its priority", FRAME_SIZE_ERROR)
                 payload = payload[5:]
             if flags & END_HEADERS:
                 self._headers(stream_id, flags, payload, out)
@@ -302,17 +370,24 @@ class _Connection(asyncio.Protocol):
             if not flags & ACK:
                 self._settings(payload)
                 out.append(frame(SETTINGS, ACK, 0))
+                self._flush(out)
         elif kind == WINDOW_UPDATE:
             if len(payload) != 4:
                 raise ProtocolError("WINDOW_UPDATE of other than 4 bytes", FRAME_SIZE_ERROR)
             increment = struct.unpack(">I", payload)[0] & MAX_WINDOW
             if stream_id == 0:
+                if not increment:
+                    raise ProtocolError("WINDOW_UPDATE of 0 on the connection")
                 self.send_window += increment
                 if self.send_window > MAX_WINDOW:
                     raise ProtocolError("the connection's window over 2^31-1",
                                         FLOW_CONTROL_ERROR)
             elif stream_id in self.streams:
-                self.streams[stream_id].send_window += increment
+                stream = self.streams[stream_id]
+                stream.send_window += increment
+                if not increment or stream.send_window > MAX_WINDOW:
+                    self._reset(stream, PROTOCOL_ERROR if not increment else FLOW_CONTROL_ERROR,
+                                out)
             self._flush(out)
         elif kind == PING:
             if len(payload) != 8:
@@ -320,13 +395,20 @@ class _Connection(asyncio.Protocol):
             if not flags & ACK:
                 out.append(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM:
+            if len(payload) != 4:
+                raise ProtocolError("RST_STREAM of other than 4 bytes", FRAME_SIZE_ERROR)
             stream = self.streams.pop(stream_id, None)
-            if stream is not None and stream.task is not None and not stream.task.done():
-                stream.task.cancel()  # the client gave up (its deadline, or cancelled)
+            if stream is not None:
+                self._release(stream)
+                if not stream.done:  # the client gave up (its deadline, or cancelled)
+                    self.reset += 1
+                    if stream.task is not None and not stream.task.done():
+                        stream.task.cancel()
+                    if self.reset > RESETS_ALLOWED and self.reset > self.opened // 2:
+                        raise ProtocolError(f"{self.reset} of {self.opened} calls reset before "
+                                            f"their answer", ENHANCE_YOUR_CALM)
         elif kind == GOAWAY:
             self.going_away = True
-            if not self.running():
-                self.close()
         elif kind == PUSH_PROMISE:
             raise ProtocolError("PUSH_PROMISE from a client")
         # PRIORITY and unknown frame types: ignored (RFC 9113, 4.1 and 5.3.2)
@@ -342,6 +424,8 @@ class _Connection(asyncio.Protocol):
                                         FLOW_CONTROL_ERROR)
                 for stream in self.streams.values():
                     stream.send_window += value - self.peer_stream_window
+                    if stream.send_window > MAX_WINDOW:
+                        raise ProtocolError("a stream's window over 2^31-1", FLOW_CONTROL_ERROR)
                 self.peer_stream_window = value
             elif key == 0x5:
                 if not 16384 <= value <= (1 << 24) - 1:
@@ -352,8 +436,10 @@ class _Connection(asyncio.Protocol):
         headers = self.decoder.decode(block, raw=True)
         stream = self.streams.get(stream_id)
         if stream is not None:  # trailers of a request: only END_STREAM matters
-            if not flags & END_STREAM:
-                raise ProtocolError(f"a second HEADERS without END_STREAM on stream {stream_id}")
+            if stream.remote_closed or not flags & END_STREAM:
+                self._reset(stream, STREAM_CLOSED if stream.remote_closed else PROTOCOL_ERROR,
+                            out)
+                return
             self._end_of_request(stream, out)
             return
         if stream_id <= self.last_stream:
@@ -362,6 +448,7 @@ class _Connection(asyncio.Protocol):
         if self.going_away or len(self.streams) >= MAX_STREAMS:
             out.append(frame(RST_STREAM, 0, stream_id, struct.pack(">I", REFUSED_STREAM)))
             return
+        self.opened += 1
         stream = _Stream(stream_id, self.peer_stream_window)
         stream.headers = headers
         self.streams[stream_id] = stream
@@ -372,51 +459,63 @@ class _Connection(asyncio.Protocol):
         if stream_id == 0:
             raise ProtocolError("DATA on stream 0")
         length = len(payload)
-        self.unacknowledged += length
-        if self.unacknowledged >= CONNECTION_WINDOW // 2:
-            out.append(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.unacknowledged)))
-            self.unacknowledged = 0
         stream = self.streams.get(stream_id)
-        if stream is None or stream.remote_closed:
-            return  # answered early (a message over the limit) or reset: dropped
+        if stream is None or stream.remote_closed or stream.done:
+            self.released += length  # answered early, reset, or unknown: dropped
+            if stream is not None and stream.remote_closed:
+                self._reset(stream, STREAM_CLOSED, out)
+            elif stream is not None and flags & END_STREAM:
+                stream.remote_closed = True
+                self._forget(stream)
+            return
+        stream.held += length
         if flags & PADDED:
             if not payload or payload[0] >= length:
                 raise ProtocolError("padding longer than the frame")
             payload = payload[1:length - payload[0]]
-        if not stream.done:
-            stream.body += payload
-            if len(stream.body) >= 5:
-                declared = struct.unpack_from(">I", stream.body, 1)[0]
-                limit = self.server.max_message_bytes
-                if declared > limit:
-                    self._answer(stream, StatusCode.RESOURCE_EXHAUSTED, f"Received message "
-                                 f"larger than max ({declared} vs. {limit})", None, out)
-                    logger.info("gRPC RESOURCE_EXHAUSTED: a message of %d bytes (at most %d)",
-                                declared, limit)
-            stream.unacknowledged += length
-            if stream.unacknowledged >= STREAM_WINDOW // 2 and not flags & END_STREAM:
-                out.append(frame(WINDOW_UPDATE, 0, stream_id,
-                                 struct.pack(">I", stream.unacknowledged)))
-                stream.unacknowledged = 0
+        body = stream.body
+        body += payload
+        limit = self.server.max_message_bytes
+        if stream.declared is None and len(body) >= 5:
+            stream.declared = struct.unpack_from(">I", body, 1)[0]
+        refusal = None
+        if stream.declared is not None and stream.declared > limit:
+            refusal = f"Received message larger than max ({stream.declared} vs. {limit})"
+        elif stream.declared is not None and len(body) > 5 + stream.declared:
+            refusal = (f"a unary call takes exactly one message ({len(body) - 5} bytes came for "
+                       f"a message of {stream.declared})")
+        if refusal is not None:
+            code = StatusCode.RESOURCE_EXHAUSTED if "larger" in refusal else \
+                StatusCode.INVALID_ARGUMENT
+            logger.info("gRPC %s: %s", code.name, refusal)
+            self._answer(stream, code, refusal, None, out)
+            return
+        stream.unacknowledged += length
+        if stream.unacknowledged >= STREAM_WINDOW // 2 and not flags & END_STREAM:
+            out.append(frame(WINDOW_UPDATE, 0, stream_id, struct.pack(">I",
+                                                                     stream.unacknowledged)))
+            stream.unacknowledged = 0
         if flags & END_STREAM:
             self._end_of_request(stream, out)
 
     # ---------------------------------------------------------------------------------- calls
     def _end_of_request(self, stream: _Stream, out: list) -> None:
         stream.remote_closed = True
+        body, stream.body = stream.body, None
+        self._release(stream)
         if stream.done:
             self._forget(stream)
             return
         headers = dict(stream.headers)
         path = headers.get(b":path", b"").decode("latin-1")
         method = self.server.methods.get(path)
-        body = stream.body
+        limit = self.server.max_message_bytes
         if headers.get(b":method") != b"POST" or not headers.get(
                 b"content-type", b"").startswith(b"application/grpc"):
             refusal = (StatusCode.UNIMPLEMENTED, "not a gRPC call (POST of application/grpc)")
         elif method is None:
-            refusal = (StatusCode.UNIMPLEMENTED, f"Method not found: {path}")
-        elif len(body) < 5 or len(body) != 5 + struct.unpack_from(">I", body, 1)[0]:
+            refusal = (StatusCode.UNIMPLEMENTED, f"Method not found: {path[:200]}")
+        elif len(body) < 5 or len(body) != 5 + stream.declared:
             refusal = (StatusCode.INVALID_ARGUMENT, "a unary call takes exactly one message "
                                                     f"({len(body)} bytes of messages came)")
         else:
@@ -425,21 +524,19 @@ class _Connection(asyncio.Protocol):
             if body[0]:  # compressed
                 encoding = headers.get(b"grpc-encoding", b"identity")
                 try:
-                    message = (zlib.decompress(message, 16 + zlib.MAX_WBITS)
-                               if encoding == b"gzip" else zlib.decompress(message)
-                               if encoding == b"deflate" else None)
+                    message = decompressed(message, encoding, limit)
                 except zlib.error as e:
                     refusal = (StatusCode.INTERNAL, f"the message does not decompress: {e}")
                 else:
                     if message is None:
-                        refusal = (StatusCode.UNIMPLEMENTED, "grpc-encoding "
-                                   f"{encoding.decode('latin-1')} is not supported (gzip, "
-                                   f"deflate, identity are)")
-                    elif len(message) > self.server.max_message_bytes:
+                        refusal = (StatusCode.UNIMPLEMENTED if encoding != b"identity" else
+                                   StatusCode.INTERNAL,
+                                   f"a compressed message with grpc-encoding "
+                                   f"{encoding.decode('latin-1')[:50]} (this server reads "
+                                   f"gzip and deflate)")
+                    elif len(message) > limit:
                         refusal = (StatusCode.RESOURCE_EXHAUSTED, f"Received message larger "
-                                   f"than max ({len(message)} vs. "
-                                   f"{self.server.max_message_bytes})")
-        stream.body = None
+                                   f"than max (more than {limit} bytes, inflated)")
         if refusal is not None:
             logger.info("gRPC %s: %s", refusal[0].name, refusal[1])
             self._answer(stream, *refusal, None, out)
@@ -450,10 +547,17 @@ class _Connection(asyncio.Protocol):
         try:
             code, details, answer = await method(message)
         except asyncio.CancelledError:
+            if self.streams.get(stream.id) is stream:  # not the client's reset: a drain's end
+                self._forget(stream, force=True)
             return
-        if self.transport.is_closing() or stream.id not in self.streams:
+        except Exception as e:  # noqa: BLE001 - a method that failed: INTERNAL, logged
+            logger.exception("%s failed", stream.headers and dict(stream.headers).get(b":path"))
+            code, details, answer = StatusCode.INTERNAL, f"{type(e).__name__} : {e}", None
+        if self.transport.is_closing() or self.streams.get(stream.id) is not stream:
             return  # the peer reset the stream, or left
         out = []
+        if code is StatusCode.OK and answer is None:
+            code, details = StatusCode.INTERNAL, "the method gave no answer"
         self._answer(stream, code, details, answer, out)
         self.transport.write(b"".join(out))
         if self.going_away and not self.running():
@@ -480,10 +584,8 @@ class _Connection(asyncio.Protocol):
 
     def _flush(self, out: list) -> None:
         """Send what the windows now allow of answers that waited for them."""
-        for stream in list(self.streams.values()):
+        for stream in [s for s in self.streams.values() if s.pending is not None]:
             data = stream.pending
-            if data is None:
-                continue
             while len(data) and self.send_window > 0 and stream.send_window > 0:
                 n = min(len(data), self.send_window, stream.send_window, self.peer_max_frame)
                 out.append(frame(DATA, 0, stream.id, bytes(data[:n])))
@@ -499,8 +601,25 @@ class _Connection(asyncio.Protocol):
     def _closed_by_us(self, stream: _Stream, out: list) -> None:
         if not stream.remote_closed:  # answered before the request ended: stop its sending
             out.append(frame(RST_STREAM, 0, stream.id, struct.pack(">I", NO_ERROR)))
+            stream.remote_closed = True
+            self._release(stream)
+            stream.body = None
         self._forget(stream)
 
-    def _forget(self, stream: _Stream) -> None:
-        if stream.pending is None:
+    def _reset(self, stream: _Stream, code: int, out: list) -> None:
+        """End `stream` with RST_STREAM `code` (a stream error): its call, if running, is
+        cancelled and never answered."""
+        out.append(frame(RST_STREAM, 0, stream.id, struct.pack(">I", code)))
+        if stream.task is not None and not stream.task.done():
+            stream.task.cancel()
+        self._release(stream)
+        self._forget(stream, force=True)
+
+    def _release(self, stream: _Stream) -> None:
+        """The connection's window that `stream`'s body held, to give back to the client."""
+        self.released += stream.held
+        stream.held = 0
+
+    def _forget(self, stream: _Stream, force: bool = False) -> None:
+        if force or stream.pending is None:
             self.streams.pop(stream.id, None)

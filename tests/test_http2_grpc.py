@@ -22,7 +22,7 @@ class Transport:
 
     def __init__(self):
         self.written = bytearray()
-        self.closed = False
+        self.closed = self.paused = False
 
     def write(self, data):
         assert not self.closed
@@ -33,6 +33,15 @@ class Transport:
 
     def close(self):
         self.closed = True
+
+    def abort(self):
+        self.closed = True
+
+    def pause_reading(self):
+        self.paused = True
+
+    def resume_reading(self):
+        self.paused = False
 
     def get_extra_info(self, name):
         return ("127.0.0.1", 5000) if name == "peername" else None
@@ -186,8 +195,8 @@ def test_refusals_are_trailers_only_with_the_code_and_a_percent_encoded_message(
         answers = client.answers()
         expected = {1: ("3", "bad: 100%25 wrong, %C3%A9"),
                     3: ("12", "Method not found: /bench.Echo/Missing"),
-                    5: ("12", "grpc-encoding snappy is not supported (gzip, deflate, identity "
-                              "are)")}
+                    5: ("12", "a compressed message with grpc-encoding snappy (this server "
+                              "reads gzip and deflate)")}
         for stream, (code, message) in expected.items():
             answer = answers[stream]
             assert answer["trailers"] == {":status": "200", "content-type": "application/grpc",
@@ -271,6 +280,9 @@ def test_the_drain_answers_calls_in_flight_refuses_new_ones_and_closes():
     (h2.frame(h2.DATA, 0, 0, b"x"), "DATA on stream 0"),
     (h2.frame(h2.PING, 0, 0, b"short"), "PING of other than 8 bytes"),
     (b"\x00\x40\x01" + bytes(6), "a frame of 16385 bytes"),
+    (h2.frame(h2.HEADERS, 0, 1, bytes(16_384))
+     + h2.frame(h2.CONTINUATION, 0, 1, bytes(16_384)) * 4, "a header block over 65536 bytes"),
+    (h2.frame(h2.WINDOW_UPDATE, 0, 0, bytes(4)), "WINDOW_UPDATE of 0 on the connection"),
 ])
 def test_a_protocol_error_ends_the_connection_with_goaway_and_one_line(sent, words, caplog):
     async def main():
@@ -305,3 +317,186 @@ def test_integers_and_literals_are_hpacks():
     assert hpack.Decoder().decode(block) == [(":status", "200"),
                                              ("content-type", "application/grpc"),
                                              ("grpc-status", "13"), ("grpc-message", long)]
+
+
+def test_the_connection_window_holds_answers_and_a_larger_initial_window_releases_them():
+    """An answer waits for whichever window is shut: the stream's (a client's
+    SETTINGS_INITIAL_WINDOW_SIZE of 0, opened later by a larger one) and the connection's
+    (65,535 bytes until the client's WINDOW_UPDATE on stream 0)."""
+    async def main():
+        client = Client({ECHO: echo}, limit=200_000)
+        client.send(h2.frame(h2.SETTINGS, 0, 0, struct.pack(">HI", 0x4, 0)))
+        client.answers()
+        client.send(*client.call(1, b"x" * 100))
+        await asyncio.sleep(0)
+        answer = client.answers()[1]
+        assert answer["data"] == b"" and "trailers" not in answer
+        client.send(h2.frame(h2.SETTINGS, 0, 0, struct.pack(">HI", 0x4, 1 << 20)))
+        answer = client.answers()[1]
+        assert answer["data"] == struct.pack(">BI", 0, 100) + b"x" * 100
+        assert answer["trailers"] == {"grpc-status": "0"}
+        left = 65_535 - 105  # of the connection's window
+        big = b"y" * 100_000
+        client.send(*client.call(3, big))
+        await asyncio.sleep(0)
+        answer = client.answers()[3]
+        assert len(answer["data"]) == left and "trailers" not in answer
+        client.send(h2.frame(h2.WINDOW_UPDATE, 0, 0, struct.pack(">I", 40_000)))
+        answer = client.answers()[3]
+        assert len(answer["data"]) == 100_005 - left and answer["trailers"] == {"grpc-status": "0"}
+    run(main())
+
+
+def test_the_clients_unfinished_bodies_hold_the_connections_window_until_read_whole():
+    """Each stream's window is given back as its data arrives, the connection's only once a
+    request is read whole (or dropped): a client cannot make the server hold more than that
+    window of unfinished requests, however many streams it opens."""
+    async def main():
+        client = Client({ECHO: echo}, limit=4 << 20)  # a window of max(16 MiB, 2 x 4 MiB)
+        chunk = b"z" * 16_384
+        for stream in (1, 3, 5, 7, 9):
+            client.send(client.headers(stream), h2.frame(h2.DATA, 0, stream, struct.pack(
+                ">BI", 0, 2 << 20) + chunk[5:]), *[h2.frame(h2.DATA, 0, stream, chunk)] * 63)
+        updates = [(stream, struct.unpack(">I", payload)[0]) for kind, _, stream, payload
+                   in client.answers()["frames"] if kind == h2.WINDOW_UPDATE]
+        assert updates and all(stream != 0 for stream, _ in updates)  # 5 MiB held: none yet
+        assert {stream for stream, _ in updates} == {1, 3, 5, 7, 9}
+        client.send(*[h2.frame(h2.DATA, h2.END_STREAM, stream, b"")  # each ends at 1 MiB of its
+                      for stream in (1, 3, 5, 7, 9)])                   # 2: refused, let go
+        answers = client.answers()
+        assert all(answers[s]["trailers"]["grpc-status"] == "3" for s in (1, 3, 5, 7, 9))
+        given_back = [struct.unpack(">I", payload)[0] for kind, _, stream, payload
+                      in answers["frames"] if kind == h2.WINDOW_UPDATE and stream == 0]
+        assert given_back == [5 * 64 * 16_384] and client.connection.streams == {}
+    run(main())
+
+
+def test_a_body_longer_than_its_message_is_refused_at_once():
+    async def main():
+        client = Client({ECHO: echo}, limit=1000)
+        client.send(client.headers(1), h2.frame(h2.DATA, 0, 1, struct.pack(">BI", 0, 10)
+                                                + b"0123456789" + b"more" * 25))
+        answers = client.answers()
+        assert answers[1]["trailers"]["grpc-status"] == "3"
+        assert answers[1]["trailers"]["grpc-message"] == ("a unary call takes exactly one "
+                                                          "message (110 bytes came for a "
+                                                          "message of 10)")
+        assert answers["frames"] == [(h2.RST_STREAM, 0, 1, struct.pack(">I", h2.NO_ERROR))]
+        assert client.connection.streams == {}
+    run(main())
+
+
+def test_a_gzip_bomb_is_inflated_only_to_the_limit():
+    async def main():
+        client = Client({ECHO: echo}, limit=10_000)
+        bomb = gzip.compress(bytes(8_000_000))  # 8 MB of zeros in under 10 KB
+        assert len(bomb) < 10_000
+        client.send(*client.call(1, bomb, compressed=True, extra=[("grpc-encoding", "gzip")]))
+        trailers = client.answers()[1]["trailers"]
+        assert trailers["grpc-status"] == "8"
+        assert trailers["grpc-message"] == ("Received message larger than max (more than 10000 "
+                                            "bytes, inflated)")
+    run(main())
+
+
+def test_headers_again_on_a_call_being_answered_resets_that_call_only():
+    async def main():
+        release = asyncio.Event()
+
+        async def held(message: bytes):
+            await release.wait()
+            return h2.StatusCode.OK, "", message
+
+        client = Client({ECHO: held})
+        client.send(*client.call(1, b"first"))
+        await asyncio.sleep(0)
+        client.send(client.headers(1, flags=h2.END_HEADERS | h2.END_STREAM),
+                    h2.frame(h2.PING, 0, 0, b"12345678"))
+        assert client.answers()["frames"] == [
+            (h2.RST_STREAM, 0, 1, struct.pack(">I", h2.STREAM_CLOSED)),
+            (h2.PING, h2.ACK, 0, b"12345678")]
+        assert not client.transport.closed
+        release.set()
+        client.send(*client.call(3, b"next"))
+        await asyncio.sleep(0.01)
+        answers = client.answers()
+        assert 1 not in answers and answers[3]["data"].endswith(b"next")
+    run(main())
+
+
+def test_long_details_are_cut_to_fit_one_frame():
+    async def refuse(message: bytes):
+        return h2.StatusCode.INTERNAL, "é" * 4000, None
+
+    async def main():
+        client = Client({ECHO: refuse})
+        client.send(*client.call(1, b"x"))
+        await asyncio.sleep(0)
+        (kind, _, _, payload), = [f for f in client.transport.frames() if f[0] == h2.HEADERS]
+        assert len(payload) <= 16_384
+        message = dict(hpack.Decoder().decode(payload))["grpc-message"]
+        assert message == "%C3%A9" * 997 + "..."
+    run(main())
+
+
+def test_a_method_that_raises_is_answered_internal_and_forgotten(caplog):
+    async def broken(message: bytes):
+        raise RuntimeError("boom")
+
+    async def main():
+        client = Client({ECHO: broken})
+        with caplog.at_level("ERROR", logger=h2.__name__):
+            client.send(*client.call(1, b"x"))
+            await asyncio.sleep(0.01)
+        trailers = client.answers()[1]["trailers"]
+        assert (trailers["grpc-status"], trailers["grpc-message"]) == ("13", "RuntimeError : boom")
+        assert client.connection.streams == {}
+        assert [r.levelname for r in caplog.records] == ["ERROR"]
+    run(main())
+
+
+def test_a_client_that_reads_nothing_is_not_read_from_and_many_resets_end_it():
+    async def main():
+        async def held(message: bytes):
+            await asyncio.sleep(30)
+
+        client = Client({ECHO: held})
+        client.connection.pause_writing()  # its socket's buffer is full
+        assert client.transport.paused
+        client.connection.resume_writing()
+        assert not client.transport.paused
+        for stream in range(1, 2 * (h2.RESETS_ALLOWED + 1) + 1, 2):  # open, then reset
+            client.send(*client.call(stream, b"x"),
+                        h2.frame(h2.RST_STREAM, 0, stream, struct.pack(">I", h2.CANCEL)))
+        (kind, _, _, payload), = client.answers()["frames"]
+        assert kind == h2.GOAWAY and struct.unpack(">I", payload[4:])[0] == h2.ENHANCE_YOUR_CALM
+        assert client.transport.closed and client.connection.opened == h2.RESETS_ALLOWED + 1
+    run(main())
+
+
+def test_padding_and_priority_are_stripped_and_a_long_body_refills_its_window():
+    async def main():
+        client = Client({ECHO: echo}, limit=1 << 20)
+        block = client.encoder.encode([(":method", "POST"), (":scheme", "http"),
+                                       (":path", ECHO), (":authority", "h"),
+                                       ("content-type", "application/grpc")])
+        client.send(h2.frame(h2.HEADERS, h2.END_HEADERS | h2.PADDED | h2.PRIORITY_FLAG, 1,
+                             b"\x03" + bytes(5) + block + b"pad"),
+                    h2.frame(h2.DATA, h2.END_STREAM | h2.PADDED, 1,
+                             b"\x02" + struct.pack(">BI", 0, 3) + b"abc" + b"pp"))
+        await asyncio.sleep(0)
+        assert client.answers()[1]["data"] == struct.pack(">BI", 0, 3) + b"abc"
+        message = b"w" * 600_000
+        frames = client.call(3, message)
+        client.send(*frames[:-1])  # all but the last DATA: over half the stream's window read
+        updates = [(stream, struct.unpack(">I", payload)[0]) for kind, _, stream, payload
+                   in client.answers()["frames"] if kind == h2.WINDOW_UPDATE]
+        assert updates and updates[0][0] == 3 and sum(n for _, n in updates) >= 1 << 19
+        client.send(frames[-1], h2.frame(h2.WINDOW_UPDATE, 0, 0, struct.pack(">I", 1 << 20)),
+                    h2.frame(h2.WINDOW_UPDATE, 0, 3, struct.pack(">I", 1 << 20)))
+        await asyncio.sleep(0)
+        client.send(h2.frame(h2.WINDOW_UPDATE, 0, 0, struct.pack(">I", 1 << 20)),
+                    h2.frame(h2.WINDOW_UPDATE, 0, 3, struct.pack(">I", 1 << 20)))
+        answer = client.answers()[3]
+        assert len(answer["data"]) == 600_005 and answer["trailers"] == {"grpc-status": "0"}
+    run(main())
