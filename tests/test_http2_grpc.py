@@ -341,9 +341,16 @@ def test_the_connection_window_holds_answers_and_a_larger_initial_window_release
         await asyncio.sleep(0)
         answer = client.answers()[3]
         assert len(answer["data"]) == left and "trailers" not in answer
+        client.send(*client.call(5, b"small"))  # the connection's window is spent: it waits too
+        await asyncio.sleep(0)
+        waiting = client.answers()[5]
+        assert waiting["data"] == b"" and "trailers" not in waiting  # its HEADERS only
         client.send(h2.frame(h2.WINDOW_UPDATE, 0, 0, struct.pack(">I", 40_000)))
-        answer = client.answers()[3]
-        assert len(answer["data"]) == 100_005 - left and answer["trailers"] == {"grpc-status": "0"}
+        answers = client.answers()
+        assert len(answers[3]["data"]) == 100_005 - left
+        assert answers[3]["trailers"] == {"grpc-status": "0"}
+        assert answers[5]["data"] == struct.pack(">BI", 0, 5) + b"small"
+        assert answers[5]["trailers"] == {"grpc-status": "0"}
     run(main())
 
 
@@ -391,6 +398,7 @@ def test_a_gzip_bomb_is_inflated_only_to_the_limit():
         client = Client({ECHO: echo}, limit=10_000)
         bomb = gzip.compress(bytes(8_000_000))  # 8 MB of zeros in under 10 KB
         assert len(bomb) < 10_000
+        assert len(h2.decompressed(bomb, b"gzip", 10_000)) == 10_001  # never more is inflated
         client.send(*client.call(1, bomb, compressed=True, extra=[("grpc-encoding", "gzip")]))
         trailers = client.answers()[1]["trailers"]
         assert trailers["grpc-status"] == "8"
