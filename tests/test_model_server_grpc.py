@@ -2,9 +2,10 @@
 with `tensorflow-serving-api`'s stubs and `tf.make_tensor_proto`, as a TF Serving user's code
 calls it, and the Open Inference Protocol (`--grpc_port`) with KServe's client; each answer
 checked against the REST API's for the same request, each error against TF Serving's status code,
-in one line. The server runs where TensorFlow cannot be imported: the LiteRT runtimes and both
-gRPC ports need none. (Overload and the drain over gRPC: test_model_server_load.py; other exports:
-test_model_server.py, test_run_ner.py, test_run_squad.py.)"""
+in one line. The server runs where neither TensorFlow nor grpcio can be imported: the LiteRT
+runtimes and both gRPC ports need neither. (Overload and the drain over gRPC:
+test_model_server_load.py; other exports: test_model_server.py, test_run_ner.py,
+test_run_squad.py.)"""
 import contextlib
 import os
 import pathlib
@@ -28,13 +29,17 @@ LIMIT = 200_000  # --grpc_max_message_bytes of the shared server
 
 
 @pytest.fixture(scope="module")
-def grpc_served(pair_export, no_tensorflow):
-    """serve.py on the pair export's float32 file with both gRPC ports, where TensorFlow cannot
-    be imported (as a LiteRT-only install serves): `(base, proc, ports)`, ports `{"tf": TF
-    Serving's, "v2": the Open Inference Protocol's}`."""
+def grpc_served(pair_export, no_tensorflow, tmp_path_factory):
+    """serve.py on the pair export's float32 file with both gRPC ports, where neither TensorFlow
+    nor grpcio can be imported (as `pip install 'bert-tf2[serve]'` serves the LiteRT files):
+    `(base, proc, ports)`, ports `{"tf": TF Serving's, "v2": the Open Inference Protocol's}`."""
     tf_port, v2_port = free_ports(2)
-    env = {**os.environ, "KERAS_BACKEND": "jax",
-           "PYTHONPATH": reference_runs.without_tensorflow(no_tensorflow)}
+    no_grpc = tmp_path_factory.mktemp("no_grpc")
+    (no_grpc / "grpc").mkdir()
+    (no_grpc / "grpc" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'grpc'\", name='grpc')\n")
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": os.pathsep.join(
+        [str(no_grpc), reference_runs.without_tensorflow(no_tensorflow)])}
     with server(pair_export[0], "--runtime=float32", f"--tf_serving_grpc_port={tf_port}",
                 f"--grpc_port={v2_port}", f"--grpc_max_message_bytes={LIMIT}",
                 env=env) as (base, proc):
