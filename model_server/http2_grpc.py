@@ -18,7 +18,8 @@ gRPC's insecure channels connect:
 - flow control both ways: the peer's windows are kept to (an answer larger than them waits for
   WINDOW_UPDATE or SETTINGS), and the connection's window given to the peer is replenished only
   as requests are read whole or dropped, so one connection holds at most that window of
-  unfinished requests; each stream's, as its data arrives, up to the size limit;
+  unfinished requests; each stream's, as its data arrives, up to the size limit; data beyond a
+  window given is FLOW_CONTROL_ERROR;
 - unary methods only, each `path -> async (message bytes) -> (code, details, answer bytes)`; a
   request compressed with gzip or deflate is decompressed, at most to the size limit; a message
   over the size limit is RESOURCE_EXHAUSTED from its 5-byte prefix, before its body is read, and
@@ -158,7 +159,7 @@ def decompressed(message: bytes, encoding: bytes, limit: int):
 
 class _Stream:
     __slots__ = ("id", "headers", "body", "declared", "task", "done", "remote_closed",
-                 "send_window", "pending", "unacknowledged", "held")
+                 "send_window", "pending", "unacknowledged", "held", "receive_window")
 
     def __init__(self, stream_id: int, send_window: int):
         self.id = stream_id
@@ -172,6 +173,7 @@ class _Stream:
         self.pending = None  # the answer's bytes left to send while a window is shut
         self.unacknowledged = 0  # bytes read since the last stream WINDOW_UPDATE
         self.held = 0  # bytes of the connection's window this stream's body holds
+        self.receive_window = STREAM_WINDOW  # what the peer may still send on it
 
 
 class Server:
@@ -222,6 +224,7 @@ class _Connection(asyncio.Protocol):
         self.peer_stream_window = 65535  # SETTINGS_INITIAL_WINDOW_SIZE of the peer
         self.peer_max_frame = 16384
         self.released = 0  # bytes of the connection's window read and let go, not yet given back
+        self.receive_window = server.window  # what the peer may still send on the connection
         self.opened = self.reset = 0  # calls the client opened, and reset before their answer
         self.going_away = False
         self.timer = None
@@ -326,6 +329,7 @@ class _Connection(asyncio.Protocol):
         del buffer[:pos]
         if self.released >= self.server.window // 4:
             out.append(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.released)))
+            self.receive_window += self.released
             self.released = 0
         if out:
             self.transport.write(b"".join(out))
@@ -382,6 +386,8 @@ class _Connection(asyncio.Protocol):
                 if self.send_window > MAX_WINDOW:
                     raise ProtocolError("the connection's window over 2^31-1",
                                         FLOW_CONTROL_ERROR)
+            elif stream_id > self.last_stream:
+                raise ProtocolError(f"WINDOW_UPDATE on stream {stream_id}, never opened")
             elif stream_id in self.streams:
                 stream = self.streams[stream_id]
                 stream.send_window += increment
@@ -397,6 +403,8 @@ class _Connection(asyncio.Protocol):
         elif kind == RST_STREAM:
             if len(payload) != 4:
                 raise ProtocolError("RST_STREAM of other than 4 bytes", FRAME_SIZE_ERROR)
+            if stream_id == 0 or stream_id > self.last_stream:
+                raise ProtocolError(f"RST_STREAM on stream {stream_id}, never opened")
             stream = self.streams.pop(stream_id, None)
             if stream is not None:
                 self._release(stream)
@@ -459,7 +467,12 @@ class _Connection(asyncio.Protocol):
         if stream_id == 0:
             raise ProtocolError("DATA on stream 0")
         length = len(payload)
+        self.receive_window -= length
+        if self.receive_window < 0:
+            raise ProtocolError("DATA beyond the connection's window", FLOW_CONTROL_ERROR)
         stream = self.streams.get(stream_id)
+        if stream is None and stream_id > self.last_stream:
+            raise ProtocolError(f"DATA on stream {stream_id}, never opened")
         if stream is None or stream.remote_closed or stream.done:
             self.released += length  # answered early, reset, or unknown: dropped
             if stream is not None and stream.remote_closed:
@@ -467,6 +480,11 @@ class _Connection(asyncio.Protocol):
             elif stream is not None and flags & END_STREAM:
                 stream.remote_closed = True
                 self._forget(stream)
+            return
+        stream.receive_window -= length
+        if stream.receive_window < 0:
+            self.released += length
+            self._reset(stream, FLOW_CONTROL_ERROR, out)
             return
         stream.held += length
         if flags & PADDED:
@@ -494,6 +512,7 @@ class _Connection(asyncio.Protocol):
         if stream.unacknowledged >= STREAM_WINDOW // 2 and not flags & END_STREAM:
             out.append(frame(WINDOW_UPDATE, 0, stream_id, struct.pack(">I",
                                                                      stream.unacknowledged)))
+            stream.receive_window += stream.unacknowledged
             stream.unacknowledged = 0
         if flags & END_STREAM:
             self._end_of_request(stream, out)

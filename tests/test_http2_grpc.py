@@ -283,6 +283,8 @@ def test_the_drain_answers_calls_in_flight_refuses_new_ones_and_closes():
     (h2.frame(h2.HEADERS, 0, 1, bytes(16_384))
      + h2.frame(h2.CONTINUATION, 0, 1, bytes(16_384)) * 4, "a header block over 65536 bytes"),
     (h2.frame(h2.WINDOW_UPDATE, 0, 0, bytes(4)), "WINDOW_UPDATE of 0 on the connection"),
+    (h2.frame(h2.DATA, 0, 7, b"x"), "DATA on stream 7, never opened"),
+    (h2.frame(h2.RST_STREAM, 0, 9, bytes(4)), "RST_STREAM on stream 9, never opened"),
 ])
 def test_a_protocol_error_ends_the_connection_with_goaway_and_one_line(sent, words, caplog):
     async def main():
@@ -291,7 +293,7 @@ def test_a_protocol_error_ends_the_connection_with_goaway_and_one_line(sent, wor
             client.send(sent)
         (kind, _, _, payload), = client.answers()["frames"]
         assert kind == h2.GOAWAY and struct.unpack(">I", payload[4:])[0] in (
-            h2.PROTOCOL_ERROR, h2.FRAME_SIZE_ERROR)
+            h2.PROTOCOL_ERROR, h2.FRAME_SIZE_ERROR, h2.FLOW_CONTROL_ERROR)
         assert client.transport.closed
         lines = [r.getMessage() for r in caplog.records]
         assert len(lines) == 1 and words in lines[0], lines
@@ -507,4 +509,42 @@ def test_padding_and_priority_are_stripped_and_a_long_body_refills_its_window():
                     h2.frame(h2.WINDOW_UPDATE, 0, 3, struct.pack(">I", 1 << 20)))
         answer = client.answers()[3]
         assert len(answer["data"]) == 600_005 and answer["trailers"] == {"grpc-status": "0"}
+    run(main())
+
+
+def test_data_beyond_the_connections_window_is_a_flow_control_error():
+    """The connection's window (16 MiB here) is not given back while bodies are unfinished: a
+    client that sends past it anyway loses the connection."""
+    async def main():
+        client = Client({ECHO: echo}, limit=4 << 20)
+        chunk = bytes(16_384)
+        for stream in (1, 3, 5, 7, 9):  # 5 x 3.5 MiB, each message declared 4 MiB
+            frames = [client.headers(stream), h2.frame(h2.DATA, 0, stream, struct.pack(
+                ">BI", 0, 4 << 20) + chunk[5:])] + [h2.frame(h2.DATA, 0, stream, chunk)] * 223
+            client.send(*frames)
+            if client.transport.closed:
+                break
+        assert stream == 9 and client.transport.closed
+        (goaway,) = [f for f in client.answers()["frames"] if f[0] == h2.GOAWAY]
+        assert struct.unpack(">I", goaway[3][4:])[0] == h2.FLOW_CONTROL_ERROR
+    run(main())
+
+
+def test_a_client_keeping_to_its_windows_may_send_far_more_than_one_window():
+    """The connection's window given back as requests are read whole is the client's to use
+    again: 20 requests of 1 MiB, one after the other, on a window of 16 MiB."""
+    async def small(message: bytes):
+        return h2.StatusCode.OK, "", str(len(message)).encode()
+
+    async def main():
+        client = Client({ECHO: small}, limit=2 << 20)
+        given = 0
+        for i in range(20):
+            client.send(*client.call(1 + 2 * i, bytes(1 << 20)))
+            await asyncio.sleep(0)
+            answers = client.answers()
+            assert answers[1 + 2 * i]["data"].endswith(b"1048576"), i
+            given += sum(struct.unpack(">I", payload)[0] for kind, _, stream, payload
+                         in answers["frames"] if kind == h2.WINDOW_UPDATE and stream == 0)
+        assert not client.transport.closed and given >= 16 << 20
     run(main())
