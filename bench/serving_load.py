@@ -148,9 +148,10 @@ class RawGrpcConnection:
         authority = f"127.0.0.1:{port}".encode()
         # :method POST (static 3), :scheme http (6), then literals with indexed names: :path (4),
         # :authority (1), content-type (31); te: trailers as a literal name.
-        self.block = (b"\x83\x86" + h2._integer(4, 4) + h2._integer(len(method), 7)
-                      + method.encode() + h2._integer(1, 4) + h2._integer(len(authority), 7)
-                      + authority + h2.RESPONSE_HEAD[1:] + h2._literal(b"te", b"trailers"))
+        self.block = (b"\x83\x86" + h2.hpack_integer(4, 4) + h2.hpack_integer(len(method), 7)
+                      + method.encode() + h2.hpack_integer(1, 4)
+                      + h2.hpack_integer(len(authority), 7) + authority + h2.RESPONSE_HEAD[1:]
+                      + h2.literal_header(b"te", b"trailers"))
         self.reader = self.writer = None
         self.stream = -1
 
@@ -169,7 +170,7 @@ class RawGrpcConnection:
         answer = bytearray()
         while True:
             head = await self.reader.readexactly(9)
-            high, low, kind, flags, stream = h2._FRAME_HEAD.unpack(head)
+            high, low, kind, flags, stream = h2.FRAME_HEAD.unpack(head)
             payload = await self.reader.readexactly((high << 16) | low)
             if kind == h2.DATA:
                 answer += payload

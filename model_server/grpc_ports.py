@@ -88,5 +88,4 @@ def unary(function, request_type, response_type, metrics, protocol: str, endpoin
             logger.info("%s %s: %s", protocol, code.name, details)
         return code, details, payload
 
-    answer.__name__ = getattr(function, "__name__", "answer")
     return answer

@@ -18,8 +18,8 @@ gRPC's insecure channels connect:
 - flow control both ways: the peer's windows are kept to (an answer larger than them waits for
   WINDOW_UPDATE or SETTINGS), and the connection's window given to the peer is replenished only
   as requests are read whole or dropped, so one connection holds at most that window of
-  unfinished requests; each stream's, as its data arrives, up to the size limit; data beyond a
-  window given is FLOW_CONTROL_ERROR;
+  unfinished requests; each stream's, as its data arrives, up to the size limit; data beyond the
+  connection's window is FLOW_CONTROL_ERROR;
 - unary methods only, each `path -> async (message bytes) -> (code, details, answer bytes)`; a
   request compressed with gzip or deflate is decompressed, at most to the size limit; a message
   over the size limit is RESOURCE_EXHAUSTED from its 5-byte prefix, before its body is read, and
@@ -66,7 +66,7 @@ MAX_DETAILS = 1000  # characters of a grpc-message
 PREFACE_S = 10.0  # for a new connection's preface to arrive
 RESETS_ALLOWED = 100  # calls a client may reset before they are answered, beyond half it opens
 
-_FRAME_HEAD = struct.Struct(">BHBBI")
+FRAME_HEAD = struct.Struct(">BHBBI")
 
 
 class StatusCode(enum.Enum):
@@ -100,15 +100,15 @@ class ProtocolError(Exception):
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     n = len(payload)
-    return _FRAME_HEAD.pack(n >> 16, n & 0xFFFF, kind, flags, stream) + payload
+    return FRAME_HEAD.pack(n >> 16, n & 0xFFFF, kind, flags, stream) + payload
 
 
-def _integer(value: int, prefix_bits: int, first: int = 0) -> bytes:
+def hpack_integer(value: int, prefix_bits: int) -> bytes:
     """HPACK's integer with a `prefix_bits` prefix (RFC 7541, 5.1)."""
     limit = (1 << prefix_bits) - 1
     if value < limit:
-        return bytes([first | value])
-    out = [first | limit]
+        return bytes([value])
+    out = [limit]
     value -= limit
     while value >= 128:
         out.append((value & 0x7F) | 0x80)
@@ -117,15 +117,17 @@ def _integer(value: int, prefix_bits: int, first: int = 0) -> bytes:
     return bytes(out)
 
 
-def _literal(name: bytes, value: bytes) -> bytes:
+def literal_header(name: bytes, value: bytes) -> bytes:
     """A header as a literal without indexing, with a literal name (RFC 7541, 6.2.2)."""
-    return b"\x00" + _integer(len(name), 7) + name + _integer(len(value), 7) + value
+    return (b"\x00" + hpack_integer(len(name), 7) + name + hpack_integer(len(value), 7)
+            + value)
 
 
 # ":status: 200" (the static table's 8th entry) and "content-type: application/grpc" (a literal
 # value for the static table's name 31), neither indexed: no dynamic table is ever needed.
-RESPONSE_HEAD = b"\x88" + _integer(31, 4) + _integer(16, 7) + b"application/grpc"
-OK_TRAILERS = _literal(b"grpc-status", b"0")
+RESPONSE_HEAD = (b"\x88" + hpack_integer(31, 4) + hpack_integer(16, 7)
+                 + b"application/grpc")
+OK_TRAILERS = literal_header(b"grpc-status", b"0")
 
 
 def percent_encoded(message: str) -> bytes:
@@ -137,11 +139,11 @@ def percent_encoded(message: str) -> bytes:
 def trailers(code: StatusCode, details: str) -> bytes:
     """The trailing headers of a call that ended with `code` and `details` (cut to
     `MAX_DETAILS` characters: a header block of the answer must fit the client's frames)."""
-    block = _literal(b"grpc-status", str(code.value).encode())
+    block = literal_header(b"grpc-status", str(code.value).encode())
     if details:
         if len(details) > MAX_DETAILS:
             details = details[:MAX_DETAILS - 3] + "..."
-        block += _literal(b"grpc-message", percent_encoded(details))
+        block += literal_header(b"grpc-message", percent_encoded(details))
     return block
 
 
@@ -159,7 +161,7 @@ def decompressed(message: bytes, encoding: bytes, limit: int):
 
 class _Stream:
     __slots__ = ("id", "headers", "body", "declared", "task", "done", "remote_closed",
-                 "send_window", "pending", "unacknowledged", "held", "receive_window")
+                 "send_window", "pending", "unacknowledged", "held")
 
     def __init__(self, stream_id: int, send_window: int):
         self.id = stream_id
@@ -173,7 +175,6 @@ class _Stream:
         self.pending = None  # the answer's bytes left to send while a window is shut
         self.unacknowledged = 0  # bytes read since the last stream WINDOW_UPDATE
         self.held = 0  # bytes of the connection's window this stream's body holds
-        self.receive_window = STREAM_WINDOW  # what the peer may still send on it
 
 
 class Server:
@@ -307,7 +308,7 @@ class _Connection(asyncio.Protocol):
         pos, end = 0, len(buffer)
         try:
             while end - pos >= 9:
-                high, low, kind, flags, stream_id = _FRAME_HEAD.unpack_from(buffer, pos)
+                high, low, kind, flags, stream_id = FRAME_HEAD.unpack_from(buffer, pos)
                 length = (high << 16) | low
                 if length > MAX_FRAME:
                     raise ProtocolError(f"a frame of {length} bytes (at most {MAX_FRAME})",
@@ -481,11 +482,8 @@ class _Connection(asyncio.Protocol):
                 stream.remote_closed = True
                 self._forget(stream)
             return
-        stream.receive_window -= length
-        if stream.receive_window < 0:
-            self.released += length
-            self._reset(stream, FLOW_CONTROL_ERROR, out)
-            return
+        # (No stream can pass its own window: it is given back from half on, a frame at most
+        # behind.)
         stream.held += length
         if flags & PADDED:
             if not payload or payload[0] >= length:
@@ -512,7 +510,6 @@ class _Connection(asyncio.Protocol):
         if stream.unacknowledged >= STREAM_WINDOW // 2 and not flags & END_STREAM:
             out.append(frame(WINDOW_UPDATE, 0, stream_id, struct.pack(">I",
                                                                      stream.unacknowledged)))
-            stream.receive_window += stream.unacknowledged
             stream.unacknowledged = 0
         if flags & END_STREAM:
             self._end_of_request(stream, out)

@@ -51,10 +51,10 @@ class _Service:
     def check(self, name: str, version: str = "") -> None:
         if name != self.model.name:
             raise Refused(StatusCode.NOT_FOUND, f"no model {name} (this server serves "
-                                                     f"{self.model.name})")
+                                                f"{self.model.name})")
         if version not in ("", protocol.VERSION):
             raise Refused(StatusCode.NOT_FOUND, f"model {name} has no version {version} "
-                                                     f"(it has {protocol.VERSION})")
+                                                f"(it has {protocol.VERSION})")
 
     async def live(self, request):
         return self.pb.ServerLiveResponse(live=True)

@@ -72,7 +72,7 @@ class _Service:
         model = self.model
         if not spec.name:
             raise Refused(StatusCode.INVALID_ARGUMENT, "Missing ModelSpec: model_spec.name "
-                                                            f"must name the model ({model.name})")
+                                                       f"must name the model ({model.name})")
         version = spec.version.value if spec.HasField("version") else None
         if spec.name != model.name:
             raise Refused(StatusCode.NOT_FOUND, f"Servable not found for request: "
@@ -81,10 +81,10 @@ class _Service:
                           f"{model.name})")
         if spec.WhichOneof("version_choice") == "version_label":
             raise Refused(StatusCode.NOT_FOUND, f"Unrecognized servable version label: "
-                                                     f"{spec.version_label}")
+                                                f"{spec.version_label}")
         if version is not None and str(version) != protocol.VERSION:
             raise Refused(StatusCode.NOT_FOUND, f"Servable not found for request: "
-                                                     f"Specific({spec.name}, {version})")
+                                                f"Specific({spec.name}, {version})")
         answer = wire.serving("ModelSpec")(name=model.name)
         answer.version.value = int(protocol.VERSION)
         if signature:

@@ -110,6 +110,15 @@ async def echo(message: bytes):
     return h2.StatusCode.OK, "", message
 
 
+def echo_when(release: asyncio.Event):
+    """A method that echoes its message once `release` is set."""
+    async def held(message: bytes):
+        await release.wait()
+        return await echo(message)
+
+    return held
+
+
 def run(coroutine):
     return asyncio.run(coroutine)
 
@@ -252,12 +261,7 @@ def test_a_reset_call_is_cancelled_and_never_answered():
 def test_the_drain_answers_calls_in_flight_refuses_new_ones_and_closes():
     async def main():
         release = asyncio.Event()
-
-        async def held(message: bytes):
-            await release.wait()
-            return h2.StatusCode.OK, "", message
-
-        client = Client({ECHO: held})
+        client = Client({ECHO: echo_when(release)})
         client.send(*client.call(1, b"in flight"))
         await asyncio.sleep(0)
         stopping = asyncio.ensure_future(client.server.stop(5))
@@ -412,12 +416,7 @@ def test_a_gzip_bomb_is_inflated_only_to_the_limit():
 def test_headers_again_on_a_call_being_answered_resets_that_call_only():
     async def main():
         release = asyncio.Event()
-
-        async def held(message: bytes):
-            await release.wait()
-            return h2.StatusCode.OK, "", message
-
-        client = Client({ECHO: held})
+        client = Client({ECHO: echo_when(release)})
         client.send(*client.call(1, b"first"))
         await asyncio.sleep(0)
         client.send(client.headers(1, flags=h2.END_HEADERS | h2.END_STREAM),
@@ -467,10 +466,7 @@ def test_a_method_that_raises_is_answered_internal_and_forgotten(caplog):
 
 def test_a_client_that_reads_nothing_is_not_read_from_and_many_resets_end_it():
     async def main():
-        async def held(message: bytes):
-            await asyncio.sleep(30)
-
-        client = Client({ECHO: held})
+        client = Client({ECHO: echo_when(asyncio.Event())})  # never released
         client.connection.pause_writing()  # its socket's buffer is full
         assert client.transport.paused
         client.connection.resume_writing()
