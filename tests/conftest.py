@@ -31,7 +31,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # other test worker's processes also use slowed an in-process PyTorch forward pass twentyfold.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# The test files by the time their tests take, longest first (measured at 91c928e, `pytest
+# The test files by the time their tests take, longest first (measured at 131e3a2, `pytest
 # --durations=0` summed per file, 2 cores of an Intel Xeon with AMX; docs/benchmarks.md has the
 # figures; the files under 3 s are left to their usual order): they are collected in this order,
 # and `make test` (pytest-xdist, `--dist loadfile --no-loadscope-reorder`) hands whole files to
@@ -41,24 +41,24 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # and test_interrupts.py, a few long tests each, to the end: one worker ran alone for the last
 # third of the suite. A file not listed goes after these, in its usual order.
 LONGEST_FIRST = [
-    "test_training_loop.py", "test_interrupts.py", "test_faults_runners.py",
-    "test_jax_training.py", "test_faults.py", "test_finetuning.py", "test_run_search.py",
-    "test_backend_training.py", "test_run_pretraining.py", "test_keras_hub.py",
-    "test_litert.py", "test_drop_in.py", "test_squad_serving.py", "test_search_workers.py",
-    "test_compiled_pretraining.py", "test_extend_vocab.py", "test_search_interrupted.py",
-    "test_jax_runners.py", "test_batch_jobs.py", "test_tokenization_real_data.py",
-    "test_run_classifier.py", "test_run_ner.py", "test_search_postgres.py",
-    "test_squad_features.py", "test_model_server_load.py", "test_warm_python.py",
-    "test_run_squad.py", "test_export_ops.py", "test_pretraining_original.py",
-    "test_backends.py", "test_long_documents.py", "test_user_errors.py", "test_package.py",
-    "test_multilabel.py", "test_example_packing.py", "test_extract_windows.py",
-    "test_multiple_choice.py", "test_first_token.py", "test_demo.py", "test_model_server.py",
-    "test_multi_worker.py", "test_old_files.py", "test_extract_features.py",
-    "test_pretraining_data.py", "test_environment.py", "test_tasks.py",
-    "test_architecture_options.py", "test_layers.py", "test_long_fields.py",
-    "test_pretraining_pools.py", "test_graph_tokenizer.py", "test_checkpoints.py",
-    "test_pretraining_beam.py", "test_datasets.py", "test_model_server_grpc.py",
-    "test_search_parts.py", "test_saving.py", "test_encoder_numerics.py"
+    "test_interrupts.py", "test_training_loop.py", "test_faults_runners.py",
+    "test_jax_training.py", "test_run_pretraining.py", "test_faults.py",
+    "test_squad_serving.py", "test_run_search.py", "test_litert.py", "test_backend_training.py",
+    "test_drop_in.py", "test_keras_hub.py", "test_finetuning.py", "test_search_workers.py",
+    "test_tokenization_real_data.py", "test_run_classifier.py", "test_extend_vocab.py",
+    "test_search_interrupted.py", "test_compiled_pretraining.py", "test_batch_jobs.py",
+    "test_jax_runners.py", "test_search_postgres.py", "test_model_server_load.py",
+    "test_squad_features.py", "test_warm_python.py", "test_backends.py", "test_run_ner.py",
+    "test_run_squad.py", "test_pretraining_original.py", "test_long_documents.py",
+    "test_export_ops.py", "test_user_errors.py", "test_multiple_choice.py", "test_package.py",
+    "test_example_packing.py", "test_first_token.py", "test_multilabel.py", "test_demo.py",
+    "test_model_server.py", "test_extract_features.py", "test_extract_windows.py",
+    "test_old_files.py", "test_pretraining_data.py", "test_multi_worker.py",
+    "test_long_fields.py", "test_environment.py", "test_architecture_options.py",
+    "test_graph_tokenizer.py", "test_pretraining_pools.py", "test_tasks.py", "test_layers.py",
+    "test_checkpoints.py", "test_pretraining_beam.py", "test_model_server_grpc.py",
+    "test_saving.py", "test_datasets.py", "test_search_parts.py", "test_encoder_numerics.py",
+    "test_pretraining_dataset.py", "test_convert.py"
 ]
 
 
